@@ -1,0 +1,42 @@
+# pipeline: `make run` sets everything up and runs the main job; `make test` sets up and runs the tests.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+# torch is installed first and pinned: an unpinned torch pulls a multi-GB CUDA build.
+TORCH := torch==2.13.0
+EXPERIMENT ?= dqn_cartpole
+ARGS ?=
+
+.PHONY: help setup run test test-fast bench lint clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet "$(TORCH)"
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+setup: $(STAMP) ## create .venv and install the project (once; again when pyproject.toml changes)
+
+run: $(STAMP) ## run the main job (EXPERIMENT=dqn_cartpole, ARGS="seed=1 ...")
+	$(PY) -m pipeline experiment=$(EXPERIMENT) $(ARGS)
+
+test: $(STAMP) ## run the test suite
+	$(PY) -m pytest -q $(ARGS)
+
+test-fast: $(STAMP) ## the suite without the slow learning tests
+	$(PY) -m pytest -q -m "not slow" $(ARGS)
+
+bench: $(STAMP) ## speed benchmarks, as ratios against a reference run in the same invocation
+	$(PY) benchmarks/run.py $(ARGS)
+
+lint: $(STAMP) ## ruff
+	$(VENV)/bin/ruff check src tests benchmarks
+
+clean: ## remove outputs and caches (keeps .venv)
+	rm -rf outputs multirun wandb lightning_logs .pytest_cache .ruff_cache
+	find . -name __pycache__ -prune -exec rm -rf {} +

@@ -1,0 +1,74 @@
+"""Command line: `python -m pipeline [experiment=<preset>] [group=option ...] [key=value ...] [-m ...]`."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import uuid
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+
+from pipeline.config_checks import ConfigError, check_group_overrides
+
+log = logging.getLogger("pipeline")
+_exit_code = 0
+
+
+def _sweep_uid() -> str:
+    """One short random id per sweep invocation, shared with launcher worker processes via the environment."""
+    uid = os.environ.get("PIPELINE_SWEEP_UID")
+    if not uid:
+        uid = uuid.uuid4().hex[:6]
+        os.environ["PIPELINE_SWEEP_UID"] = uid
+    return uid
+
+
+if not OmegaConf.has_resolver("pipeline_uid"):
+    OmegaConf.register_new_resolver("pipeline_uid", _sweep_uid, use_cache=True)
+
+
+def summary_line(record: dict) -> str:
+    metric = record.get("primary_metric")
+    value = (record.get("metrics") or {}).get(metric)
+    shown = f"{metric}={value:.4g}" if isinstance(value, int | float) else "no metric"
+    return f"seed={record.get('seed')} {record.get('status')} {shown} in {record.get('wall_time_s')} s -> {record.get('run_dir')}"
+
+
+@hydra.main(version_base="1.3", config_path="pkg://pipeline.conf", config_name="config")
+def hydra_entry(cfg: DictConfig) -> dict:
+    global _exit_code
+    from pipeline.run import run  # imported here so `--help` and config errors answer without loading Lightning
+
+    record = run(cfg)
+    multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+    if record.get("status") == "ok":
+        log.info(summary_line(record))
+    else:
+        where = record.get("run_dir")
+        log.error(f"run failed: {record.get('error')}  (record kept in {where}/result.json, traceback in {where}/error.log)")
+        if not multirun:
+            _exit_code = 1
+    return record
+
+
+def _user_config_dirs(argv: list[str]) -> bool:
+    return any(a in ("--config-dir", "-cd", "--config-path", "-cp") or "searchpath" in a for a in argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # W&B never waits for a server unless the user chose a mode.
+    os.environ.setdefault("WANDB_MODE", "offline")
+    if not _user_config_dirs(argv):
+        try:
+            check_group_overrides(argv)
+        except ConfigError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            sys.exit(2)
+    sys.argv = [sys.argv[0], *argv]
+    hydra_entry()
+    sys.exit(_exit_code)

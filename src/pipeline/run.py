@@ -1,0 +1,232 @@
+"""The composition root: config -> objects -> fit -> evaluate -> run record.
+
+Only this module (and the CLI) knows about Hydra and config objects; everything it builds takes
+plain arguments and can be made by hand in a notebook.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import time
+import traceback
+import warnings
+from pathlib import Path
+
+import lightning as L
+import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.utils import get_class, instantiate
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from omegaconf import DictConfig, OmegaConf
+
+from pipeline import config_checks
+from pipeline.devices import setup_device
+from pipeline.loggers import build_loggers, finish_loggers
+from pipeline.record import RESULT, git_commit, read_result, versions, write_json
+from pipeline.seeding import seed_everything
+
+log = logging.getLogger("pipeline")
+
+# The run dir is ours: metrics.csv is rewritten on purpose (e.g. when resuming).
+warnings.filterwarnings("ignore", message=".*exists and is not empty.*")
+warnings.filterwarnings("ignore", message=".*isinstance.treespec, LeafSpec.*")
+
+
+class ValidationTimer(Callback):
+    """Time spent in validation, so the fit time can be split into train and val."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._start = 0.0
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        self._start = time.perf_counter()
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        self.seconds += time.perf_counter() - self._start
+
+
+def _is_empty(node) -> bool:
+    return node is None or (isinstance(node, DictConfig) and len(node) == 0)
+
+
+def _accepted(cls, candidates: dict) -> dict:
+    """Only the parts the task's constructor asks for (a supervised task has no env, a DQN no datamodule)."""
+    params = inspect.signature(cls.__init__).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return candidates
+    return {k: v for k, v in candidates.items() if k in params}
+
+
+def build_task(cfg: DictConfig, datamodule, device: torch.device, run_dir: Path):
+    cls = get_class(cfg.task._target_)
+    parts = {
+        "net": None if _is_empty(cfg.model) else instantiate(cfg.model),
+        "loss": None if _is_empty(cfg.loss) else instantiate(cfg.loss),
+        "optimizer": None if _is_empty(cfg.optimizer) else instantiate(cfg.optimizer),
+        "scheduler": None if _is_empty(cfg.scheduler) else instantiate(cfg.scheduler),
+        "env": None if _is_empty(cfg.env) else OmegaConf.to_container(cfg.env, resolve=True),
+        "seed": int(cfg.seed),
+        "run_dir": run_dir,
+        "datamodule": datamodule,
+        "data_device": device,
+    }
+    for attr in ("in_features", "n_classes", "image_shape"):
+        if datamodule is not None and hasattr(datamodule, attr):
+            parts[attr] = getattr(datamodule, attr)
+    parts = {k: v for k, v in _accepted(cls, parts).items() if v is not None}
+    return instantiate(cfg.task, **parts, _convert_="all")
+
+
+def group_name(cfg: DictConfig) -> str:
+    """The experiment plus every override that is not the seed: runs with equal groups are seeds of one config."""
+    skip = ("seed", "experiment", "resume", "ckpt_path", "hydra", "device.num_threads", "logger")
+    extra = []
+    try:
+        overrides = HydraConfig.get().overrides.task
+    except ValueError:
+        overrides = []
+    for item in overrides:
+        key = item.split("=", 1)[0].lstrip("+~")
+        if not key.startswith(skip):
+            extra.append(item)
+    return " ".join([str(cfg.name), *sorted(extra)])
+
+
+def _run_dir() -> Path:
+    return Path(HydraConfig.get().runtime.output_dir)
+
+
+def _resolve_ckpt(ckpt_path: str | None, run_dir: Path) -> str | None:
+    if not ckpt_path:
+        return None
+    if ckpt_path == "last":
+        path = run_dir / "checkpoints" / "last.ckpt"
+        if not path.is_file():
+            log.info(f"ckpt_path=last: no checkpoint at {path} yet, starting from scratch")
+            return None
+        return str(path)
+    if not Path(ckpt_path).is_file():
+        raise config_checks.ConfigError(f"ckpt_path={ckpt_path}: no such checkpoint file; pass a .ckpt path or `last`")
+    return str(ckpt_path)
+
+
+def one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def make_trainer(cfg: DictConfig, accelerator: str, run_dir: Path, loggers, callbacks) -> L.Trainer:
+    trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
+    trainer_cfg = {k: v for k, v in trainer_cfg.items() if v is not None}
+    return L.Trainer(
+        accelerator=accelerator,
+        devices=1,
+        precision=cfg.device.precision,
+        logger=loggers,
+        callbacks=callbacks,
+        default_root_dir=str(run_dir),
+        deterministic=bool(cfg.seeding.deterministic),
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        **trainer_cfg,
+    )
+
+
+def run(cfg: DictConfig, run_dir: Path | None = None) -> dict:
+    """Run one experiment and write its record into `run_dir`. Never raises: failures are recorded."""
+    run_dir = Path(run_dir) if run_dir is not None else _run_dir()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if cfg.get("resume"):
+        previous = read_result(run_dir)
+        if previous and previous.get("status") == "ok":
+            log.info(f"resume: {run_dir} already finished ok, skipping")
+            return previous
+
+    t_start = time.perf_counter()
+    group = group_name(cfg)
+    record: dict = {
+        "experiment": str(cfg.name),
+        "group": group,
+        "task": str(cfg.task._target_).rsplit(".", 1)[-1],
+        "seed": int(cfg.seed) if isinstance(cfg.seed, int) else cfg.seed,
+        "status": "failed",
+        "error": "run did not finish (killed, or still running)",
+        "primary_metric": None,
+        "primary_curve": None,
+        "higher_is_better": True,
+        "metrics": {},
+        "wall_time_s": None,
+        "time_breakdown_s": {},
+        "device": None,
+        "versions": versions(),
+        "git_commit": git_commit(),
+        "run_dir": str(run_dir),
+    }
+    write_json(run_dir / RESULT, record)  # a killed run leaves a record that says so
+    (run_dir / "error.log").unlink(missing_ok=True)
+
+    loggers: list = []
+    task = None
+    try:
+        config_checks.check_missing(cfg)
+        config_checks.check_types(cfg, _choices())
+        seed_everything(cfg.seed, deterministic=bool(cfg.seeding.deterministic))
+        device = setup_device(cfg.device.accelerator, cfg.device.num_threads)
+        record["device"] = str(device)
+
+        t0 = time.perf_counter()
+        datamodule = None if _is_empty(cfg.data) else instantiate(cfg.data)
+        if datamodule is not None:
+            datamodule.prepare_data()
+            datamodule.setup("fit")
+        task = build_task(cfg, datamodule, device, run_dir)
+        record["task"] = type(task).__name__
+        record["primary_metric"] = task.primary_metric
+        record["primary_curve"] = task.primary_curve
+        record["higher_is_better"] = task.higher_is_better
+        setup_s = time.perf_counter() - t0
+
+        resolved = OmegaConf.to_container(cfg, resolve=True)
+        loggers = build_loggers(
+            cfg.logger, run_dir, run_name=f"{cfg.name}-seed{cfg.seed}", group=group,
+            job_type=record["task"], seed=int(cfg.seed), config=resolved,
+        )
+        val_timer = ValidationTimer()
+        checkpoint = ModelCheckpoint(dirpath=str(run_dir / "checkpoints"), save_last=True, save_top_k=1, enable_version_counter=False)
+        trainer = make_trainer(cfg, device.type, run_dir, loggers, [checkpoint, val_timer])
+
+        metrics = task.fit_and_evaluate(trainer, datamodule, _resolve_ckpt(cfg.get("ckpt_path"), run_dir))
+        torch.save(task.export_state_dict(), run_dir / "model.pt")
+        record.update(status="ok", error=None, metrics=metrics)
+        if record["primary_metric"] not in metrics:
+            raise RuntimeError(f"task did not report its primary metric {record['primary_metric']!r}")
+        breakdown = {"setup": setup_s, **task.time_breakdown_s}
+        if "fit" in breakdown and val_timer.seconds:
+            breakdown["fit"] -= val_timer.seconds
+            breakdown = {("train" if k == "fit" else k): v for k, v in breakdown.items()}
+            breakdown["val"] = val_timer.seconds
+        record["time_breakdown_s"] = {k: round(v, 4) for k, v in breakdown.items()}
+        record.update(task.record_extras())
+    except Exception as exc:  # every failure becomes a record; the traceback goes to error.log
+        record.update(status="failed", error=one_line(exc))
+        (run_dir / "error.log").write_text(traceback.format_exc())
+        if task is not None:
+            record["time_breakdown_s"] = {k: round(v, 4) for k, v in task.time_breakdown_s.items()}
+            try:
+                record.update(task.record_extras())
+            except Exception:
+                pass
+    finally:
+        finish_loggers(loggers, record["status"])
+        record["wall_time_s"] = round(time.perf_counter() - t_start, 3)
+        write_json(run_dir / RESULT, record)
+    return record
+
+
+def _choices() -> dict:
+    try:
+        return dict(HydraConfig.get().runtime.choices)
+    except ValueError:
+        return {}
