@@ -3,6 +3,7 @@
 import sys
 
 import pytest
+
 from conftest import read_result, run_cli
 
 

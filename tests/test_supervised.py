@@ -5,9 +5,9 @@ import math
 import pandas as pd
 import pytest
 import torch
-from conftest import read_result, run_cli
 from hydra.utils import instantiate
 
+from conftest import read_result, run_cli
 from pipeline.data.digits import DigitsDataModule
 from pipeline.run import run
 

@@ -41,7 +41,9 @@ def summary_line(record: dict) -> str:
 @hydra.main(version_base="1.3", config_path="pkg://pipeline.conf", config_name="config")
 def hydra_entry(cfg: DictConfig) -> dict:
     global _exit_code
-    from pipeline.run import run  # imported here so `--help` and config errors answer without loading Lightning
+    from pipeline.run import (
+        run,  # imported here so `--help` and config errors answer without loading Lightning
+    )
 
     record = run(cfg)
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN

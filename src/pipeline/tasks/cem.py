@@ -1,0 +1,170 @@
+"""The cross-entropy method for RL: play a batch of episodes, keep the best, imitate them.
+
+Each Lightning step is one iteration: `episodes_per_batch` episodes of the stochastic policy run side by
+side (one batched forward per env step for all of them), the episodes whose return is at or above the
+`elite_percentile` are kept, and the policy is fitted to their (observation, action) pairs with
+cross-entropy. Training stops when a batch's mean return reaches `stop_at_return`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+from pipeline.nets.factory import make_net
+from pipeline.rl.envs import env_threshold, evaluate_greedy, obs_to_tensor
+from pipeline.tasks.base import Task, check_finite
+
+FINAL_EVAL_SEED_OFFSET = 20_000
+
+
+class CEMTask(Task):
+    primary_metric = "eval/return_mean"
+    primary_curve = "train/batch_return_mean"
+
+    def __init__(
+        self,
+        net: Callable[..., nn.Module],
+        optimizer: Callable[..., torch.optim.Optimizer],
+        env: dict,
+        seed: int = 0,
+        loss: nn.Module | None = None,
+        episodes_per_batch: int = 16,
+        elite_percentile: float = 70.0,
+        fit_epochs: int = 1,
+        max_iterations: int = 200,
+        stop_at_return: float | None = 475.0,
+        final_eval_episodes: int = 20,
+        threshold: float | None = None,
+    ):
+        super().__init__()
+        self.automatic_optimization = False
+        self.env_id = env["id"]
+        self.env_kwargs = dict(env.get("kwargs") or {})
+        self.seed = int(seed)
+        self.envs = [gym.make(self.env_id, **self.env_kwargs) for _ in range(int(episodes_per_batch))]
+        probe = self.envs[0]
+        if not hasattr(probe.action_space, "n"):
+            raise ValueError(f"CEM here needs a discrete action space; {self.env_id} has {probe.action_space}")
+        self.n_actions = int(probe.action_space.n)
+        self.net = make_net(net, int(np.prod(probe.observation_space.shape)), self.n_actions)
+        self.loss_fn = loss if isinstance(loss, nn.CrossEntropyLoss) else nn.CrossEntropyLoss()
+        self.optimizer_factory = optimizer
+        self.elite_percentile = float(elite_percentile)
+        self.fit_epochs = int(fit_epochs)
+        self.max_iterations = int(max_iterations)
+        self.stop_at_return = stop_at_return
+        self.final_eval_episodes = int(final_eval_episodes)
+        self.threshold = threshold if threshold is not None else env_threshold(self.env_id)
+        self.sample_gen = torch.Generator().manual_seed(self.seed)
+        self.env_steps = 0
+        self.iterations = 0
+        self.batch_means: list[float] = []
+        self.time_to_threshold_s: float | None = None
+        self.early_stop: dict | None = None
+        self._t0: float | None = None
+        self._train_seconds = 0.0
+
+    def configure_optimizers(self):
+        return self.optimizer_factory(self.net.parameters())
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(range(self.max_iterations), batch_size=None, shuffle=False)
+
+    def on_fit_start(self) -> None:
+        self._t0 = time.perf_counter()
+        self.sample_gen = torch.Generator(device=self.device).manual_seed(self.seed)
+
+    def play_batch(self) -> tuple[list[np.ndarray], list[list[int]], np.ndarray]:
+        """One episode per env, side by side, actions sampled from the policy's softmax."""
+        n = len(self.envs)
+        base = self.seed * 1_000_003 + self.iterations * n
+        obs = [env.reset(seed=base + i)[0] for i, env in enumerate(self.envs)]
+        episode_obs: list[list[np.ndarray]] = [[] for _ in range(n)]
+        episode_act: list[list[int]] = [[] for _ in range(n)]
+        returns = np.zeros(n)
+        alive = list(range(n))
+        with torch.inference_mode():
+            while alive:
+                batch = obs_to_tensor(np.stack([obs[i] for i in alive]), self.device)
+                probs = torch.softmax(self.net(batch), dim=1)
+                actions = torch.multinomial(probs, 1, generator=self.sample_gen).squeeze(1).tolist()
+                still = []
+                for i, action in zip(alive, actions):
+                    episode_obs[i].append(obs[i])
+                    episode_act[i].append(action)
+                    obs[i], reward, terminated, truncated, _ = self.envs[i].step(action)
+                    returns[i] += reward
+                    self.env_steps += 1
+                    if not (terminated or truncated):
+                        still.append(i)
+                alive = still
+        return [np.stack(o) for o in episode_obs], episode_act, returns
+
+    def training_step(self, batch, batch_idx):
+        t0 = time.perf_counter()
+        obs, actions, returns = self.play_batch()
+        t1 = time.perf_counter()
+        self.add_time("env_act", t1 - t0)
+        cutoff = np.percentile(returns, self.elite_percentile)
+        elite = [i for i, r in enumerate(returns) if r >= cutoff]
+        # Only the elite episodes cross into torch.
+        x = obs_to_tensor(np.concatenate([obs[i] for i in elite]), self.device)
+        y = torch.tensor([a for i in elite for a in actions[i]], device=self.device)
+        opt = self.optimizers().optimizer
+        for _ in range(self.fit_epochs):
+            loss = self.loss_fn(self.net(x), y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        check_finite(loss, self.iterations)
+        self.add_time("learn", time.perf_counter() - t1)
+        self.iterations += 1
+        mean = float(returns.mean())
+        self.batch_means.append(mean)
+        metrics = {
+            "env_step": self.env_steps, "train/batch_return_mean": mean, "train/elite_cutoff": float(cutoff),
+            "train/loss": loss.item(), "perf/env_steps_per_s": self.env_steps / (time.perf_counter() - self._t0),
+        }
+        for logger in self.loggers:
+            logger.log_metrics(metrics, step=self.env_steps)
+        self.log("batch_return", mean, prog_bar=True, logger=False, on_step=True)
+        if self.threshold is not None and mean >= self.threshold and self.time_to_threshold_s is None:
+            self.time_to_threshold_s = time.perf_counter() - self._t0
+        if self.stop_at_return is not None and mean >= self.stop_at_return:
+            self.early_stop = {"iteration": self.iterations, "env_step": self.env_steps,
+                               "reason": f"batch mean return {mean:.1f} >= stop_at_return {self.stop_at_return}"}
+            self.trainer.should_stop = True
+        return None
+
+    def on_train_end(self) -> None:
+        self._train_seconds = time.perf_counter() - self._t0
+
+    def fit_and_evaluate(self, trainer, datamodule, ckpt_path) -> dict[str, float]:
+        trainer.fit(self, ckpt_path=ckpt_path)
+        t0 = time.perf_counter()
+        self.net.eval()
+        returns = evaluate_greedy(lambda o: self.net(o).argmax(dim=1), self.env_id, self.final_eval_episodes,
+                                  self.seed + FINAL_EVAL_SEED_OFFSET, self.device)
+        self.net.train()
+        self.add_time("final_eval", time.perf_counter() - t0)
+        for env in self.envs:
+            env.close()
+        return {"eval/return_mean": float(np.mean(returns)), "eval/return_std": float(np.std(returns)),
+                "train/iterations": float(self.iterations)}
+
+    def record_extras(self) -> dict:
+        return {
+            "env_id": self.env_id,
+            "env_steps": self.env_steps,
+            "env_steps_per_s": round(self.env_steps / self._train_seconds, 1) if self._train_seconds else None,
+            "threshold": self.threshold,
+            "time_to_threshold_s": None if self.time_to_threshold_s is None else round(self.time_to_threshold_s, 3),
+            "early_stop": self.early_stop,
+        }
