@@ -1,0 +1,206 @@
+"""Find and load run records (``result.json`` + ``metrics.csv``) under run or sweep dirs."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import warnings
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+RESULT_FILE = "result.json"
+METRICS_FILE = "metrics.csv"
+# report/ holds our own output and wandb/ holds logger internals; neither contains run records,
+# and walking wandb/ in a big sweep costs more than everything else.
+SKIPPED_DIRS = frozenset({"report", "wandb"})
+STEP_COLUMNS = ("step", "env_step")
+REQUIRED_KEYS = ("seed", "status")
+
+
+class ReportInputError(ValueError):
+    """Bad report input (missing dir, no run records). The message is one line and says the fix."""
+
+
+class RunRecordWarning(UserWarning):
+    """A result.json that could not be used and was skipped."""
+
+
+@dataclass
+class RunRecord:
+    """One run as the report sees it: the parsed result.json plus where it lives."""
+
+    dir: Path
+    input_root: Path
+    result: dict[str, Any] = field(repr=False)
+
+    @property
+    def group(self) -> str:
+        return str(self.result.get("group") or self.result.get("experiment") or self.result.get("task") or "run")
+
+    @property
+    def seed(self) -> Any:
+        return self.result.get("seed")
+
+    @property
+    def status(self) -> str:
+        return str(self.result.get("status"))
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def error(self) -> str | None:
+        error = self.result.get("error")
+        if error:
+            return str(error)
+        return None if self.ok else f"status={self.status!r} and no error message"
+
+    @property
+    def primary_metric(self) -> str | None:
+        metric = self.result.get("primary_metric")
+        return str(metric) if metric else None
+
+    @property
+    def primary_value(self) -> float | None:
+        """The final primary metric, or None when missing or not a finite number."""
+        metrics = self.result.get("metrics") or {}
+        value = metrics.get(self.primary_metric) if self.primary_metric else None
+        return finite_or_none(value)
+
+    @property
+    def higher_is_better(self) -> bool:
+        value = self.result.get("higher_is_better")
+        return True if value is None else bool(value)
+
+    @property
+    def primary_curve(self) -> str | None:
+        curve = self.result.get("primary_curve")
+        return str(curve) if curve else None
+
+    @property
+    def is_rl(self) -> bool:
+        return "time_to_threshold_s" in self.result or self.result.get("threshold") is not None
+
+    @property
+    def relative_dir(self) -> str:
+        rel = os.path.relpath(self.dir, self.input_root)
+        return self.input_root.name if rel == "." else rel
+
+    def get_float(self, key: str) -> float | None:
+        return finite_or_none(self.result.get(key))
+
+    def load_curve(self) -> tuple[str, np.ndarray, np.ndarray] | None:
+        """``(x_column, steps, values)`` of ``primary_curve`` from metrics.csv, or None if unavailable.
+
+        Lightning's CSVLogger writes one sparse row per logging call, so empty cells are dropped and
+        rows sharing a step (train and val logged at the same step) are averaged.
+        """
+        curve = self.primary_curve
+        path = self.dir / METRICS_FILE
+        if curve is None or not path.is_file():
+            return None
+        import pandas as pd
+
+        wanted = {curve, *STEP_COLUMNS}
+        try:
+            frame = pd.read_csv(path, usecols=lambda column: column in wanted)
+        except (OSError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError):
+            return None
+        if curve not in frame.columns:
+            return None
+        x_column = next((c for c in STEP_COLUMNS if c in frame.columns), "row")
+        x = frame[x_column] if x_column != "row" else pd.Series(np.arange(len(frame)), index=frame.index)
+        data = pd.DataFrame(
+            {"x": pd.to_numeric(x, errors="coerce"), "y": pd.to_numeric(frame[curve], errors="coerce")}
+        )
+        data = data[np.isfinite(data["x"]) & np.isfinite(data["y"])]
+        if data.empty:
+            return None
+        data = data.groupby("x", sort=True)["y"].mean()
+        return x_column, data.index.to_numpy(dtype=float), data.to_numpy(dtype=float)
+
+
+def finite_or_none(value: Any) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _find_result_files(root: Path) -> Iterable[Path]:
+    for current, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIPPED_DIRS)
+        if RESULT_FILE in filenames:
+            yield Path(current) / RESULT_FILE
+
+
+def _load_result(path: Path) -> dict[str, Any] | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            result = json.load(handle)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        warnings.warn(f"skipping unreadable run record {path}: {exc}", RunRecordWarning, stacklevel=3)
+        return None
+    if not isinstance(result, dict):
+        warnings.warn(
+            f"skipping run record {path}: expected a JSON object, got {type(result).__name__}",
+            RunRecordWarning,
+            stacklevel=3,
+        )
+        return None
+    missing = [key for key in REQUIRED_KEYS if key not in result]
+    if missing:
+        warnings.warn(
+            f"skipping run record {path}: missing key(s) {', '.join(missing)}", RunRecordWarning, stacklevel=3
+        )
+        return None
+    return result
+
+
+def collect_runs(inputs: Iterable[str | os.PathLike[str]]) -> list[RunRecord]:
+    """Load every run record found (recursively) under ``inputs``, each run dir once.
+
+    Raises ReportInputError for a missing input or when nothing usable is found; a corrupt
+    result.json is skipped with a RunRecordWarning.
+    """
+    inputs = list(inputs)
+    if not inputs:
+        raise ReportInputError("no input dirs given; pass one or more run or sweep dirs")
+    runs: list[RunRecord] = []
+    seen: set[Path] = set()
+    for raw in inputs:
+        root = Path(raw).expanduser()
+        if not root.exists():
+            raise ReportInputError(f"input dir {root} does not exist; pass a run dir or a sweep dir")
+        if not root.is_dir():
+            raise ReportInputError(f"input {root} is not a directory; pass the run or sweep dir that holds it")
+        root = root.resolve()
+        found_any = False
+        for path in _find_result_files(root):
+            found_any = True
+            run_dir = path.parent.resolve()
+            if run_dir in seen:
+                continue
+            seen.add(run_dir)
+            result = _load_result(path)
+            if result is not None:
+                runs.append(RunRecord(dir=run_dir, input_root=root, result=result))
+        if not found_any:
+            raise ReportInputError(
+                f"no run records ({RESULT_FILE}) found under {root}; pass a run dir or a sweep dir "
+                "written by `python -m pipeline`"
+            )
+    if not runs:
+        raise ReportInputError(
+            f"every {RESULT_FILE} under {', '.join(str(i) for i in inputs)} was unreadable; see the warnings above"
+        )
+    return runs

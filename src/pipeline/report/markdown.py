@@ -1,0 +1,171 @@
+"""Render the report dict as a Markdown page that reads on its own (tables, warnings, figures)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+ERROR_CELL_CHARS = 240
+
+
+def fmt(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        # 4 significant digits, but large counts (env steps) in full rather than as 2e+04.
+        return f"{value:,.0f}" if abs(value) >= 1e4 else f"{value:.4g}"
+    return str(value)
+
+
+def fmt_ci(ci: Sequence[float] | None) -> str:
+    return "—" if not ci else f"[{fmt(ci[0])}, {fmt(ci[1])}]"
+
+
+def one_line(text: Any, limit: int | None = None) -> str:
+    flat = " ".join(fmt(text).split())
+    if limit and len(flat) > limit:
+        flat = flat[: limit - 1] + "…"
+    return flat
+
+
+def cell(text: Any) -> str:
+    """One table cell: a multi-line traceback or a `|` would break the row."""
+    return one_line(text).replace("|", "\\|")
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return lines + [""]
+
+
+def _images(report: dict[str, Any], kinds: Sequence[str], metric: str | None = None) -> list[str]:
+    lines = []
+    for image in report["images"]:
+        if image["kind"] in kinds and (metric is None or image["metric"] == metric):
+            lines += [f"![{image['title']}]({image['file']})", ""]
+    return lines
+
+
+def _summary(groups: dict[str, Any]) -> list[str]:
+    rows = []
+    for name, g in groups.items():
+        mean_std = "—" if g["mean"] is None else f"{fmt(g['mean'])} ± {fmt(g['std'])}"
+        iqm = "—" if g["iqm"] is None else f"{fmt(g['iqm'])} {fmt_ci(g['iqm_ci'])}"
+        rows.append(
+            [name, g["primary_metric"], g["n_ok"], g["n_failed"], mean_std, fmt(g["median"]), iqm,
+             fmt(g["min"]), fmt(g["max"])]
+        )
+    header = ["group", "primary metric", "ok", "failed", "mean ± std", "median", "IQM [95% CI]", "min", "max"]
+    return ["## Summary", "", *table(header, rows)]
+
+
+def _thresholds(groups: dict[str, Any]) -> list[str]:
+    rows = []
+    for name, g in groups.items():
+        t = g["threshold"]
+        if not t:
+            continue
+        rows.append(
+            [name, fmt(t["threshold"]), f"{t['n_reached']}/{t['n_seeds']}", fmt(t["median_reached_s"]),
+             fmt(t["min_reached_s"]), fmt(t["max_reached_s"]), fmt(t["median_all_s"])]
+        )
+    if not rows:
+        return []
+    header = ["group", "threshold", "seeds reached", "median s (reached)", "min s", "max s",
+              "median s (all seeds, never = ∞)"]
+    return [
+        "## Time to threshold",
+        "",
+        "Wall-clock seconds until the evaluation return first reached the threshold. Seeds that never "
+        "reached it are not dropped: the last column counts them as infinitely slow, so it is `—` when "
+        "half or more of the seeds never got there.",
+        "",
+        *table(header, rows),
+    ]
+
+
+def _comparisons(report: dict[str, Any]) -> list[str]:
+    lines = []
+    for metric, comparison in report["comparisons"].items():
+        better = "higher" if comparison["higher_is_better"] else "lower"
+        lines += [
+            f"## Comparison on {metric}",
+            "",
+            f"P(X better than Y) is the chance that a random seed of X has a {better} final {metric} than a "
+            "random seed of Y (ties count half); 0.5 means no difference. CIs are 95% stratified bootstrap.",
+            "",
+        ]
+        rows = [[p["x"], p["y"], fmt(p["p"]), fmt_ci(p["ci"])] for p in comparison["probability_of_improvement"]]
+        lines += table(["X", "Y", "P(X better than Y)", "95% CI"], rows)
+        lines += _images(report, ("probability_of_improvement", "performance_profile"), metric)
+    return lines
+
+
+def _group_section(name: str, g: dict[str, Any]) -> list[str]:
+    direction = "higher is better" if g["higher_is_better"] else "lower is better"
+    lines = [
+        f"### {name}",
+        "",
+        f"- experiment: `{g['experiment']}`, task: `{g['task']}`",
+        f"- primary metric: `{g['primary_metric']}` ({direction}); learning curve: `{g['primary_curve']}`",
+        f"- runs: {g['n_runs']} ({g['n_ok']} ok, {g['n_failed']} failed, {g['n_excluded']} excluded)",
+    ]
+    if g["wall_time_s_mean"] is not None:
+        lines.append(f"- mean wall time per run: {fmt(g['wall_time_s_mean'])} s")
+    if g["iqm"] is not None:
+        lines.append(f"- IQM {fmt(g['iqm'])} {fmt_ci(g['iqm_ci'])}, mean {fmt(g['mean'])} {fmt_ci(g['mean_ci'])}")
+    if g["ci_note"]:
+        lines.append(f"- note: {g['ci_note']}")
+    lines.append("")
+
+    rl = g["threshold"] is not None
+    header = ["seed", g["primary_metric"] or "value", "wall time s"]
+    if rl:
+        header += ["time to threshold s", "env steps", "env steps/s"]
+    header.append("dir")
+    rows = []
+    for entry in g["per_seed"].values():
+        row = [entry["seed"], fmt(entry["value"]), fmt(entry["wall_time_s"])]
+        if rl:
+            reached = entry.get("time_to_threshold_s")
+            row += ["never" if reached is None else fmt(reached), fmt(entry.get("env_steps")),
+                    fmt(entry.get("env_steps_per_s"))]
+        rows.append([*row, f"`{entry['relative_dir']}`"])
+    if rows:
+        lines += ["Per seed:", "", *table(header, rows)]
+    if g["failed"]:
+        failed_rows = [[f["seed"], one_line(f["error"], ERROR_CELL_CHARS), f"`{f['relative_dir']}`"] for f in g["failed"]]
+        lines += ["Failed runs:", "", *table(["seed", "error", "dir"], failed_rows)]
+    if g["excluded"]:
+        excluded_rows = [[e["seed"], e["reason"], f"`{e['relative_dir']}`"] for e in g["excluded"]]
+        lines += ["Excluded runs (status ok, no usable final value):", "", *table(["seed", "reason", "dir"], excluded_rows)]
+    return lines
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    settings = report["settings"]
+    lines = [
+        "# Seed-distribution report",
+        "",
+        f"{report['n_runs']} runs in {len(report['groups'])} group(s), read from:",
+        "",
+        *[f"- `{path}`" for path in report["inputs"]],
+        "",
+        "IQM is the interquartile mean (25% trimmed mean, as in rliable), robust to an outlier seed. "
+        f"CIs are {int(settings['confidence'] * 100)}% stratified bootstrap percentile intervals "
+        f"({settings['bootstrap_reps']} resamples, seed {settings['seed']}). std uses ddof=1.",
+        "",
+    ]
+    for warning in report["warnings"]:
+        lines += [f"> **Warning:** {one_line(warning)}", ""]
+    lines += _summary(report["groups"])
+    lines += _thresholds(report["groups"])
+    lines += _comparisons(report)
+    figures = _images(report, ("learning_curves", "final_scores", "interval_estimates", "time_to_threshold"))
+    if figures:
+        lines += ["## Figures", "", *figures]
+    lines += ["## Groups", ""]
+    for name, g in report["groups"].items():
+        lines += _group_section(name, g)
+    return "\n".join(lines).rstrip() + "\n"

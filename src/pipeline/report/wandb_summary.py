@@ -1,0 +1,100 @@
+"""Log a built report as one W&B run (job_type="report"): per-seed table, aggregates, figures."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+SUMMARY_STATS = ("n_ok", "n_failed", "mean", "std", "median", "min", "max", "iqm")
+THRESHOLD_STATS = ("n_reached", "n_seeds", "median_reached_s", "median_all_s")
+
+
+def report_run_name(report: dict[str, Any], report_dir: str | os.PathLike[str], group: str | None) -> str:
+    if group:
+        return f"report-{group}"
+    inputs = report.get("inputs") or []
+    sweep = Path(inputs[0]).name if len(inputs) == 1 else Path(report_dir).resolve().parent.name
+    return f"report-{sweep}"
+
+
+def per_seed_rows(report: dict[str, Any]) -> list[list[Any]]:
+    """One row per run the report saw: ok seeds with their value, failed and excluded ones with why."""
+    rows = []
+    for name, g in report["groups"].items():
+        metric = g["primary_metric"]
+        for entry in g["per_seed"].values():
+            rows.append([name, str(entry["seed"]), "ok", metric, entry["value"], None, entry["relative_dir"]])
+        for entry in g["failed"]:
+            rows.append([name, str(entry["seed"]), "failed", metric, None, entry["error"], entry["relative_dir"]])
+        for entry in g["excluded"]:
+            rows.append([name, str(entry["seed"]), "excluded", metric, None, entry["reason"], entry["relative_dir"]])
+    return rows
+
+
+def summary_values(report: dict[str, Any]) -> dict[str, Any]:
+    values: dict[str, Any] = {"n_runs": report["n_runs"], "n_groups": report["n_groups"]}
+    for name, g in report["groups"].items():
+        for stat in SUMMARY_STATS:
+            values[f"{name}/{stat}"] = g[stat]
+        for stat in ("iqm_ci", "mean_ci"):
+            if g[stat]:
+                values[f"{name}/{stat}_low"], values[f"{name}/{stat}_high"] = g[stat]
+        if g["threshold"]:
+            for stat in THRESHOLD_STATS:
+                values[f"{name}/time_to_threshold/{stat}"] = g["threshold"][stat]
+    for metric, comparison in report["comparisons"].items():
+        for pair in comparison["probability_of_improvement"]:
+            values[f"probability_of_improvement/{metric}/{pair['x']} > {pair['y']}"] = pair["p"]
+    return values
+
+
+def log_report_to_wandb(
+    report: dict[str, Any],
+    report_dir: str | os.PathLike[str],
+    project: str,
+    group: str | None = None,
+    entity: str | None = None,
+    mode: str | None = None,
+) -> dict[str, Any]:
+    """Create one W&B run holding the report; returns ``{"id", "name", "mode", "sync_dir"}``.
+
+    ``mode`` defaults to ``$WANDB_MODE`` or "offline", so a report never waits on the network unless
+    asked to; offline files land under ``report_dir/wandb`` (``wandb sync`` uploads them later).
+    """
+    import wandb
+
+    report_dir = Path(report_dir)
+    mode = mode or os.environ.get("WANDB_MODE") or "offline"
+    name = report_run_name(report, report_dir, group)
+    run = wandb.init(
+        project=project,
+        entity=entity,
+        group=group,
+        job_type="report",
+        name=name,
+        mode=mode,
+        dir=str(report_dir),
+        config={"inputs": report["inputs"], **report["settings"]},
+        # A training run may still be active in this process (a sweep's last job); leave it alone.
+        reinit="create_new",
+    )
+    try:
+        columns = ["group", "seed", "status", "primary_metric", "primary_value", "error", "dir"]
+        payload: dict[str, Any] = {"per_seed": wandb.Table(columns=columns, data=per_seed_rows(report))}
+        for image in report["images"]:
+            path = report_dir / image["file"]
+            if path.is_file():
+                payload[f"plots/{Path(image['file']).stem}"] = wandb.Image(str(path), caption=image["title"])
+        run.log(payload)
+        run.summary.update(summary_values(report))
+        artifact = wandb.Artifact(re.sub(r"[^A-Za-z0-9._-]+", "_", name), type="report")
+        for file in (report.get("files") or {}).values():
+            if (report_dir / file).is_file():
+                artifact.add_file(str(report_dir / file))
+        run.log_artifact(artifact)
+        info = {"id": run.id, "name": name, "mode": mode, "sync_dir": str(getattr(run.settings, "sync_dir", ""))}
+    finally:
+        run.finish()
+    return info
