@@ -47,13 +47,14 @@ def hydra_entry(cfg: DictConfig) -> dict:
 
     record = run(cfg)
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
-    if record.get("status") == "ok":
+    if multirun:
+        pass  # the sweep callback prints one line per finished job
+    elif record.get("status") == "ok":
         log.info(summary_line(record))
     else:
         where = record.get("run_dir")
         log.error(f"run failed: {record.get('error')}  (record kept in {where}/result.json, traceback in {where}/error.log)")
-        if not multirun:
-            _exit_code = 1
+        _exit_code = 1
     return record
 
 

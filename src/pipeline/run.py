@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 import time
 import traceback
 import warnings
@@ -16,6 +17,7 @@ from pathlib import Path
 import lightning as L
 import torch
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from hydra.utils import get_class, instantiate
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
@@ -92,6 +94,24 @@ def group_name(cfg: DictConfig) -> str:
         if not key.startswith(skip):
             extra.append(item)
     return " ".join([str(cfg.name), *sorted(extra)])
+
+
+def threads_for_this_job(requested: int | None) -> int | None:
+    """Under a parallel launcher, jobs x threads must not exceed the cores (oversubscription is 3-10x slower)."""
+    try:
+        hydra_cfg = HydraConfig.get()
+    except ValueError:
+        return requested
+    n_jobs = OmegaConf.select(hydra_cfg, "launcher.n_jobs", default=None)
+    if hydra_cfg.mode != RunMode.MULTIRUN or not isinstance(n_jobs, int) or requested is None:
+        return requested
+    cores = os.cpu_count() or 1
+    # joblib: -1 means all cores, -2 all but one, ...
+    parallel = cores + 1 + n_jobs if n_jobs < 0 else n_jobs
+    cap = max(1, cores // max(1, parallel))
+    if requested > cap:
+        log.info(f"device.num_threads={requested} lowered to {cap}: {parallel} parallel jobs on {cores} cores")
+    return min(int(requested), cap)
 
 
 def _run_dir() -> Path:
@@ -173,7 +193,7 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> dict:
         config_checks.check_missing(cfg)
         config_checks.check_types(cfg, _choices())
         seed_everything(cfg.seed, deterministic=bool(cfg.seeding.deterministic))
-        device = setup_device(cfg.device.accelerator, cfg.device.num_threads)
+        device = setup_device(cfg.device.accelerator, threads_for_this_job(cfg.device.num_threads))
         record["device"] = str(device)
 
         t0 = time.perf_counter()

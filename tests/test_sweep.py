@@ -1,0 +1,62 @@
+"""Multi-seed sweeps through real Hydra launchers, ending in a report; failures and resume lose nothing."""
+
+import json
+from pathlib import Path
+
+from conftest import run_cli
+
+
+def _sweep_dir(root: Path) -> Path:
+    dirs = [p for p in (root / "outputs" / "multirun").glob("*/*") if p.is_dir()]
+    assert len(dirs) == 1, dirs
+    return dirs[0]
+
+
+def test_joblib_sweep_with_wandb_writes_report_and_offline_runs(tmp_path):
+    proc = run_cli(
+        "-m", "experiment=supervised_digits", "trainer=debug", "seed=range(0,3)", "hydra/launcher=joblib",
+        "logger=[csv,wandb]", cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    sweep = _sweep_dir(tmp_path)
+    jobs = sorted(p for p in sweep.iterdir() if (p / "result.json").is_file())
+    assert [p.name for p in jobs] == ["0_seed=0,trainer=debug", "1_seed=1,trainer=debug", "2_seed=2,trainer=debug"]
+    assert proc.stdout.count("[job ") == 3 and "report:" in proc.stdout
+    report = json.loads((sweep / "report" / "report.json").read_text())
+    (group,) = report["groups"].values()
+    assert group["n_ok"] == 3 and group["n_failed"] == 0
+    assert any("fewer than 5" in w or "only 3" in w for w in report["warnings"])
+    assert list((sweep / "report").glob("*.png"))
+    # One offline W&B run per seed, in the experiment's group, and one summary run for the report.
+    for job in jobs:
+        runs = list((job / "wandb").glob("offline-run-*"))
+        assert len(runs) == 1, job
+    assert list((sweep / "report").rglob("offline-run-*"))
+
+
+def test_failed_run_is_reported_and_resume_reruns_only_it(tmp_path):
+    args = ["-m", "experiment=supervised_digits", "trainer=debug", "seed=0,1", "optimizer=sgd", "optimizer.lr=0.05,1e30"]
+    proc = run_cli(*args, cwd=tmp_path)
+    sweep = _sweep_dir(tmp_path)
+    results = {p.parent.name: json.loads(p.read_text()) for p in sweep.glob("*/result.json")}
+    assert len(results) == 4
+    failed = [name for name, r in results.items() if r["status"] == "failed"]
+    assert len(failed) == 2 and all("lr=1e+30" in name for name in failed)
+    assert all("loss became" in results[name]["error"] for name in failed)
+    assert "failed" in proc.stdout
+    report = json.loads((sweep / "report" / "report.json").read_text())
+    assert sum(g["n_failed"] for g in report["groups"].values()) == 2
+    assert "loss became" in (sweep / "report" / "report.md").read_text()
+
+    # A killed run leaves a record that says it did not finish; resume reruns only that one.
+    ok_dirs = [sweep / name for name, r in results.items() if r["status"] == "ok"]
+    killed = ok_dirs[0]
+    record = json.loads((killed / "result.json").read_text())
+    record.update(status="failed", error="run did not finish (killed, or still running)")
+    (killed / "result.json").write_text(json.dumps(record))
+    untouched = {d: (d / "result.json").stat().st_mtime_ns for d in ok_dirs[1:]}
+    proc = run_cli(*args, f"hydra.sweep.dir={sweep}", "resume=true", cwd=tmp_path)
+    assert json.loads((killed / "result.json").read_text())["status"] == "ok"
+    for d, mtime in untouched.items():
+        assert (d / "result.json").stat().st_mtime_ns == mtime, f"{d} should have been skipped"
+    assert proc.stdout.count("[job ") == 4
