@@ -1,0 +1,30 @@
+"""The Nature DQN convolutional network for 84x84 Atari frame stacks (Mnih et al. 2015)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class AtariCNN(nn.Module):
+    """conv 32x8s4 -> 64x4s2 -> 64x3s1 -> fc 512 -> n_actions.
+
+    Takes raw uint8 frames (B, in_channels, 84, 84) and scales them inside
+    forward, so the replay buffer can keep frames as uint8 (4x less memory).
+    """
+
+    def __init__(self, n_actions: int, in_channels: int = 4):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(int(in_channels), 32, kernel_size=8, stride=4),
+            nn.ReLU(),
+            nn.Conv2d(32, 64, kernel_size=4, stride=2),
+            nn.ReLU(),
+            nn.Conv2d(64, 64, kernel_size=3, stride=1),
+            nn.ReLU(),
+            nn.Flatten(),
+        )
+        self.head = nn.Sequential(nn.Linear(64 * 7 * 7, 512), nn.ReLU(), nn.Linear(512, int(n_actions)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x.float() / 255.0))
