@@ -1,0 +1,243 @@
+"""Closed-form truths, rule names, simulated bids and the CSV loader."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pipeline.games.auction import (
+    MIN_BIDS,
+    BidDataError,
+    Rule,
+    default_rules,
+    format_reserve,
+    load_bids_csv,
+    parse_rule,
+    save_bids_csv,
+    second_price_revenue,
+    simulate_first_price_bids,
+    truth,
+    welfare,
+)
+
+torch.set_num_threads(1)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Closed forms
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5])
+def test_revenue_equivalence(n):
+    expected = (n - 1) / (n + 1)
+    assert truth("second_price_r0.0", n) == pytest.approx(expected)
+    assert truth(f"first_price_n{n}", n) == pytest.approx(expected)
+    # The logged bidder count does not matter for a first-price rule that names its own.
+    assert truth(f"first_price_n{n}", 2) == pytest.approx(expected)
+
+
+def test_optimal_reserve_for_two_bidders_is_one_half():
+    reserves = [i / 1000 for i in range(1001)]
+    revenues = [second_price_revenue(2, r) for r in reserves]
+    best = max(range(len(reserves)), key=revenues.__getitem__)
+    assert reserves[best] == pytest.approx(0.5)
+    assert revenues[best] == pytest.approx(5 / 12)
+    assert second_price_revenue(2, 0.3) == pytest.approx(1 / 3 + 0.09 - 4 * 0.027 / 3)
+
+
+def test_lone_bidder_pays_nothing_and_keeps_his_value():
+    assert truth("first_price_n1", 2) == 0.0
+    assert truth("first_price_n1", 2, "welfare") == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize("reserve", [0.0, 0.3, 0.5, 0.8])
+def test_second_price_revenue_and_welfare_match_monte_carlo(n, reserve):
+    generator = torch.Generator().manual_seed(n * 10 + int(reserve * 10))
+    values = torch.rand(400_000, n, generator=generator, dtype=torch.float64)
+    top2 = values.topk(2, dim=1).values
+    sold = top2[:, 0] >= reserve
+    revenue = torch.where(sold, top2[:, 1].clamp_min(reserve), torch.zeros_like(sold, dtype=values.dtype))
+    winner_value = torch.where(sold, top2[:, 0], torch.zeros_like(revenue))
+    assert truth(f"second_price_r{reserve}", n) == pytest.approx(revenue.mean().item(), abs=3e-3)
+    assert truth(f"second_price_r{reserve}", n, "welfare") == pytest.approx(
+        winner_value.mean().item(), abs=3e-3
+    )
+    assert welfare(n, reserve) == pytest.approx(n / (n + 1) * (1 - reserve ** (n + 1)))
+
+
+def test_truth_rejects_unknown_statistic():
+    with pytest.raises(ValueError, match="statistic"):
+        truth("first_price_n2", 2, "profit")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Rule names
+
+
+def test_default_rules_are_eleven_reserves_then_five_bidder_counts():
+    rules = default_rules()
+    assert rules[:11] == [f"second_price_r{i / 10:.1f}" for i in range(11)]
+    assert rules[11:] == [f"first_price_n{n}" for n in range(1, 6)]
+
+
+@pytest.mark.parametrize(
+    "name, rule",
+    [
+        ("second_price_r0.5", Rule("second_price", reserve=0.5)),
+        ("second_price_r0.0", Rule("second_price", reserve=0.0)),
+        ("second_price_r1.0", Rule("second_price", reserve=1.0)),
+        ("second_price_r0.25", Rule("second_price", reserve=0.25)),
+        ("first_price_n3", Rule("first_price", n_bidders=3)),
+    ],
+)
+def test_rule_names_round_trip(name, rule):
+    assert parse_rule(name) == rule
+    assert rule.name == name
+
+
+def test_reserve_formatting_is_canonical():
+    assert format_reserve(0) == "0.0"
+    assert format_reserve(0.5) == "0.5"
+    assert format_reserve(0.1 * 3) == "0.3"
+    assert parse_rule("second_price_r0.50").name == "second_price_r0.5"
+
+
+@pytest.mark.parametrize(
+    "bad", ["second_price", "third_price_r0.5", "second_price_r1.5", "first_price_n0", "fp3"]
+)
+def test_bad_rule_names_fail_with_the_accepted_forms(bad):
+    with pytest.raises(ValueError, match="rule"):
+        parse_rule(bad)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Simulated bids
+
+
+def test_simulated_bids_shade_values_on_the_grid():
+    generator = torch.Generator().manual_seed(0)
+    bids, values = simulate_first_price_bids(1000, n_bidders=2, generator=generator)
+    assert bids.shape == values.shape == (1000,)
+    assert torch.allclose(bids, torch.round(values / 2 / 0.01) * 0.01)
+    assert torch.allclose(torch.round(bids / 0.01) * 0.01, bids)
+    three, values3 = simulate_first_price_bids(1000, n_bidders=3, grid=None, generator=generator)
+    assert torch.allclose(three, values3 * 2 / 3)
+    misspecified, values6 = simulate_first_price_bids(1000, k=0.6, grid=None, generator=generator)
+    assert torch.allclose(misspecified, 0.6 * values6)
+
+
+def test_simulated_bids_follow_the_generator():
+    a = simulate_first_price_bids(100, generator=torch.Generator().manual_seed(3)).bids
+    b = simulate_first_price_bids(100, generator=torch.Generator().manual_seed(3)).bids
+    assert torch.equal(a, b)
+
+
+# ---------------------------------------------------------------------------------------------------
+# CSV loader
+
+
+def _bids(n=60):
+    return [round(0.005 * i, 3) for i in range(n)]
+
+
+def test_load_one_bid_per_row_with_auction_id(tmp_path):
+    bids = torch.tensor(_bids(), dtype=torch.float64)
+    path = save_bids_csv(tmp_path / "bids.csv", bids, n_bidders=3)
+    loaded = load_bids_csv(path)
+    assert loaded.n_bidders == 3
+    assert torch.allclose(loaded.bids, bids)
+
+
+def test_load_one_bid_per_row_needs_the_bidder_count_without_auction_id(tmp_path):
+    path = tmp_path / "bids.csv"
+    path.write_text("bid,extra\n" + "".join(f"{b},x\n" for b in _bids()))
+    assert load_bids_csv(path, n_bidders=2).n_bidders == 2
+    with pytest.raises(BidDataError, match="n_bidders"):
+        load_bids_csv(path)
+
+
+@pytest.mark.parametrize("columns", [["bid_0", "bid_1"], ["bid1", "bid2"]])
+def test_load_one_auction_per_row(tmp_path, columns):
+    bids = _bids()
+    path = tmp_path / "auctions.csv"
+    rows = [f"{bids[i]},{bids[i + 1]}" for i in range(0, len(bids), 2)]
+    path.write_text(",".join(columns) + "\n" + "\n".join(rows) + "\n")
+    loaded = load_bids_csv(path)
+    assert loaded.n_bidders == 2
+    assert loaded.bids.tolist() == pytest.approx(bids)
+
+
+def _write(tmp_path, text, name="bids.csv"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def _assert_one_line_error(path, match, **kwargs):
+    with pytest.raises(BidDataError, match=match) as info:
+        load_bids_csv(path, **kwargs)
+    message = str(info.value)
+    assert isinstance(info.value, ValueError)
+    assert str(path) in message and "\n" not in message
+    return message
+
+
+def test_missing_file(tmp_path):
+    _assert_one_line_error(tmp_path / "nope.csv", "file not found")
+
+
+def test_missing_bid_columns(tmp_path):
+    path = _write(tmp_path, "price,auction\n" + "0.1,1\n" * MIN_BIDS)
+    message = _assert_one_line_error(path, "no bid columns")
+    assert "price" in message
+
+
+def test_negative_bid(tmp_path):
+    path = _write(tmp_path, "bid\n" + "0.1\n" * MIN_BIDS + "-0.2\n")
+    _assert_one_line_error(path, "negative", n_bidders=2)
+
+
+def test_non_numeric_bid(tmp_path):
+    path = _write(tmp_path, "bid_0,bid_1\n" + "0.1,0.2\n" * MIN_BIDS + "0.3,abc\n")
+    _assert_one_line_error(path, "not a number")
+
+
+@pytest.mark.parametrize("cell", ["nan", "", "NaN"])
+def test_nan_or_empty_bid(tmp_path, cell):
+    path = _write(
+        tmp_path,
+        "auction_id,bid\n" + "".join(f"{i // 2},0.1\n" for i in range(MIN_BIDS)) + f"99,{cell}\n99,0.1\n",
+    )
+    _assert_one_line_error(path, "empty/NaN")
+
+
+def test_too_few_bids(tmp_path):
+    path = _write(tmp_path, "bid_0,bid_1\n" + "0.1,0.2\n" * 10)
+    _assert_one_line_error(path, f"only 20 bids, need at least {MIN_BIDS}")
+
+
+def test_uneven_auctions(tmp_path):
+    path = _write(
+        tmp_path, "auction_id,bid\n" + "".join(f"{i // 2},0.1\n" for i in range(MIN_BIDS)) + "99,0.2\n"
+    )
+    _assert_one_line_error(path, "different numbers of bids")
+
+
+def test_bidder_count_that_contradicts_the_file(tmp_path):
+    path = _write(tmp_path, "bid_0,bid_1\n" + "0.1,0.2\n" * MIN_BIDS)
+    _assert_one_line_error(path, "n_bidders=3", n_bidders=3)
+
+
+def test_empty_file(tmp_path):
+    _assert_one_line_error(_write(tmp_path, ""), "empty file")
+
+
+def test_infinite_bid(tmp_path):
+    path = _write(tmp_path, "bid\n" + "0.1\n" * MIN_BIDS + "inf\n")
+    _assert_one_line_error(path, "finite", n_bidders=2)
+
+
+def test_save_rejects_incomplete_auctions(tmp_path):
+    with pytest.raises(ValueError, match="auctions of 2"):
+        save_bids_csv(tmp_path / "x.csv", torch.zeros(5), n_bidders=2)

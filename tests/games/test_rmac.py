@@ -1,0 +1,281 @@
+"""RMAC on simulated auctions: regrets, point estimates, bounds and their coverage."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+import torch
+
+from pipeline.games.auction import Rule, default_rules, parse_rule, simulate_first_price_bids, truth
+from pipeline.games.rmac import (
+    counterfactual_table,
+    eps_label,
+    fit_logged_auction,
+    invert_types,
+    realised_regret,
+    result_key,
+    solve_bounds,
+    solve_equilibrium,
+    statistic_value,
+    truth_table,
+    win_and_payment,
+    win_probability,
+)
+
+torch.set_num_threads(1)
+
+EPSILONS = [0.001, 0.005, 0.02]
+RULES = default_rules()
+
+
+def _bids(n_bids, k=None, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return simulate_first_price_bids(n_bids, n_bidders=2, k=k, generator=generator), generator
+
+
+@pytest.fixture(scope="module")
+def equilibrium_table():
+    """The default experiment on 5,000 equilibrium bids, with the truth merged in."""
+    (bids, _), generator = _bids(5000)
+    start = time.perf_counter()
+    table = counterfactual_table(bids, 2, RULES, EPSILONS, generator=generator)
+    print(
+        f"\nfull default table, N=5000, {len(RULES)} rules x {len(EPSILONS)} epsilons: "
+        f"{time.perf_counter() - start:.1f} s"
+    )
+    return table | truth_table(2, RULES)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Auction primitives
+
+
+def _random_pmf(n_actions, seed):
+    generator = torch.Generator().manual_seed(seed)
+    pmf = torch.rand(n_actions, generator=generator, dtype=torch.float64)
+    pmf[torch.rand(n_actions, generator=generator) < 0.3] = 0.0  # gaps and ties both matter
+    return pmf / pmf.sum()
+
+
+@pytest.mark.parametrize("n_opponents", [1, 2, 4])
+def test_win_probability_splits_ties_at_random(n_opponents):
+    pmf = _random_pmf(6, seed=n_opponents)
+    generator = torch.Generator().manual_seed(0)
+    draws = torch.multinomial(pmf, 400_000 * n_opponents, replacement=True, generator=generator)
+    highest, _ = draws.view(-1, n_opponents).max(1)
+    tied = (draws.view(-1, n_opponents) == highest[:, None]).sum(1)
+    for bid in range(6):
+        wins = (bid > highest).double() + (bid == highest).double() / (tied + 1)
+        assert win_probability(pmf, n_opponents)[bid].item() == pytest.approx(wins.mean().item(), abs=3e-3)
+
+
+@pytest.mark.parametrize("n_bidders", [2, 3, 5])
+def test_payments_add_up_to_order_statistics(n_bidders):
+    """n * E[own payment] must equal E[price] computed from the distribution of the top two bids."""
+    actions = torch.arange(21, dtype=torch.float64) * 0.05
+    pmf = _random_pmf(21, seed=n_bidders)
+    cdf, below = pmf.cumsum(0), pmf.cumsum(0) - pmf
+    n = n_bidders
+    _, pay = win_and_payment(pmf, Rule("first_price"), n, actions)
+    assert n * (pmf * pay).sum().item() == pytest.approx((actions * (cdf**n - below**n)).sum().item())
+
+    def second_at_most(u):
+        return u**n + n * u ** (n - 1) * (1 - u)
+
+    for reserve_index in (0, 7, 20):
+        r = actions[reserve_index]
+        win, pay = win_and_payment(pmf, Rule("second_price", reserve=float(r)), n, actions, reserve_index)
+        above = torch.arange(21) >= reserve_index
+        expected = (actions * (second_at_most(cdf) - second_at_most(below)) * above).sum()
+        expected += r * (second_at_most(below[reserve_index]) - below[reserve_index] ** n)
+        assert n * (pmf * pay).sum().item() == pytest.approx(expected.item())
+        # Welfare: the winner's bid class is the top bid, each class carrying value c(a).
+        value = torch.linspace(0.1, 1.0, 21, dtype=torch.float64)
+        welfare = statistic_value(pmf, pmf * value, win, pay, n, "welfare")
+        assert welfare.item() == pytest.approx((value * (cdf**n - below**n) * above).sum().item())
+
+
+def test_general_regret_matches_the_two_bidder_formula():
+    """Against equilibrium opponents (bids v/2), regret(t, b) = (t - 2b)^2 / 2."""
+    (bids, _), _ = _bids(100_000)
+    for bandwidth in (0.0, None):
+        logged = fit_logged_auction(bids, 2, bandwidth=bandwidth)
+        bid = logged.actions[logged.class_bid][:, None]
+        types = logged.types[None, :]
+        formula = (types - 2 * bid) ** 2 / 2
+        interior = (bid >= 0.02) & (bid <= 0.48) & (types >= 0.05) & (types <= 0.95)
+        assert (logged.regret - formula).abs()[interior].max().item() < 2e-3
+
+
+def test_inverted_types_are_not_biased_low():
+    """Random tie-breaks: the first of several tied types would shift every type down."""
+    (bids, values), generator = _bids(20_000)
+    logged = fit_logged_auction(bids, 2)
+    types = logged.types[invert_types(logged, generator)]
+    assert types.mean().item() == pytest.approx(values.mean().item(), abs=3e-3)
+    first_tied = logged.types[logged.consistent(0.0).double().argmax(1)][logged.data_class]
+    assert first_tied.mean().item() < types.mean().item() - 1e-3
+
+
+def test_fictitious_play_reaches_the_equilibrium_on_uniform_types():
+    actions = torch.arange(101, dtype=torch.float64) * 0.01
+    types = (actions[1:] + actions[:-1]) / 2
+    weights = torch.full((100,), 0.01, dtype=torch.float64)
+    for name, n in [("second_price_r0.5", 2), ("first_price_n2", 2), ("first_price_n5", 5)]:
+        solution = solve_equilibrium(weights, types, parse_rule(name), n, actions, 0.01)
+        assert solution.revenue == pytest.approx(truth(name, 2), abs=2e-3)
+        assert solution.regret < 1e-3
+
+
+# ---------------------------------------------------------------------------------------------------
+# The default experiment on equilibrium data
+
+
+def test_point_estimate_recovers_the_truth(equilibrium_table):
+    errors = {r: equilibrium_table[f"cf/{r}/point"] - equilibrium_table[f"cf/{r}/truth"] for r in RULES}
+    print("\npoint errors:", {r: round(e, 4) for r, e in errors.items()})
+    assert abs(errors["second_price_r0.0"]) < 0.01
+    assert abs(errors["second_price_r0.5"]) < 0.01
+    assert max(abs(e) for e in errors.values()) < 0.03
+
+
+def test_table_keys_follow_the_documented_names(equilibrium_table):
+    expected = {f"cf/{r}/{what}" for r in RULES for what in ["point", "truth"]}
+    expected |= {
+        f"cf/{r}/{side}_eps{e}"
+        for r in RULES
+        for side in ("lower", "upper")
+        for e in ["0.001", "0.005", "0.02"]
+    }
+    assert set(equilibrium_table) == expected
+    assert all(math.isfinite(v) for v in equilibrium_table.values())
+    assert eps_label(0.001) == "0.001" and eps_label(0.02) == "0.02" and eps_label(1e-4) == "0.0001"
+    assert result_key("second_price_r0.50", "point", "welfare") == "cfw/second_price_r0.5/point"
+
+
+def test_bounds_contain_the_point_and_widen_with_epsilon(equilibrium_table):
+    for rule in RULES:
+        point = equilibrium_table[f"cf/{rule}/point"]
+        lower = [equilibrium_table[f"cf/{rule}/lower_eps{eps_label(e)}"] for e in EPSILONS]
+        upper = [equilibrium_table[f"cf/{rule}/upper_eps{eps_label(e)}"] for e in EPSILONS]
+        assert all(lo <= point <= hi for lo, hi in zip(lower, upper)), rule
+        assert lower == sorted(lower, reverse=True) and upper == sorted(upper), rule
+    # A lone first-price bidder bids 0 in every equilibrium and can only overbid by epsilon.
+    assert equilibrium_table["cf/first_price_n1/upper_eps0.02"] <= 0.02 + 1e-9
+    # Bounds carry information: at the smallest epsilon the reserve-0 interval is well inside [0, 1].
+    interval = [equilibrium_table[f"cf/second_price_r0.0/{side}_eps0.001"] for side in ("lower", "upper")]
+    print("\nsecond_price_r0.0, eps 0.001:", interval)
+    assert interval[1] - interval[0] < 0.25
+
+
+def test_bounds_cover_the_truth_on_equilibrium_data(equilibrium_table):
+    for rule in RULES:
+        truth_value = equilibrium_table[f"cf/{rule}/truth"]
+        for eps in EPSILONS:
+            lower = equilibrium_table[f"cf/{rule}/lower_eps{eps_label(eps)}"]
+            upper = equilibrium_table[f"cf/{rule}/upper_eps{eps_label(eps)}"]
+            assert lower <= truth_value <= upper, (rule, eps)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Misspecified data, sample size, speed
+
+
+@pytest.mark.parametrize("k", [0.6, 0.4])
+def test_misspecified_data_misleads_the_point_but_not_the_bounds(k):
+    """Bids k*v are not an equilibrium: inverting them as if they were gets the point wrong,
+    while bounds at the data's worst realised regret admit the true values and so the truth."""
+    (bids, values), generator = _bids(5000, k=k)
+    worst = realised_regret(values, bids, 2).max().item()
+    rules = [
+        "second_price_r0.0",
+        "second_price_r0.5",
+        "second_price_r0.9",
+        "first_price_n2",
+        "first_price_n4",
+    ]
+    table = counterfactual_table(bids, 2, rules, [worst], generator=generator) | truth_table(2, rules)
+    label = eps_label(worst)
+    point_error = table["cf/second_price_r0.0/point"] - table["cf/second_price_r0.0/truth"]
+    print(f"\nk={k}: worst realised regret {worst:.4f}, reserve-0 point error {point_error:+.4f}")
+    assert abs(point_error) > 0.05
+    for rule in rules:
+        assert (
+            table[f"cf/{rule}/lower_eps{label}"]
+            <= table[f"cf/{rule}/truth"]
+            <= table[f"cf/{rule}/upper_eps{label}"]
+        )
+
+
+def test_point_error_shrinks_with_more_data():
+    rules = [
+        "second_price_r0.0",
+        "second_price_r0.3",
+        "second_price_r0.5",
+        "second_price_r0.7",
+        "first_price_n3",
+    ]
+    truths = truth_table(2, rules)
+    rmse = {}
+    for n_bids in (500, 20_000):
+        errors = []
+        for seed in range(4):
+            (bids, _), generator = _bids(n_bids, seed=seed)
+            table = counterfactual_table(bids, 2, rules, [], generator=generator)
+            errors += [table[f"cf/{r}/point"] - truths[f"cf/{r}/truth"] for r in rules]
+        rmse[n_bids] = math.sqrt(sum(e * e for e in errors) / len(errors))
+    print("\npoint RMSE by N:", rmse)
+    assert rmse[20_000] < 0.6 * rmse[500]
+
+
+def test_welfare_uses_its_own_prefix_and_matches_the_truth():
+    (bids, _), generator = _bids(5000)
+    rules = ["second_price_r0.0", "second_price_r0.5", "first_price_n3"]
+    table = counterfactual_table(bids, 2, rules, [0.005], statistic="welfare", generator=generator)
+    truths = truth_table(2, rules, "welfare")
+    assert set(truths) == {f"cfw/{r}/truth" for r in rules}
+    for rule in rules:
+        assert table[f"cfw/{rule}/point"] == pytest.approx(truths[f"cfw/{rule}/truth"], abs=0.01)
+        assert (
+            table[f"cfw/{rule}/lower_eps0.005"]
+            <= table[f"cfw/{rule}/point"]
+            <= table[f"cfw/{rule}/upper_eps0.005"]
+        )
+
+
+def test_one_bound_on_a_thousand_bids_runs():
+    (bids, _), generator = _bids(1000)
+    logged = fit_logged_auction(bids, 2)
+    weights = torch.bincount(invert_types(logged, generator), minlength=logged.types.numel()).double() / 1000
+    rule = parse_rule("second_price_r0.5")
+    start = solve_equilibrium(weights, logged.types, rule, 2, logged.actions, 0.01)
+    began = time.perf_counter()
+    lower, upper = solve_bounds(logged, start, rule, 2, [0.001])
+    print(f"\none bound pair (lower and upper), N=1000, eps=0.001: {time.perf_counter() - began:.3f} s")
+    assert lower.item() <= start.revenue <= upper.item()
+
+
+def test_bad_arguments_fail_early():
+    (bids, _), _ = _bids(100)
+    with pytest.raises(ValueError, match="statistic"):
+        counterfactual_table(bids, 2, ["first_price_n2"], statistic="profit")
+    with pytest.raises(ValueError, match="epsilon"):
+        counterfactual_table(bids, 2, ["first_price_n2"], [-0.1])
+    with pytest.raises(ValueError, match="grid"):
+        counterfactual_table(bids * 100, 2, ["first_price_n2"], [])
+    with pytest.raises(ValueError, match="reserve"):
+        counterfactual_table(bids, 2, ["second_price_r0.125"], [], grid=0.02)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_gpu_matches_cpu():
+    (bids, _), _ = _bids(2000)
+    rules = ["second_price_r0.5", "first_price_n3"]
+    cpu = counterfactual_table(bids, 2, rules, [0.005], generator=torch.Generator().manual_seed(1))
+    gpu = counterfactual_table(
+        bids, 2, rules, [0.005], generator=torch.Generator().manual_seed(1), device="cuda"
+    )
+    for key, value in cpu.items():
+        assert gpu[key] == pytest.approx(value, abs=1e-6), key
