@@ -75,6 +75,9 @@ def build_report(
     from pipeline.report.plots import make_plots
 
     images = make_plots(runs, summary, target)
+    from pipeline.report.counterfactual import counterfactual_sections
+
+    counterfactual = counterfactual_sections(runs, target)
     report = to_strict_json(
         {
             "inputs": [str(Path(p).expanduser().resolve()) for p in inputs],
@@ -86,6 +89,7 @@ def build_report(
             "comparisons": summary["comparisons"],
             "warnings": skipped + summary["warnings"],
             "images": images,
+            "counterfactual": counterfactual,
             "files": {"markdown": MARKDOWN_FILE, "json": JSON_FILE},
         }
     )

@@ -165,6 +165,10 @@ def render_markdown(report: dict[str, Any]) -> str:
     figures = _images(report, ("learning_curves", "final_scores", "interval_estimates", "time_to_threshold"))
     if figures:
         lines += ["## Figures", "", *figures]
+    if report.get("counterfactual"):
+        from pipeline.report.counterfactual import counterfactual_markdown
+
+        lines += counterfactual_markdown(report["counterfactual"])
     lines += ["## Groups", ""]
     for name, g in report["groups"].items():
         lines += _group_section(name, g)
