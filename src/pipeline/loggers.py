@@ -81,3 +81,28 @@ def finish_loggers(loggers: list[Logger], status: str) -> None:
 
         if wandb.run is not None:
             wandb.finish(exit_code=0 if status == "ok" else 1)
+
+
+def log_records_to_wandb(records: list[dict], run_dirs: list[Path], wandb_cfg: dict, config: dict) -> None:
+    """One W&B run per seed of a seed-batched run, replaying its metrics.csv, so W&B sees K ordinary seeds."""
+    import csv
+    import math
+
+    import wandb
+
+    for record, run_dir in zip(records, run_dirs):
+        run = wandb.init(
+            project=wandb_cfg.get("project", "pipeline"), entity=wandb_cfg.get("entity"), group=record["group"],
+            job_type=record["task"], name=f"{record['experiment']}-seed{record['seed']}",
+            tags=[f"seed={record['seed']}", *[str(t) for t in wandb_cfg.get("tags") or []]],
+            config={**config, "seed": record["seed"]}, dir=str(run_dir), mode=wandb_mode(wandb_cfg.get("mode")),
+            settings=_wandb_settings(), reinit="create_new",
+        )
+        with open(Path(run_dir) / "metrics.csv", newline="") as f:
+            for row in csv.DictReader(f):
+                values = {k: float(v) for k, v in row.items() if k != "step" and v not in ("", None)}
+                values = {k: v for k, v in values.items() if math.isfinite(v)}
+                if values:
+                    run.log(values, step=int(float(row["step"])))
+        run.summary.update({k: v for k, v in record["metrics"].items() if v is not None})
+        run.finish()

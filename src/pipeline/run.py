@@ -61,7 +61,7 @@ def _accepted(cls, candidates: dict) -> dict:
     return {k: v for k, v in candidates.items() if k in params}
 
 
-def build_task(cfg: DictConfig, datamodule, device: torch.device, run_dir: Path):
+def build_task(cfg: DictConfig, datamodule, device: torch.device, run_dir: Path, n_agents: int | None = None):
     cls = get_class(cfg.task._target_)
     parts = {
         "net": None if _is_empty(cfg.model) else instantiate(cfg.model),
@@ -73,6 +73,7 @@ def build_task(cfg: DictConfig, datamodule, device: torch.device, run_dir: Path)
         "run_dir": run_dir,
         "datamodule": datamodule,
         "data_device": device,
+        "n_agents": n_agents,
     }
     for attr in ("in_features", "n_classes", "image_shape"):
         if datamodule is not None and hasattr(datamodule, attr):
@@ -154,23 +155,13 @@ def make_trainer(cfg: DictConfig, accelerator: str, run_dir: Path, loggers, call
     )
 
 
-def run(cfg: DictConfig, run_dir: Path | None = None) -> dict:
-    """Run one experiment and write its record into `run_dir`. Never raises: failures are recorded."""
-    run_dir = Path(run_dir) if run_dir is not None else _run_dir()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    if cfg.get("resume"):
-        previous = read_result(run_dir)
-        if previous and previous.get("status") == "ok":
-            log.info(f"resume: {run_dir} already finished ok, skipping")
-            return previous
-
-    t_start = time.perf_counter()
-    group = group_name(cfg)
-    record: dict = {
+def new_record(cfg: DictConfig, run_dir: Path, seed: int, group: str) -> dict:
+    """The skeleton of result.json; until the run ends it says the run did not finish."""
+    return {
         "experiment": str(cfg.name),
         "group": group,
         "task": str(cfg.task._target_).rsplit(".", 1)[-1],
-        "seed": int(cfg.seed) if isinstance(cfg.seed, int) else cfg.seed,
+        "seed": seed,
         "status": "failed",
         "error": "run did not finish (killed, or still running)",
         "primary_metric": None,
@@ -184,6 +175,32 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> dict:
         "git_commit": git_commit(),
         "run_dir": str(run_dir),
     }
+
+
+def _task_fields(task) -> dict:
+    return {
+        "task": type(task).__name__,
+        "primary_metric": task.primary_metric,
+        "primary_curve": task.primary_curve,
+        "higher_is_better": task.higher_is_better,
+    }
+
+
+def run(cfg: DictConfig, run_dir: Path | None = None) -> dict:
+    """Run one experiment and write its record into `run_dir`. Never raises: failures are recorded."""
+    run_dir = Path(run_dir) if run_dir is not None else _run_dir()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if int(cfg.get("seeds_per_process") or 1) > 1:
+        return run_batched(cfg, run_dir)
+    if cfg.get("resume"):
+        previous = read_result(run_dir)
+        if previous and previous.get("status") == "ok":
+            log.info(f"resume: {run_dir} already finished ok, skipping")
+            return previous
+
+    t_start = time.perf_counter()
+    group = group_name(cfg)
+    record = new_record(cfg, run_dir, int(cfg.seed), group)
     write_json(run_dir / RESULT, record)  # a killed run leaves a record that says so
     (run_dir / "error.log").unlink(missing_ok=True)
 
@@ -202,10 +219,7 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> dict:
             datamodule.prepare_data()
             datamodule.setup("fit")
         task = build_task(cfg, datamodule, device, run_dir)
-        record["task"] = type(task).__name__
-        record["primary_metric"] = task.primary_metric
-        record["primary_curve"] = task.primary_curve
-        record["higher_is_better"] = task.higher_is_better
+        record.update(_task_fields(task))
         setup_s = time.perf_counter() - t0
 
         resolved = OmegaConf.to_container(cfg, resolve=True)
@@ -250,3 +264,88 @@ def _choices() -> dict:
         return dict(HydraConfig.get().runtime.choices)
     except ValueError:
         return {}
+
+
+def agent_dir(run_dir: Path, seed: int) -> Path:
+    return run_dir / f"seed{seed}"
+
+
+def run_batched(cfg: DictConfig, run_dir: Path) -> dict:
+    """K seeds trained together in one process; each agent gets an ordinary run record of its own.
+
+    Agent i is seed `seed + i` and writes `<run_dir>/seed<seed+i>/` (result.json, metrics.csv,
+    model.pt), so reports and sweeps see K ordinary seeds. `<run_dir>/batch.json` describes the batch
+    (it is not a run record: a report over `run_dir` counts the K agents, not K + 1 runs).
+    """
+    k = int(cfg.seeds_per_process)
+    seeds = [int(cfg.seed) + i for i in range(k)]
+    group = group_name(cfg)
+    dirs = [agent_dir(run_dir, s) for s in seeds]
+    records = []
+    for d, s in zip(dirs, seeds):
+        d.mkdir(parents=True, exist_ok=True)
+        records.append(new_record(cfg, d, s, group))
+        write_json(d / RESULT, records[-1])
+    t_start = time.perf_counter()
+    loggers: list = []
+    task = None
+    status, error = "failed", None
+    try:
+        config_checks.check_missing(cfg)
+        config_checks.check_types(cfg, _choices())
+        seed_everything(cfg.seed, deterministic=bool(cfg.seeding.deterministic))
+        device = setup_device(cfg.device.accelerator, threads_for_this_job(cfg.device.num_threads))
+        datamodule = None if _is_empty(cfg.data) else instantiate(cfg.data)
+        if datamodule is not None:
+            datamodule.prepare_data()
+            datamodule.setup("fit")
+        task = build_task(cfg, datamodule, device, run_dir, n_agents=k)
+        if not hasattr(task, "agent_state_dict"):
+            raise config_checks.ConfigError(
+                f"task {type(task).__name__} trains one seed per process; for seeds_per_process={k} "
+                "use a seed-batched preset, e.g. experiment=dqn_cartpole_batched"
+            )
+        resolved = OmegaConf.to_container(cfg, resolve=True)
+        loggers = build_loggers({}, run_dir, run_name=f"{cfg.name}-batch", group=group, job_type="batch", seed=int(cfg.seed), config=resolved)
+        trainer = make_trainer(cfg, device.type, run_dir, loggers, [])
+        per_agent = task.fit_and_evaluate(trainer, datamodule, _resolve_ckpt(cfg.get("ckpt_path"), run_dir))
+        wall = round(time.perf_counter() - t_start, 3)
+        for i, (record, d) in enumerate(zip(records, dirs)):
+            task.write_agent_curves(i, d / "metrics.csv")
+            torch.save(task.agent_state_dict(i), d / "model.pt")
+            record.update(_task_fields(task), status="ok", error=None, metrics=per_agent[i], device=str(device), wall_time_s=wall)
+            record.update(task.agent_extras(i))
+            record["seeds_per_process"] = k
+            if record["primary_metric"] not in per_agent[i]:
+                raise RuntimeError(f"task did not report its primary metric {record['primary_metric']!r} for agent {i}")
+        status = "ok"
+    except Exception as exc:
+        error = one_line(exc)
+        (run_dir / "error.log").write_text(traceback.format_exc())
+        for record in records:
+            record.update(status="failed", error=error, wall_time_s=round(time.perf_counter() - t_start, 3))
+    finally:
+        finish_loggers(loggers, status)
+        for record, d in zip(records, dirs):
+            write_json(d / RESULT, record)
+        wandb_cfg = (cfg.get("logger") or {}).get("wandb")
+        if wandb_cfg is not None and status == "ok":
+            from pipeline.loggers import log_records_to_wandb
+
+            log_records_to_wandb(records, dirs, dict(wandb_cfg), OmegaConf.to_container(cfg, resolve=True))
+    summary = {
+        "experiment": str(cfg.name), "group": group, "seeds": seeds, "seeds_per_process": k, "status": status,
+        "error": error, "wall_time_s": round(time.perf_counter() - t_start, 3),
+        "agents": [{"seed": r["seed"], "status": r["status"], "run_dir": r["run_dir"],
+                    "primary": (r.get("metrics") or {}).get(r.get("primary_metric") or "")} for r in records],
+        "time_breakdown_s": {k2: round(v, 4) for k2, v in getattr(task, "time_breakdown_s", {}).items()},
+    }
+    write_json(run_dir / "batch.json", summary)
+    # What the CLI prints and a sweep callback sees: the batch, shaped like one record.
+    solved = [a for a in summary["agents"] if a["status"] == "ok"]
+    return {
+        **records[0], "seed": int(cfg.seed), "run_dir": str(run_dir), "status": status, "error": error,
+        "primary_metric": records[0].get("primary_metric"),
+        "metrics": {f"batch/{k}_seeds_ok": float(len(solved))} if status == "ok" else {},
+        "wall_time_s": summary["wall_time_s"],
+    }

@@ -56,7 +56,7 @@ def test_dqn_learns_cartpole(make_cfg, tmp_path):
     """A short budget on a fixed seed: a random policy scores ~20, the learned greedy policy far more."""
     cfg = make_cfg(
         "experiment=dqn_cartpole", "trainer.enable_progress_bar=false", "task.total_steps=6000",
-        "task.eval_every=2000", "task.stop_at_return=null", "model.hidden=[64,64]", "seed=0",
+        "task.eval_every=2000", "task.stop_at_return=null", "model.hidden=[64,64]", "task.gradient_steps=128", "seed=0",
     )
     record = run(cfg, tmp_path)
     assert record["status"] == "ok", record["error"]

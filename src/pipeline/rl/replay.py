@@ -52,6 +52,11 @@ class ReplayBuffer:
         self.dones = torch.zeros(self.capacity, dtype=torch.float32, device=self.device)
         self._pos = 0
         self._size = 0
+        # On CPU, numpy views share the tensors' memory: writing one transition through them costs
+        # a fraction of five tensor index-assignments, and the env hands us numpy arrays anyway.
+        self._views = None
+        if self.device.type == "cpu" and obs_dtype in (torch.float32, torch.uint8, torch.float64):
+            self._views = tuple(t.numpy() for t in (self.obs, self.next_obs, self.actions, self.rewards, self.dones))
 
     def __len__(self) -> int:
         return self._size
@@ -64,6 +69,12 @@ class ReplayBuffer:
     def add(self, obs, action, reward, next_obs, terminated) -> None:
         """Store one transition; the oldest one is overwritten when full."""
         i = self._pos
+        if self._views is not None and isinstance(obs, np.ndarray) and isinstance(next_obs, np.ndarray):
+            o, no, a, r, d = self._views
+            o[i], no[i], a[i], r[i], d[i] = obs, next_obs, action, reward, terminated
+            self._pos = (i + 1) % self.capacity
+            self._size = min(self._size + 1, self.capacity)
+            return
         # Writing Python scalars straight into the slot avoids building a
         # tensor per field, which dominates the cost of a single add.
         self.obs[i] = _as_tensor(obs, self.obs_dtype, self.device)

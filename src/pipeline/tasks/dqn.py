@@ -21,7 +21,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from pipeline.nets.factory import make_net
-from pipeline.rl.envs import env_threshold, evaluate_greedy, make_env, obs_to_tensor
+from pipeline.rl.envs import env_threshold, evaluate_greedy, make_env
 from pipeline.rl.replay import ReplayBuffer
 from pipeline.rl.schedules import epsilon_at
 from pipeline.rl.targets import freeze, hard_update, soft_update
@@ -50,10 +50,10 @@ def td_targets(
     """r + gamma * (1 - terminated) * Q_target(s', a*), with a* from the online net for double DQN."""
     next_q = target_net(next_obs)
     if double:
-        best = online_net(next_obs).argmax(dim=1)
-        next_value = q_of_actions(next_q, best)
+        best = online_net(next_obs).argmax(dim=-1)
+        next_value = next_q.gather(-1, best.unsqueeze(-1)).squeeze(-1)
     else:
-        next_value = next_q.max(dim=1).values
+        next_value = next_q.max(dim=-1).values
     return rewards + gamma * (1.0 - dones) * next_value
 
 
@@ -105,6 +105,9 @@ class DQNTask(Task):
         if not hasattr(act_space, "n"):
             raise ValueError(f"DQN needs a discrete action space; {self.env_id} has {act_space}")
         self.obs_shape = tuple(obs_space.shape)
+        # Pixels stay uint8 in the buffer (4x smaller); the network scales them.
+        self.obs_np_dtype = np.uint8 if obs_space.dtype == np.uint8 else np.float32
+        self.obs_dtype = torch.uint8 if self.obs_np_dtype == np.uint8 else torch.float32
         self.n_actions = int(act_space.n)
         self.net = make_net(net, int(np.prod(self.obs_shape)), self.n_actions)
         self.target_net = freeze(copy.deepcopy(self.net))
@@ -151,9 +154,9 @@ class DQNTask(Task):
         return DataLoader(range(self.n_rounds()), batch_size=None, shuffle=False)
 
     def on_fit_start(self) -> None:
-        self.buffer = ReplayBuffer(self.hp["buffer_size"], self.obs_shape, device=self.device)
+        self.buffer = ReplayBuffer(self.hp["buffer_size"], self.obs_shape, obs_dtype=self.obs_dtype, device=self.device)
         self.sample_gen = torch.Generator(device=self.device).manual_seed(self.seed)
-        self.obs = obs_to_tensor(self.env.reset(seed=self.seed)[0], self.device)
+        self.obs = self.to_obs(self.env.reset(seed=self.seed)[0])
         self.episode_return = 0.0
         self._t_train_start = time.perf_counter()
 
@@ -164,11 +167,16 @@ class DQNTask(Task):
         hp = self.hp
         return epsilon_at(self.env_steps, hp["eps_start"], hp["eps_end"], hp["eps_duration"])
 
-    def act(self, obs: torch.Tensor, epsilon: float) -> int:
+    def to_obs(self, obs) -> np.ndarray:
+        """The env boundary: observations become float32 (uint8 frames stay uint8) exactly once, here."""
+        return np.asarray(obs, dtype=self.obs_np_dtype)
+
+    def act(self, obs: np.ndarray, epsilon: float) -> int:
         if epsilon > 0 and self.rng.random() < epsilon:
             return int(self.rng.integers(self.n_actions))
         with torch.inference_mode():
-            return int(self.net(obs.unsqueeze(0)).argmax(dim=1).item())
+            x = torch.from_numpy(obs).to(self.device).unsqueeze(0)
+            return int(self.net(x).argmax(dim=1).item())
 
     def collect(self, n_steps: int) -> None:
         """n_steps of epsilon-greedy acting into the replay buffer."""
@@ -178,14 +186,14 @@ class DQNTask(Task):
             action = self.act(self.obs, self.epsilon())
             t1 = time.perf_counter()
             next_obs, reward, terminated, truncated, _ = self.env.step(action)
-            next_obs = obs_to_tensor(next_obs, self.device)
+            next_obs = self.to_obs(next_obs)
             self.buffer.add(self.obs, action, reward, next_obs, terminated)
             self.env_steps += 1
             self.episode_return += float(reward)
             if terminated or truncated:
                 self.episode_returns.append(self.episode_return)
                 self.episode_return = 0.0
-                next_obs = obs_to_tensor(self.env.reset()[0], self.device)
+                next_obs = self.to_obs(self.env.reset()[0])
             self.obs = next_obs
             t2 = time.perf_counter()
             t_act += t1 - t0
@@ -205,15 +213,28 @@ class DQNTask(Task):
         # This path is fp32 on one device, where those wrappers add nothing else.
         opt = self.optimizers().optimizer
         batches = self.buffer.sample_many(hp["gradient_steps"], hp["batch_size"], generator=self.sample_gen)
+        # A hard-updated target is fixed for the whole round, so without double DQN (whose argmax
+        # uses the changing online net) or noise every TD target of the round comes from one
+        # batched forward: the same numbers for a fraction of the calls.
+        fixed_targets = hp["target_update"] == "hard" and not hp["double_dqn"] and not self.noisy
+        if fixed_targets:
+            g, b = hp["gradient_steps"], hp["batch_size"]
+            all_targets = td_targets(
+                self.target_net, self.net, batches.rewards.reshape(g * b), batches.next_obs.reshape(g * b, *self.obs_shape),
+                batches.dones.reshape(g * b), hp["gamma"], double=False,
+            ).view(g, b)
         losses, q_means = [], []
         for i in range(hp["gradient_steps"]):
-            obs, actions, rewards, next_obs, dones = (t[i] for t in batches)
+            obs, actions = batches.obs[i], batches.actions[i]
             if self.noisy:
                 self.net.reset_noise()
                 self.target_net.reset_noise()
-            q_values = self.net(obs)
-            q = q_of_actions(q_values, actions)
-            target = td_targets(self.target_net, self.net, rewards, next_obs, dones, hp["gamma"], hp["double_dqn"])
+            if fixed_targets:
+                target = all_targets[i]
+            else:
+                target = td_targets(self.target_net, self.net, batches.rewards[i], batches.next_obs[i], batches.dones[i],
+                                    hp["gamma"], hp["double_dqn"])
+            q = q_of_actions(self.net(obs), actions)
             loss = self.loss_fn(q, target)
             opt.zero_grad(set_to_none=True)
             loss.backward()
