@@ -4,8 +4,8 @@ import json
 
 import pytest
 import torch
-from conftest import read_result, run_cli
 
+from conftest import read_result, run_cli
 from pipeline.games.auction import save_bids_csv, simulate_first_price_bids
 from pipeline.report import build_report
 from pipeline.run import run

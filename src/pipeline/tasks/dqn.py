@@ -110,6 +110,7 @@ class DQNTask(Task):
         self.obs_dtype = torch.uint8 if self.obs_np_dtype == np.uint8 else torch.float32
         self.n_actions = int(act_space.n)
         self.net = make_net(net, int(np.prod(self.obs_shape)), self.n_actions)
+        self.memory_per_transition_bytes = 2 * int(np.prod(self.obs_shape)) * np.dtype(self.obs_np_dtype).itemsize + 8 + 4 + 4
         self.target_net = freeze(copy.deepcopy(self.net))
         self.loss_fn = loss
         self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
@@ -279,7 +280,8 @@ class DQNTask(Task):
         was_training = self.net.training
         self.net.eval()
         try:
-            return evaluate_greedy(lambda obs: self.net(obs).argmax(dim=1), self.env_id, n_episodes, seed, self.device)
+            return evaluate_greedy(lambda obs: self.net(obs).argmax(dim=1), self.env_id, n_episodes, seed, self.device,
+                                   env_kwargs=self.env_kwargs)
         finally:
             self.net.train(was_training)
 
@@ -343,6 +345,7 @@ class DQNTask(Task):
         return {
             "env_id": self.env_id,
             "env_steps": self.env_steps,
+            "replay_bytes_per_transition": self.memory_per_transition_bytes,
             "env_steps_per_s": round(self.env_steps / self._train_seconds, 1) if self._train_seconds else None,
             "threshold": self.threshold,
             "time_to_threshold_s": None if self.time_to_threshold_s is None else round(self.time_to_threshold_s, 3),
