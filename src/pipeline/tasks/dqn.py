@@ -21,6 +21,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from pipeline.nets.factory import make_net
+from pipeline.rl.acting import NumpyGreedy
 from pipeline.rl.envs import env_threshold, evaluate_greedy, make_env
 from pipeline.rl.replay import ReplayBuffer
 from pipeline.rl.schedules import epsilon_at
@@ -90,6 +91,7 @@ class DQNTask(Task):
         stop_at_return: float | None = None,
         log_every: int = 1_000,
         threshold: float | None = None,
+        fast_acting: bool = True,
     ):
         super().__init__()
         if target_update not in ("hard", "soft"):
@@ -126,6 +128,8 @@ class DQNTask(Task):
         self.rng = np.random.default_rng(self.seed)
         self.sample_gen = torch.Generator().manual_seed(self.seed)
         self.noisy = hasattr(self.net, "reset_noise")
+        self.fast_acting = bool(fast_acting)
+        self.fast_greedy: NumpyGreedy | None = None
         # Progress of the run (also what record_extras reports).
         self.env_steps = 0
         self.updates = 0
@@ -160,6 +164,8 @@ class DQNTask(Task):
         self.obs = self.to_obs(self.env.reset(seed=self.seed)[0])
         self.episode_return = 0.0
         self._t_train_start = time.perf_counter()
+        # Numpy mirror of a plain MLP on CPU for one-observation acting; refreshed after every round.
+        self.fast_greedy = NumpyGreedy.for_net(self.net) if self.device.type == "cpu" and self.fast_acting else None
 
     # ---- the algorithm ---------------------------------------------------------------------
     def epsilon(self) -> float:
@@ -175,6 +181,8 @@ class DQNTask(Task):
     def act(self, obs: np.ndarray, epsilon: float) -> int:
         if epsilon > 0 and self.rng.random() < epsilon:
             return int(self.rng.integers(self.n_actions))
+        if self.fast_greedy is not None:
+            return self.fast_greedy(obs)
         with torch.inference_mode():
             x = torch.from_numpy(obs).to(self.device).unsqueeze(0)
             return int(self.net(x).argmax(dim=1).item())
@@ -247,6 +255,8 @@ class DQNTask(Task):
             losses.append(loss.detach())
             q_means.append(q.detach().mean())
         self.updates += hp["gradient_steps"]
+        if self.fast_greedy is not None:
+            self.fast_greedy.refresh()
         # One host sync per round, not per update.
         mean_loss = torch.stack(losses).mean()
         check_finite(mean_loss, self.env_steps, hint="lower optimizer.lr, use loss=huber or set task.max_grad_norm")
