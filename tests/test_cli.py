@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from conftest import read_result, run_cli
+from pipeline_testing import read_result, run_cli
 
 
 def test_unknown_group_option_names_the_group():
@@ -66,7 +66,7 @@ def test_installed_wheel_runs_from_another_directory(tmp_path):
     """`pip install .` (not editable) ships the configs: run from a folder with no conf/ in sight."""
     import subprocess
 
-    from conftest import ROOT
+    from pipeline_testing import ROOT
 
     target = tmp_path / "site"
     subprocess.run(

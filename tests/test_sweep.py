@@ -3,7 +3,7 @@
 import json
 from pathlib import Path
 
-from conftest import run_cli
+from pipeline_testing import run_cli
 
 
 def _sweep_dir(root: Path) -> Path:

@@ -5,10 +5,10 @@ import json
 import pytest
 import torch
 
-from conftest import read_result, run_cli
 from pipeline.games.auction import save_bids_csv, simulate_first_price_bids
 from pipeline.report import build_report
 from pipeline.run import run
+from pipeline_testing import read_result, run_cli
 
 FAST = ("experiment=rmac_auction", "task.rules=[second_price_r0.0,second_price_r0.5,first_price_n3]",
         "task.statistics=[revenue]", "data.n_bids=2000")

@@ -5,11 +5,11 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import read_result, run_cli
 from pipeline.nets.mlp import MLP
 from pipeline.rl.targets import freeze
 from pipeline.run import run
 from pipeline.tasks.dqn import DQNTask, q_of_actions, td_targets
+from pipeline_testing import read_result, run_cli
 
 
 def test_gather_selects_the_taken_action():

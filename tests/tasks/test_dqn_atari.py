@@ -3,10 +3,10 @@
 import numpy as np
 import torch
 
-from conftest import read_result, run_cli
 from pipeline.nets.cnn import AtariCNN
 from pipeline.rl.envs import make_env
 from pipeline.rl.replay import ReplayBuffer
+from pipeline_testing import read_result, run_cli
 
 
 def test_atari_preprocessing_and_uint8_replay():

@@ -1,0 +1,22 @@
+"""Helpers shared by the test files (a module of its own: every test folder may have a conftest.py)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_cli(*args: str, cwd: Path | None = None, timeout: int = 600, env: dict | None = None):
+    """`python -m pipeline ...` as a user types it."""
+    full_env = {**os.environ, "WANDB_MODE": "offline", **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", *args],
+        capture_output=True, text=True, timeout=timeout, cwd=cwd or ROOT, env=full_env,
+    )
+
+
+def read_result(run_dir: Path) -> dict:
+    return json.loads((Path(run_dir) / "result.json").read_text())
