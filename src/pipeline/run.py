@@ -134,6 +134,9 @@ def _resolve_ckpt(ckpt_path: str | None, run_dir: Path) -> str | None:
 
 
 def one_line(exc: BaseException) -> str:
+    # Hydra wraps errors raised in a constructor; the user needs the original message.
+    while type(exc).__name__ == "InstantiationException" and exc.__cause__ is not None:
+        exc = exc.__cause__
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
