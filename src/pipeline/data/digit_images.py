@@ -6,11 +6,10 @@ trained on the supervised train split has never seen the test images a GAN is sc
 
 from __future__ import annotations
 
-import lightning as L
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from pipeline.data.digits import digits_arrays, split_indices
+from pipeline.data.digits import DigitsDataModule, digits_arrays, split_indices
 
 
 def to_unit_range(images: torch.Tensor) -> torch.Tensor:
@@ -18,19 +17,11 @@ def to_unit_range(images: torch.Tensor) -> torch.Tensor:
     return (images + 1.0) / 2.0
 
 
-class DigitImagesDataModule(L.LightningDataModule):
+class DigitImagesDataModule(DigitsDataModule):
+    """The supervised digits module (same arguments, same split), serving (1, 8, 8) images in [-1, 1]."""
+
     image_shape = (1, 8, 8)
     n_classes = 10
-
-    def __init__(self, batch_size: int = 64, val_fraction: float = 0.15, test_fraction: float = 0.2, split_seed: int = 0):
-        super().__init__()
-        if not 0 < val_fraction < 1 or not 0 < test_fraction < 1 or val_fraction + test_fraction >= 1:
-            raise ValueError(
-                f"data.val_fraction={val_fraction} and data.test_fraction={test_fraction} must be in (0, 1) and sum below 1"
-            )
-        self.batch_size = int(batch_size)
-        self.val_fraction, self.test_fraction, self.split_seed = val_fraction, test_fraction, int(split_seed)
-        self.splits: dict[str, TensorDataset] = {}
 
     def setup(self, stage: str | None = None) -> None:
         if self.splits:
