@@ -345,10 +345,10 @@ def run_batched(cfg: DictConfig, run_dir: Path) -> dict:
     }
     write_json(run_dir / "batch.json", summary)
     # What the CLI prints and a sweep callback sees: the batch, shaped like one record.
-    solved = [a for a in summary["agents"] if a["status"] == "ok"]
+    values = [a["primary"] for a in summary["agents"] if isinstance(a["primary"], int | float)]
+    metric = f"mean over {k} seeds of {records[0].get('primary_metric')}"
     return {
-        **records[0], "seed": int(cfg.seed), "run_dir": str(run_dir), "status": status, "error": error,
-        "primary_metric": records[0].get("primary_metric"),
-        "metrics": {f"batch/{k}_seeds_ok": float(len(solved))} if status == "ok" else {},
+        **records[0], "seed": f"{seeds[0]}-{seeds[-1]}", "run_dir": str(run_dir), "status": status, "error": error,
+        "primary_metric": metric, "metrics": {metric: sum(values) / len(values)} if values else {},
         "wall_time_s": summary["wall_time_s"],
     }
