@@ -141,7 +141,7 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
-def make_trainer(cfg: DictConfig, accelerator: str, run_dir: Path, loggers, callbacks) -> L.Trainer:
+def make_trainer(cfg: DictConfig, accelerator: str, run_dir: Path, loggers, callbacks, checkpoints: bool = True) -> L.Trainer:
     trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
     trainer_cfg = {k: v for k, v in trainer_cfg.items() if v is not None}
     return L.Trainer(
@@ -154,6 +154,7 @@ def make_trainer(cfg: DictConfig, accelerator: str, run_dir: Path, loggers, call
         deterministic=bool(cfg.seeding.deterministic),
         enable_model_summary=False,
         num_sanity_val_steps=0,
+        enable_checkpointing=checkpoints,
         **trainer_cfg,
     )
 
@@ -310,7 +311,8 @@ def run_batched(cfg: DictConfig, run_dir: Path) -> dict:
             )
         resolved = OmegaConf.to_container(cfg, resolve=True)
         loggers = build_loggers({}, run_dir, run_name=f"{cfg.name}-batch", group=group, job_type="batch", seed=int(cfg.seed), config=resolved)
-        trainer = make_trainer(cfg, device.type, run_dir, loggers, [])
+        # Agents leave the batch as they stop, so a mid-run checkpoint could not be resumed anyway.
+        trainer = make_trainer(cfg, device.type, run_dir, loggers, [], checkpoints=False)
         per_agent = task.fit_and_evaluate(trainer, datamodule, _resolve_ckpt(cfg.get("ckpt_path"), run_dir))
         wall = round(time.perf_counter() - t_start, 3)
         for i, (record, d) in enumerate(zip(records, dirs)):
