@@ -28,7 +28,18 @@ def test_batched_dqn_writes_one_record_per_seed(make_cfg, tmp_path):
     assert group["n_ok"] == 3  # the batch's own folder is not counted as a fourth run
 
 
-def test_single_seed_task_refuses_seeds_per_process(make_cfg, tmp_path):
-    record = run(make_cfg("experiment=supervised_digits", "seeds_per_process=2", "trainer=debug"), tmp_path)
+def test_single_seed_presets_batch_their_own_recipe(make_cfg, tmp_path):
+    """`experiment=dqn_cartpole seeds_per_process=K` trains the single-seed recipe for K seeds at once."""
+    cfg = make_cfg("experiment=dqn_cartpole", "seeds_per_process=2", "task.total_steps=1500", "trainer.enable_progress_bar=false")
+    assert run(cfg, tmp_path / "dqn")["status"] == "ok"
+    records = [json.loads(p.read_text()) for p in sorted((tmp_path / "dqn").glob("seed*/result.json"))]
+    assert [r["seed"] for r in records] == [0, 1] and all(r["task"] == "BatchedDQNTask" for r in records)
+    cfg = make_cfg("experiment=supervised_digits", "seeds_per_process=2", "trainer=debug")
+    assert run(cfg, tmp_path / "sup")["status"] == "ok"
+    assert len(list((tmp_path / "sup").glob("seed*/model.pt"))) == 2
+
+
+def test_task_without_a_batched_variant_refuses(make_cfg, tmp_path):
+    record = run(make_cfg("experiment=cem_cartpole", "seeds_per_process=2"), tmp_path)
     assert record["status"] == "failed" and "seed-batched" in record["error"]
     assert all(r.read_text().count('"failed"') for r in tmp_path.glob("seed*/result.json"))

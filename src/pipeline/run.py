@@ -62,7 +62,16 @@ def _accepted(cls, candidates: dict) -> dict:
 
 
 def build_task(cfg: DictConfig, datamodule, device: torch.device, run_dir: Path, n_agents: int | None = None):
-    cls = get_class(cfg.task._target_)
+    task_cfg = cfg.task
+    cls = get_class(task_cfg._target_)
+    variant = getattr(cls, "batched_variant", None)
+    if n_agents is not None and variant is not None:
+        # `experiment=dqn_cartpole seeds_per_process=16`: the same recipe, K agents in lockstep,
+        # one env per agent (each agent is then an ordinary run of its seed, in distribution).
+        cls = get_class(variant)
+        params = inspect.signature(cls.__init__).parameters
+        kept = {k: v for k, v in OmegaConf.to_container(task_cfg, resolve=True).items() if k in params}
+        task_cfg = OmegaConf.create({"_target_": variant, **kept})
     parts = {
         "net": None if _is_empty(cfg.model) else instantiate(cfg.model),
         "loss": None if _is_empty(cfg.loss) else instantiate(cfg.loss),
@@ -79,7 +88,7 @@ def build_task(cfg: DictConfig, datamodule, device: torch.device, run_dir: Path,
         if datamodule is not None and hasattr(datamodule, attr):
             parts[attr] = getattr(datamodule, attr)
     parts = {k: v for k, v in _accepted(cls, parts).items() if v is not None}
-    return instantiate(cfg.task, **parts, _convert_="all")
+    return instantiate(task_cfg, **parts, _convert_="all")
 
 
 def group_name(cfg: DictConfig) -> str:

@@ -61,6 +61,8 @@ def td_targets(
 class DQNTask(Task):
     primary_metric = "eval/return_mean"
     primary_curve = "eval/return_mean"
+    # What `seeds_per_process=K` trains instead: the same recipe for K seeds in one process.
+    batched_variant = "pipeline.tasks.dqn_batched.BatchedDQNTask"
 
     def __init__(
         self,

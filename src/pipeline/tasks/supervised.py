@@ -22,6 +22,8 @@ def target_kind(loss: nn.Module) -> str:
 class SupervisedTask(Task):
     primary_metric = "test/acc"
     primary_curve = "val/acc"
+    # What `seeds_per_process=K` trains instead: the same recipe for K seeds in one process.
+    batched_variant = "pipeline.tasks.supervised_batched.BatchedSupervisedTask"
 
     def __init__(
         self,
