@@ -54,7 +54,9 @@ class CEMTask(Task):
             raise ValueError(f"CEM here needs a discrete action space; {self.env_id} has {probe.action_space}")
         self.n_actions = int(probe.action_space.n)
         self.net = make_net(net, int(np.prod(probe.observation_space.shape)), self.n_actions)
-        self.loss_fn = loss if isinstance(loss, nn.CrossEntropyLoss) else nn.CrossEntropyLoss()
+        if loss is not None and not isinstance(loss, nn.CrossEntropyLoss):
+            raise ValueError(f"task=cem fits the elite actions with cross-entropy; got {type(loss).__name__}: use loss=cross_entropy")
+        self.loss_fn = loss if loss is not None else nn.CrossEntropyLoss()
         self.optimizer_factory = optimizer
         self.elite_percentile = float(elite_percentile)
         self.fit_epochs = int(fit_epochs)
