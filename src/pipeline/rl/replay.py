@@ -1,14 +1,24 @@
-"""Uniform experience replay over preallocated tensors."""
+"""Uniform experience replay for K agents at once: K ring buffers of one capacity, filled in lockstep.
+
+One buffer serves one agent (K = 1, an ordinary DQN run) or K independent agents trained side by
+side: every field is one flat tensor [K * capacity, ...] (agent k owns rows k*capacity ...), so a
+round's minibatches for all agents come out of one `index_select` per field (4-5x faster than
+indexing with a 2-D index), and agent k only ever samples its own rows, with its own generator.
+
+`dones` holds `terminated` only: a time-limit truncation is not the end of the MDP, so its next
+state must still be bootstrapped from. Observations keep `obs_dtype` (uint8 Atari frames are 4x
+smaller than float32); the network converts them.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
-import numpy as np
 import torch
 
 
-class ReplayBatch(NamedTuple):
+class Transitions(NamedTuple):
     obs: torch.Tensor
     actions: torch.Tensor
     rewards: torch.Tensor
@@ -16,127 +26,121 @@ class ReplayBatch(NamedTuple):
     dones: torch.Tensor
 
 
-def _as_tensor(x, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    if isinstance(x, torch.Tensor):
-        return x.to(device=device, dtype=dtype)
-    return torch.as_tensor(np.asarray(x), dtype=dtype, device=device)
+_FIELDS = ("obs", "next_obs", "actions", "rewards", "dones")
 
 
 class ReplayBuffer:
-    """A ring buffer of transitions, stored as preallocated tensors.
-
-    `dones` holds `terminated` only: a time-limit truncation is not the end of
-    the MDP, so its next state must still be bootstrapped from.
-    Observations keep `obs_dtype` (uint8 for Atari frames is 4x smaller than
-    float32); the network is expected to convert them.
-    """
+    """K replay ring buffers of `capacity` transitions each, one transition per agent per step."""
 
     def __init__(
         self,
         capacity: int,
         obs_shape: tuple[int, ...],
+        n_agents: int = 1,
         obs_dtype: torch.dtype = torch.float32,
         device: str | torch.device = "cpu",
     ):
-        if capacity <= 0:
-            raise ValueError(f"capacity must be positive, got {capacity}")
-        self.capacity = int(capacity)
+        if capacity <= 0 or n_agents <= 0:
+            raise ValueError(f"replay capacity and n_agents must be positive, got {capacity} and {n_agents}")
+        self.capacity, self.n_agents = int(capacity), int(n_agents)
         self.obs_shape = tuple(int(d) for d in obs_shape)
         self.obs_dtype = obs_dtype
         self.device = torch.device(device)
-        shape = (self.capacity, *self.obs_shape)
-        self.obs = torch.zeros(shape, dtype=obs_dtype, device=self.device)
-        self.next_obs = torch.zeros(shape, dtype=obs_dtype, device=self.device)
-        self.actions = torch.zeros(self.capacity, dtype=torch.int64, device=self.device)
-        self.rewards = torch.zeros(self.capacity, dtype=torch.float32, device=self.device)
-        self.dones = torch.zeros(self.capacity, dtype=torch.float32, device=self.device)
-        self._pos = 0
-        self._size = 0
-        # On CPU, numpy views share the tensors' memory: writing one transition through them costs
-        # a fraction of five tensor index-assignments, and the env hands us numpy arrays anyway.
-        self._views = None
-        if self.device.type == "cpu" and obs_dtype in (torch.float32, torch.uint8, torch.float64):
-            self._views = tuple(t.numpy() for t in (self.obs, self.next_obs, self.actions, self.rewards, self.dones))
+        rows = self.n_agents * self.capacity
+        self.obs = torch.zeros(rows, *self.obs_shape, dtype=obs_dtype, device=self.device)
+        self.next_obs = torch.zeros(rows, *self.obs_shape, dtype=obs_dtype, device=self.device)
+        self.actions = torch.zeros(rows, dtype=torch.int64, device=self.device)
+        self.rewards = torch.zeros(rows, dtype=torch.float32, device=self.device)
+        self.dones = torch.zeros(rows, dtype=torch.float32, device=self.device)
+        self.pos = 0
+        self.size = 0
+
+    @staticmethod
+    def bytes_per_transition(obs_shape: Sequence[int], obs_dtype: torch.dtype = torch.float32) -> int:
+        """Memory of one stored transition: obs and next_obs, action (int64), reward and done (float32)."""
+        n = 1
+        for d in obs_shape:
+            n *= int(d)
+        return 2 * n * torch.empty((), dtype=obs_dtype).element_size() + 8 + 4 + 4
 
     def __len__(self) -> int:
-        return self._size
+        """Transitions held per agent (every agent holds the same number)."""
+        return self.size
 
     @property
     def nbytes(self) -> int:
-        tensors = (self.obs, self.next_obs, self.actions, self.rewards, self.dones)
-        return sum(t.element_size() * t.nelement() for t in tensors)
+        return sum(getattr(self, f).numel() * getattr(self, f).element_size() for f in _FIELDS)
 
-    def add(self, obs, action, reward, next_obs, terminated) -> None:
-        """Store one transition; the oldest one is overwritten when full."""
-        i = self._pos
-        if self._views is not None and isinstance(obs, np.ndarray) and isinstance(next_obs, np.ndarray):
-            o, no, a, r, d = self._views
-            o[i], no[i], a[i], r[i], d[i] = obs, next_obs, action, reward, terminated
-            self._pos = (i + 1) % self.capacity
-            self._size = min(self._size + 1, self.capacity)
-            return
-        # Writing Python scalars straight into the slot avoids building a
-        # tensor per field, which dominates the cost of a single add.
-        self.obs[i] = _as_tensor(obs, self.obs_dtype, self.device)
-        self.next_obs[i] = _as_tensor(next_obs, self.obs_dtype, self.device)
-        self.actions[i] = int(action)
-        self.rewards[i] = float(reward)
-        self.dones[i] = float(bool(terminated))
-        self._pos = (i + 1) % self.capacity
-        self._size = min(self._size + 1, self.capacity)
+    def add(self, obs, actions, rewards, next_obs, terminated) -> None:
+        """T lockstep steps: obs/next_obs [T, K, *obs_shape], actions/rewards/terminated [T, K].
 
-    def add_batch(self, obs, actions, rewards, next_obs, terminated) -> None:
-        """Store a batch of transitions (e.g. one step of a vectorized env)."""
-        obs = _as_tensor(obs, self.obs_dtype, self.device)
-        next_obs = _as_tensor(next_obs, self.obs_dtype, self.device)
-        actions = _as_tensor(actions, torch.int64, self.device).reshape(-1)
-        rewards = _as_tensor(rewards, torch.float32, self.device).reshape(-1)
-        dones = _as_tensor(terminated, torch.float32, self.device).reshape(-1)
-        n = obs.shape[0]
-        if n > self.capacity:
-            # Only the newest `capacity` transitions would survive anyway.
-            obs, next_obs, actions, rewards, dones = (
-                t[-self.capacity :] for t in (obs, next_obs, actions, rewards, dones)
-            )
-            self._pos = (self._pos + n - self.capacity) % self.capacity
-            n = self.capacity
-        idx = (torch.arange(n, device=self.device) + self._pos) % self.capacity
-        self.obs[idx] = obs
-        self.next_obs[idx] = next_obs
-        self.actions[idx] = actions
-        self.rewards[idx] = rewards
-        self.dones[idx] = dones
-        self._pos = (self._pos + n) % self.capacity
-        self._size = min(self._size + n, self.capacity)
+        Written once per round rather than once per step: the acting loop only appends to lists.
+        """
+        T = obs.shape[0]
+        if obs.shape[1] != self.n_agents:
+            raise ValueError(f"replay holds {self.n_agents} agents, got transitions for {obs.shape[1]}")
+        if T > self.capacity:  # only the newest `capacity` survive anyway
+            obs, actions, rewards, next_obs, terminated = (x[-self.capacity :] for x in (obs, actions, rewards, next_obs, terminated))
+            self.pos = (self.pos + T - self.capacity) % self.capacity
+            self.size = self.capacity
+            T = self.capacity
+        slots = (torch.arange(T, device=self.device) + self.pos) % self.capacity
+        offsets = torch.arange(self.n_agents, device=self.device) * self.capacity
+        idx = (slots.view(-1, 1) + offsets).reshape(-1)
+        self.obs.index_copy_(0, idx, obs.reshape(-1, *self.obs_shape).to(self.device, self.obs_dtype))
+        self.next_obs.index_copy_(0, idx, next_obs.reshape(-1, *self.obs_shape).to(self.device, self.obs_dtype))
+        self.actions.index_copy_(0, idx, actions.reshape(-1).to(self.device, torch.int64))
+        self.rewards.index_copy_(0, idx, rewards.reshape(-1).to(self.device, torch.float32))
+        self.dones.index_copy_(0, idx, terminated.reshape(-1).to(self.device, torch.float32))
+        self.pos = (self.pos + T) % self.capacity
+        self.size = min(self.size + T, self.capacity)
 
-    def _draw(self, n: int, generator: torch.Generator | None) -> torch.Tensor:
-        if self._size == 0:
-            raise ValueError("cannot sample from an empty ReplayBuffer")
-        device = generator.device if generator is not None else self.device
-        idx = torch.randint(0, self._size, (n,), generator=generator, device=device)
-        return idx.to(self.device)
-
-    def _gather(self, idx: torch.Tensor) -> ReplayBatch:
-        return ReplayBatch(
-            self.obs.index_select(0, idx),
-            self.actions.index_select(0, idx),
-            self.rewards.index_select(0, idx),
-            self.next_obs.index_select(0, idx),
-            self.dones.index_select(0, idx),
+    def sample(self, n_batches: int, batch_size: int, generators: Sequence[torch.Generator]) -> Transitions:
+        """`n_batches` minibatches per agent, shaped [n_batches, K, batch_size, ...]; agent k draws with `generators[k]`."""
+        if self.size == 0:
+            raise ValueError("cannot sample from an empty replay buffer")
+        if len(generators) != self.n_agents:
+            raise ValueError(f"need one generator per agent ({self.n_agents}), got {len(generators)}")
+        per_agent = torch.stack(
+            [torch.randint(0, self.size, (n_batches, batch_size), generator=g, device=g.device) for g in generators]
+        ).to(self.device)
+        offsets = torch.arange(self.n_agents, device=self.device) * self.capacity
+        # [G, K, B] order, so minibatch g is one contiguous [K, B, ...] block.
+        flat = (per_agent + offsets.view(-1, 1, 1)).transpose(0, 1).reshape(-1)
+        shape = (n_batches, self.n_agents, batch_size)
+        return Transitions(
+            self.obs.index_select(0, flat).view(*shape, *self.obs_shape),
+            self.actions.index_select(0, flat).view(shape),
+            self.rewards.index_select(0, flat).view(shape),
+            self.next_obs.index_select(0, flat).view(*shape, *self.obs_shape),
+            self.dones.index_select(0, flat).view(shape),
         )
 
-    def sample(self, batch_size: int, generator: torch.Generator | None = None) -> ReplayBatch:
-        """Draw `batch_size` transitions uniformly, with replacement."""
-        return self._gather(self._draw(batch_size, generator))
+    def keep_agents_(self, agents: torch.Tensor) -> None:
+        """Keep only the buffers of `agents` (indices, in that order), e.g. when agents stop training."""
+        agents = torch.as_tensor(agents, dtype=torch.int64).to(self.device)
+        for name in _FIELDS:
+            flat = getattr(self, name)
+            per_agent = flat.view(self.n_agents, self.capacity, *flat.shape[1:]).index_select(0, agents)
+            setattr(self, name, per_agent.reshape(-1, *flat.shape[1:]))
+        self.n_agents = int(agents.numel())
 
-    def sample_many(
-        self, n_batches: int, batch_size: int, generator: torch.Generator | None = None
-    ) -> ReplayBatch:
-        """Draw `n_batches` minibatches at once, shaped (n_batches, batch_size, ...).
+    def state_dict(self) -> dict:
+        """Everything needed to continue exactly: the filled rows of each agent, the write position and size."""
+        state: dict = {"capacity": self.capacity, "n_agents": self.n_agents, "pos": self.pos, "size": self.size}
+        for name in _FIELDS:
+            flat = getattr(self, name)
+            # Only the filled slots (a partly filled buffer saves what it holds, not its capacity).
+            state[name] = flat.view(self.n_agents, self.capacity, *flat.shape[1:])[:, : self.size].cpu().clone()
+        return state
 
-        One index draw and one `index_select` per field on the flat index is
-        several times faster than a loop of `sample` or 2-D fancy indexing,
-        which matters when a training phase takes 100+ gradient steps.
-        """
-        flat = self._gather(self._draw(n_batches * batch_size, generator))
-        return ReplayBatch(*(t.view(n_batches, batch_size, *t.shape[1:]) for t in flat))
+    def load_state_dict(self, state: dict) -> None:
+        if int(state["capacity"]) != self.capacity:
+            raise ValueError(f"checkpoint replay capacity {state['capacity']} != task.buffer_size {self.capacity}")
+        self.n_agents = int(state["n_agents"])
+        self.pos, self.size = int(state["pos"]), int(state["size"])
+        for name in _FIELDS:
+            saved = state[name]
+            full = torch.zeros(self.n_agents, self.capacity, *saved.shape[2:], dtype=saved.dtype, device=self.device)
+            full[:, : self.size] = saved.to(self.device)
+            setattr(self, name, full.reshape(-1, *saved.shape[2:]))
