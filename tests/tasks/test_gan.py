@@ -251,7 +251,31 @@ def test_tensorboard_and_wandb_get_pictures_histograms_and_graph(make_cfg, tmp_p
     assert "weights/generator.net.0.weight" in tags["histograms"]
     assert len(events.Histograms("weights/discriminator.net.0.weight")) == 2 * PER_EPOCH // 10
     assert tags["graph"]
-    assert list((tmp_path / "wandb").rglob("media/images/samples_*.png"))
+    _assert_wandb_images_match_disk(tmp_path)
+
+
+def _pixels(path) -> np.ndarray:
+    from PIL import Image
+
+    return np.asarray(Image.open(path).convert("RGB"))
+
+
+def _assert_wandb_images_match_disk(run_dir) -> None:
+    """W&B's copy of each sample grid has the pixels of the PNG on disk (it once logged all-black grids)."""
+    import wandb
+
+    wandb.teardown()  # the offline run's media are complete once the service has flushed
+    (media,) = run_dir.glob("wandb/offline-run-*/files/media/images")
+    final = list(media.glob("samples_final_*.png"))
+    per_epoch = sorted(p for p in media.glob("samples_*.png") if p not in final)
+    assert len(final) == 1 and len(per_epoch) == 2
+    on_disk = _pixels(run_dir / "samples.png")
+    assert on_disk.std() > 10  # a real grid of digits, not a blank
+    assert np.array_equal(_pixels(final[0]), on_disk)
+    # W&B names a file <key>_<its own history step>_<hash>.png: ordered by that step, they are epochs 1 and 2.
+    in_order = sorted(per_epoch, key=lambda p: int(p.name.split("_")[1]))
+    for epoch, logged in enumerate(in_order, start=1):
+        assert np.array_equal(_pixels(logged), _pixels(run_dir / "samples" / f"epoch_{epoch:04d}.png"))
 
 
 def test_resume_continues_counters_and_keeps_start_scores(make_cfg, tmp_path):

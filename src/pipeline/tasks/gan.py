@@ -288,7 +288,9 @@ class GANTask(Task):
             if isinstance(logger, TensorBoardLogger):
                 logger.experiment.add_image(tag, grid, self.iterations, dataformats="HW" if grid.ndim == 2 else "HWC")
             elif isinstance(logger, WandbLogger):
-                logger.log_image(key=tag, images=[grid], step=self.iterations)
+                # The PNG itself, not the array: wandb >= 0.2x casts float pixels in [0, 1] straight to
+                # uint8 (all black), and the file guarantees W&B shows exactly what is on disk.
+                logger.log_image(key=tag, images=[str(path)], step=self.iterations)
         self.add_time("samples", time.perf_counter() - t0)
         return path
 
