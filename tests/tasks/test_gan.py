@@ -127,6 +127,51 @@ def test_classifier_loads_from_a_supervised_runs_model_pt(tmp_path, digits):
     assert torch.equal(loaded(x), net(x))
 
 
+def _bad_files(tmp_path):
+    good = tmp_path / "good.pt"
+    torch.save({"w": torch.zeros(3)}, good)
+    files = {
+        "empty": b"",
+        "text": b"hello, this is not a model\n",
+        "garbage": bytes(range(7, 250)) * 3,
+        "truncated": good.read_bytes()[: good.stat().st_size // 2],
+    }
+    for name, data in files.items():
+        (tmp_path / f"{name}.pt").write_bytes(data)
+    torch.save(nn.Linear(2, 2), tmp_path / "module.pt")  # a pickled model, not its state_dict
+    return good
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [("empty", "empty"), ("text", "text file"), ("garbage", "not a torch checkpoint"),
+     ("truncated", "truncated or corrupt"), ("module", "state_dict"), ("missing", "no such file")],
+)
+def test_a_bad_classifier_file_gets_one_line_naming_it(tmp_path, name, reason):
+    _bad_files(tmp_path)
+    path = tmp_path / f"{name}.pt"
+    with pytest.raises(ValueError) as caught:
+        gan_metrics.load_supervised_classifier(path)
+    message = str(caught.value)
+    assert str(path) in message and reason in message
+    assert "\n" not in message and "weights_only" not in message
+
+
+def test_a_corrupt_cached_classifier_is_rebuilt_with_a_note(digits, tmp_path, caplog):
+    x, y = (digits.real_images("train") + 1) / 2, digits.real_labels("train")
+    settings = dict(hidden=[8], epochs=1, seed=4)
+    first, path, _ = gan_metrics.cached_classifier(x, y, 10, cache_dir=str(tmp_path), **settings)
+    path.write_bytes(path.read_bytes()[:100])  # a copy cut short
+    with caplog.at_level("WARNING", logger=gan_metrics.log.name):
+        rebuilt, path2, cached = gan_metrics.cached_classifier(x, y, 10, cache_dir=str(tmp_path), **settings)
+    assert path2 == path and not cached
+    assert any("rebuilding" in r.getMessage() and "truncated or corrupt" in r.getMessage() for r in caplog.records)
+    for a, b in zip(first.state_dict().values(), rebuilt.state_dict().values()):
+        assert torch.equal(a, b)
+    _, _, cached_again = gan_metrics.cached_classifier(x, y, 10, cache_dir=str(tmp_path), **settings)
+    assert cached_again
+
+
 def test_scoring_with_a_supervised_runs_classifier(make_cfg, tmp_path, digits):
     sup = run(make_cfg("experiment=supervised_digits", "trainer.max_epochs=3", "trainer.enable_progress_bar=false"), tmp_path)
     assert sup["status"] == "ok", sup["error"]

@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import warnings
+import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -141,6 +142,36 @@ def train_classifier(
     return net.eval()
 
 
+def _what_is_wrong(path: Path, exc: BaseException) -> str:
+    """Name the problem from the file itself: torch's own messages suggest `weights_only=False`, which we never do."""
+    head = path.read_bytes()[:512]
+    if not head:
+        return "the file is empty"
+    if head.startswith(b"PK\x03\x04"):
+        if zipfile.is_zipfile(path):
+            return "it holds pickled Python objects that a weights-only load refuses (save `model.state_dict()`, not the model)"
+        return "it is a truncated or corrupt torch archive"
+    try:
+        head.decode("utf-8")
+        return "it is a text file, not a torch checkpoint"
+    except UnicodeDecodeError:
+        return f"it is not a torch checkpoint ({type(exc).__name__})"
+
+
+def load_state_dict_file(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """A state_dict from `path`, weights-only; any bad file becomes one ValueError naming the file and what is wrong."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{path}: no such file; pass the model.pt of a supervised run (task.classifier.path)")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise ValueError(f"{path} cannot be loaded: {_what_is_wrong(path, exc)}") from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ValueError(f"{path} cannot be loaded: it holds a {type(state).__name__}, not a state_dict of tensors")
+    return state
+
+
 def cached_classifier(
     x: torch.Tensor, y: torch.Tensor, n_classes: int, cache_dir: str | None = None, **settings
 ) -> tuple[MLP, Path, bool]:
@@ -157,8 +188,13 @@ def cached_classifier(
     hidden = settings.get("hidden", (128, 64))
     net = MLP(spec["in_features"], n_classes, hidden=hidden, act=settings.get("act", "relu"), dropout=settings.get("dropout", 0.2))
     if path.is_file():
-        net.load_state_dict(torch.load(path, weights_only=True))
-        return net.eval(), path, True
+        try:
+            net.load_state_dict(load_state_dict_file(path))
+            return net.eval(), path, True
+        except (ValueError, RuntimeError) as exc:  # RuntimeError: tensors of the wrong shapes
+            # A run killed mid-copy or a full disk leaves a bad file; without this every later run fails on it.
+            log.warning(f"gan quality: cached classifier unusable ({exc}); rebuilding it")
+            path.unlink(missing_ok=True)
     net = train_classifier(x, y, n_classes, **settings)
     path.parent.mkdir(parents=True, exist_ok=True)
     # Written under a temporary name and renamed: runs of a parallel sweep never read half a file.
@@ -174,7 +210,7 @@ def load_supervised_classifier(path: str | os.PathLike, act: str = "relu") -> ML
     The layer sizes are read from the weights; whether the run used dropout shows in the layer indices.
     The activation is not in a state_dict, so it is an argument.
     """
-    state = torch.load(path, weights_only=True)
+    state = load_state_dict_file(path)
     linear = sorted((int(k.split(".")[1]), v) for k, v in state.items() if k.startswith("net.") and k.endswith(".weight"))
     if len(linear) < 2 or any(w.dim() != 2 for _, w in linear):
         raise ValueError(f"{path} is not an MLP state_dict with hidden layers (keys net.<i>.weight)")
