@@ -3,10 +3,20 @@ import os
 import pytest
 import torch
 from hydra import compose, initialize_config_module
+from hypothesis import HealthCheck, settings
 
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 torch.set_num_threads(1)
+
+# Property tests draw the same examples on every run (derandomize): a failure in CI reproduces
+# locally. `--hypothesis-profile=dev` (or HYPOTHESIS_PROFILE=dev) searches more, with fresh draws.
+settings.register_profile(
+    "ci", deadline=None, derandomize=True, database=None, max_examples=40,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile("dev", deadline=None, max_examples=300)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture
