@@ -1,4 +1,4 @@
-"""Closed-form truths, rule names, simulated bids and the CSV loader."""
+"""Closed-form truths, rule names and simulated bids (the CSV loader: test_bids_csv.py)."""
 
 from __future__ import annotations
 
@@ -6,14 +6,10 @@ import pytest
 import torch
 
 from pipeline.games.auction import (
-    MIN_BIDS,
-    BidDataError,
     Rule,
     default_rules,
     format_reserve,
-    load_bids_csv,
     parse_rule,
-    save_bids_csv,
     second_price_revenue,
     simulate_first_price_bids,
     truth,
@@ -131,113 +127,3 @@ def test_simulated_bids_follow_the_generator():
     a = simulate_first_price_bids(100, generator=torch.Generator().manual_seed(3)).bids
     b = simulate_first_price_bids(100, generator=torch.Generator().manual_seed(3)).bids
     assert torch.equal(a, b)
-
-
-# ---------------------------------------------------------------------------------------------------
-# CSV loader
-
-
-def _bids(n=60):
-    return [round(0.005 * i, 3) for i in range(n)]
-
-
-def test_load_one_bid_per_row_with_auction_id(tmp_path):
-    bids = torch.tensor(_bids(), dtype=torch.float64)
-    path = save_bids_csv(tmp_path / "bids.csv", bids, n_bidders=3)
-    loaded = load_bids_csv(path)
-    assert loaded.n_bidders == 3
-    assert torch.allclose(loaded.bids, bids)
-
-
-def test_load_one_bid_per_row_needs_the_bidder_count_without_auction_id(tmp_path):
-    path = tmp_path / "bids.csv"
-    path.write_text("bid,extra\n" + "".join(f"{b},x\n" for b in _bids()))
-    assert load_bids_csv(path, n_bidders=2).n_bidders == 2
-    with pytest.raises(BidDataError, match="n_bidders"):
-        load_bids_csv(path)
-
-
-@pytest.mark.parametrize("columns", [["bid_0", "bid_1"], ["bid1", "bid2"]])
-def test_load_one_auction_per_row(tmp_path, columns):
-    bids = _bids()
-    path = tmp_path / "auctions.csv"
-    rows = [f"{bids[i]},{bids[i + 1]}" for i in range(0, len(bids), 2)]
-    path.write_text(",".join(columns) + "\n" + "\n".join(rows) + "\n")
-    loaded = load_bids_csv(path)
-    assert loaded.n_bidders == 2
-    assert loaded.bids.tolist() == pytest.approx(bids)
-
-
-def _write(tmp_path, text, name="bids.csv"):
-    path = tmp_path / name
-    path.write_text(text)
-    return path
-
-
-def _assert_one_line_error(path, match, **kwargs):
-    with pytest.raises(BidDataError, match=match) as info:
-        load_bids_csv(path, **kwargs)
-    message = str(info.value)
-    assert isinstance(info.value, ValueError)
-    assert str(path) in message and "\n" not in message
-    return message
-
-
-def test_missing_file(tmp_path):
-    _assert_one_line_error(tmp_path / "nope.csv", "file not found")
-
-
-def test_missing_bid_columns(tmp_path):
-    path = _write(tmp_path, "price,auction\n" + "0.1,1\n" * MIN_BIDS)
-    message = _assert_one_line_error(path, "no bid columns")
-    assert "price" in message
-
-
-def test_negative_bid(tmp_path):
-    path = _write(tmp_path, "bid\n" + "0.1\n" * MIN_BIDS + "-0.2\n")
-    _assert_one_line_error(path, "negative", n_bidders=2)
-
-
-def test_non_numeric_bid(tmp_path):
-    path = _write(tmp_path, "bid_0,bid_1\n" + "0.1,0.2\n" * MIN_BIDS + "0.3,abc\n")
-    _assert_one_line_error(path, "not a number")
-
-
-@pytest.mark.parametrize("cell", ["nan", "", "NaN"])
-def test_nan_or_empty_bid(tmp_path, cell):
-    path = _write(
-        tmp_path,
-        "auction_id,bid\n" + "".join(f"{i // 2},0.1\n" for i in range(MIN_BIDS)) + f"99,{cell}\n99,0.1\n",
-    )
-    _assert_one_line_error(path, "empty/NaN")
-
-
-def test_too_few_bids(tmp_path):
-    path = _write(tmp_path, "bid_0,bid_1\n" + "0.1,0.2\n" * 10)
-    _assert_one_line_error(path, f"only 20 bids, need at least {MIN_BIDS}")
-
-
-def test_uneven_auctions(tmp_path):
-    path = _write(
-        tmp_path, "auction_id,bid\n" + "".join(f"{i // 2},0.1\n" for i in range(MIN_BIDS)) + "99,0.2\n"
-    )
-    _assert_one_line_error(path, "different numbers of bids")
-
-
-def test_bidder_count_that_contradicts_the_file(tmp_path):
-    path = _write(tmp_path, "bid_0,bid_1\n" + "0.1,0.2\n" * MIN_BIDS)
-    _assert_one_line_error(path, "n_bidders=3", n_bidders=3)
-
-
-def test_empty_file(tmp_path):
-    _assert_one_line_error(_write(tmp_path, ""), "empty file")
-
-
-def test_infinite_bid(tmp_path):
-    path = _write(tmp_path, "bid\n" + "0.1\n" * MIN_BIDS + "inf\n")
-    _assert_one_line_error(path, "finite", n_bidders=2)
-
-
-def test_save_rejects_incomplete_auctions(tmp_path):
-    with pytest.raises(ValueError, match="auctions of 2"):
-        save_bids_csv(tmp_path / "x.csv", torch.zeros(5), n_bidders=2)

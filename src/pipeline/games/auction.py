@@ -4,8 +4,7 @@ Logged data. `simulate_first_price_bids` draws private values U[0, 1] and bids `
 a grid; ``k = (n - 1) / n`` is the symmetric first-price equilibrium, any other ``k`` gives
 misspecified (non-equilibrium) data. Values are i.i.d. across bidders, so the flat bid vector is the
 whole data set: consecutive groups of ``n_bidders`` bids form the auctions when one is needed (CSV).
-`load_bids_csv` reads real logs in either of two layouts (see its docstring) and
-`save_bids_csv` writes the first one.
+`load_bids_csv` (in `pipeline.games.bids_csv`) reads real logs and `save_bids_csv` writes them.
 
 Rules. Each counterfactual rule has a name string:
 
@@ -29,32 +28,22 @@ and play the new game's equilibrium; the logged bidding rule ``k`` does not carr
 
 from __future__ import annotations
 
-import csv
-import math
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-MIN_BIDS = 50
+# The CSV loader lives in bids_csv; these names stay importable from here.
+from pipeline.games.bids_csv import MIN_BIDS, BidData, BidDataError, load_bids_csv, save_bids_csv  # noqa: F401
+
 STATISTICS = ("revenue", "welfare")
-
-
-class BidDataError(ValueError):
-    """Logged bids that cannot be used; the message names the file, the problem and the fix."""
 
 
 class SimulatedBids(NamedTuple):
     bids: Tensor  # (n_bids,) float64, on the grid
     values: Tensor  # (n_bids,) float64, the private values behind the bids
-
-
-class BidData(NamedTuple):
-    bids: Tensor  # (n_bids,) float64
-    n_bidders: int
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -89,131 +78,6 @@ def simulate_first_price_bids(
     if grid:
         bids = torch.round(bids / grid) * grid
     return SimulatedBids(bids, values)
-
-
-def _parse_bid(path: Path, row: int, column: str, text: str | None) -> float:
-    text = (text or "").strip()
-    if text == "" or text.lower() in ("nan", "na", "null", "none"):
-        raise BidDataError(
-            f"{path}: row {row}, column {column!r} is empty/NaN; drop that row or fill in the bid"
-        )
-    try:
-        bid = float(text)
-    except ValueError:
-        raise BidDataError(
-            f"{path}: row {row}, column {column!r} holds {text!r}, not a number; "
-            "write bids as plain decimals (e.g. 0.42)"
-        ) from None
-    if math.isnan(bid) or math.isinf(bid):
-        raise BidDataError(f"{path}: row {row}, column {column!r} is {text!r}; every bid must be finite")
-    if bid < 0:
-        raise BidDataError(f"{path}: row {row}, column {column!r} is negative ({bid}); bids must be >= 0")
-    return bid
-
-
-def _wide_columns(columns: list[str]) -> list[str] | None:
-    """``bid_0..bid_{n-1}`` or ``bid1..bidn``, in bidder order, or None when neither is there."""
-    for pattern, start in ((r"bid_(\d+)", 0), (r"bid(\d+)", 1)):
-        numbered = {int(m.group(1)): c for c in columns if (m := re.fullmatch(pattern, c))}
-        if numbered and start in numbered:
-            ordered = []
-            i = start
-            while i in numbered:
-                ordered.append(numbered[i])
-                i += 1
-            return ordered
-    return None
-
-
-def load_bids_csv(path: str | Path, n_bidders: int | None = None) -> BidData:
-    """Read logged first-price bids from a CSV file with a header row.
-
-    Two layouts are accepted:
-
-    - one bid per row: a column ``bid`` and, optionally, ``auction_id``. With ``auction_id`` every
-      auction must have the same number of rows, which is the number of bidders; without it, pass
-      ``n_bidders``.
-    - one auction per row: columns ``bid_0, ..., bid_{n-1}`` or ``bid1, ..., bidn``; their count is
-      the number of bidders.
-
-    Other columns are ignored. Bids must be non-negative numbers, on the values' scale (the
-    counterfactual solver discretises [0, max(1, largest bid)] on a 0.01 grid, so normalise money
-    amounts first). Raises `BidDataError` (a ValueError) with a one-line message for a missing file,
-    missing columns, an empty/NaN, non-numeric or negative bid, uneven auctions, a bidder count that
-    contradicts ``n_bidders``, and fewer than ``MIN_BIDS`` bids.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise BidDataError(
-            f"{path}: file not found; pass the path of a CSV of logged bids "
-            "(a 'bid' column, or 'bid_0..bid_{n-1}' columns)"
-        )
-    with path.open(newline="") as f:
-        reader = csv.DictReader(f)
-        columns = [c.strip() for c in (reader.fieldnames or [])]
-        rows = [{(k or "").strip(): v for k, v in row.items()} for row in reader]
-    if not columns:
-        raise BidDataError(f"{path}: empty file; the first line must be a header naming the bid column(s)")
-
-    wide = None if "bid" in columns else _wide_columns(columns)
-    if "bid" in columns:
-        bids = [_parse_bid(path, i + 2, "bid", row.get("bid")) for i, row in enumerate(rows)]
-        if "auction_id" in columns:
-            sizes: dict[str, int] = {}
-            for row in rows:
-                key = (row.get("auction_id") or "").strip()
-                sizes[key] = sizes.get(key, 0) + 1
-            distinct = sorted(set(sizes.values()))
-            if len(distinct) > 1:
-                raise BidDataError(
-                    f"{path}: auctions have different numbers of bids ({distinct}); "
-                    "keep only auctions with the same number of bidders"
-                )
-            found = distinct[0] if distinct else 0
-            if n_bidders is not None and found != n_bidders:
-                raise BidDataError(
-                    f"{path}: each auction_id has {found} bids but n_bidders={n_bidders}; "
-                    "drop n_bidders or fix the file"
-                )
-            n_bidders = found
-        elif n_bidders is None:
-            raise BidDataError(
-                f"{path}: one bid per row without an 'auction_id' column; pass n_bidders= or add auction_id"
-            )
-    elif wide is not None:
-        if n_bidders is not None and n_bidders != len(wide):
-            raise BidDataError(
-                f"{path}: {len(wide)} bid columns ({wide[0]}..{wide[-1]}) but n_bidders={n_bidders}; "
-                "drop n_bidders or fix the columns"
-            )
-        n_bidders = len(wide)
-        bids = [_parse_bid(path, i + 2, c, row.get(c)) for i, row in enumerate(rows) for c in wide]
-    else:
-        raise BidDataError(
-            f"{path}: no bid columns (found {columns}); name them 'bid' (+ optional 'auction_id'), "
-            "'bid_0..bid_{n-1}' or 'bid1..bidn'"
-        )
-    if n_bidders < 2:
-        raise BidDataError(f"{path}: {n_bidders} bidder(s) per auction; a first-price log needs at least 2")
-    if len(bids) < MIN_BIDS:
-        raise BidDataError(
-            f"{path}: only {len(bids)} bids, need at least {MIN_BIDS} to estimate the opponents' "
-            "bid distribution; log more auctions"
-        )
-    return BidData(torch.tensor(bids, dtype=torch.float64), int(n_bidders))
-
-
-def save_bids_csv(path: str | Path, bids: Tensor, n_bidders: int) -> Path:
-    """Write bids one per row with ``auction_id`` (consecutive groups of ``n_bidders``)."""
-    path = Path(path)
-    flat = torch.as_tensor(bids).flatten().tolist()
-    if len(flat) % n_bidders:
-        raise ValueError(f"{len(flat)} bids do not split into auctions of {n_bidders}")
-    with path.open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["auction_id", "bid"])
-        writer.writerows((i // n_bidders, f"{b:.10g}") for i, b in enumerate(flat))
-    return path
 
 
 # ---------------------------------------------------------------------------------------------------
