@@ -219,16 +219,19 @@ def episode_returns(
     seeds: Sequence[int] | torch.Tensor,
     device: str | torch.device = "cpu",
     dtype: torch.dtype | str = torch.float64,
-    max_episode_steps: int = 500,
+    max_episode_steps: int | None = None,
+    env_cls: type = TensorCartPole,
 ) -> torch.Tensor:
     """One episode per seed, all side by side: [len(seeds)] undiscounted returns of `policy`.
 
-    `policy` maps a [B, 4] float32 batch of observations to B actions. Envs that finished keep
-    stepping (a batch does not shrink; no reset either) but stop counting, and the loop ends when
-    all have finished.
+    `policy` maps a [B, *obs_shape] float32 batch of observations to B actions. Envs that finished
+    keep stepping (a batch does not shrink; no reset either) but stop counting, and the loop ends
+    when all have finished. `env_cls` is any tensor env (TensorCartPole, TensorAcrobot); its
+    registered episode length unless `max_episode_steps` is given.
     """
     seeds = torch.as_tensor(seeds, dtype=torch.int64)
-    env = TensorCartPole(seeds.numel(), device=device, dtype=dtype, max_episode_steps=max_episode_steps, auto_reset=False)
+    limit = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
+    env = env_cls(seeds.numel(), device=device, dtype=dtype, auto_reset=False, **limit)
     obs = env.reset(seeds)
     returns = torch.zeros(env.num_envs, dtype=torch.float32, device=env.device)
     alive = torch.ones(env.num_envs, dtype=torch.bool, device=env.device)

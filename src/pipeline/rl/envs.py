@@ -73,6 +73,45 @@ def env_threshold(env_id: str) -> float | None:
     return None if threshold is None else float(threshold)
 
 
+def batch_to_tensor(stacked: np.ndarray, device: str | torch.device = "cpu") -> torch.Tensor:
+    """A stacked batch of observations as a tensor: uint8 frames stay uint8 (the network scales them), the rest float32."""
+    if stacked.dtype == np.uint8:
+        return torch.from_numpy(np.ascontiguousarray(stacked)).to(device)
+    return obs_to_tensor(stacked, device)
+
+
+def play_episodes(
+    env_id: str, env_kwargs: dict | None, seeds: list[int], actions_for: Callable[[np.ndarray, np.ndarray], list]
+) -> np.ndarray:
+    """One episode per seed, each on its own `make_env` env reset with that seed, all side by side.
+
+    `actions_for(obs, alive)` gets the stacked observations of every episode (finished ones frozen at
+    their last) and the indices of the running ones, and returns those episodes' actions. Atari plays
+    whole games with unclipped rewards, as players score them. Returns the undiscounted returns.
+    """
+    env_kwargs = dict(env_kwargs or {})
+    if is_atari(env_id):
+        env_kwargs.update(clip_rewards=False, terminal_on_life_loss=False)
+    envs = [make_env(env_id, **env_kwargs) for _ in seeds]
+    returns = np.zeros(len(envs))
+    try:
+        obs = np.stack([env.reset(seed=int(seed))[0] for env, seed in zip(envs, seeds)])
+        alive = np.arange(len(envs))
+        with torch.inference_mode():
+            while alive.size:
+                still_alive = []
+                for i, action in zip(alive.tolist(), actions_for(obs, alive)):
+                    obs[i], reward, terminated, truncated, _ = envs[i].step(action)
+                    returns[i] += float(reward)
+                    if not (terminated or truncated):
+                        still_alive.append(i)
+                alive = np.array(still_alive, dtype=np.int64)
+    finally:
+        for env in envs:
+            env.close()
+    return returns
+
+
 def evaluate_greedy(
     policy: Callable[[torch.Tensor], torch.Tensor],
     env_id: str,
@@ -91,37 +130,18 @@ def evaluate_greedy(
     seed face the same start states and the training env's RNG is untouched.
     An `nn.Module` policy is put in eval() mode (e.g. noise off) and restored.
     """
-    env_kwargs = dict(env_kwargs or {})
-    if is_atari(env_id):
-        # Score the game as players do: unclipped rewards, the whole game rather than one life.
-        env_kwargs.update(clip_rewards=False, terminal_on_life_loss=False)
-    envs = [make_env(env_id, **env_kwargs) for _ in range(n_episodes)]
     was_training = isinstance(policy, nn.Module) and policy.training
     if isinstance(policy, nn.Module):
         policy.eval()
-    returns = [0.0] * n_episodes
+
+    def actions_for(obs: np.ndarray, alive: np.ndarray) -> list:
+        return _to_env_actions(policy(batch_to_tensor(obs[alive], device)), len(alive))
+
     try:
-        obs = [env.reset(seed=int(seed) + i)[0] for i, env in enumerate(envs)]
-        alive = list(range(n_episodes))
-        with torch.inference_mode():
-            while alive:
-                stacked = np.stack([obs[i] for i in alive])
-                # uint8 frames stay uint8 (the network scales them); everything else becomes float32.
-                batch = torch.from_numpy(stacked).to(device) if stacked.dtype == np.uint8 else obs_to_tensor(stacked, device)
-                actions = _to_env_actions(policy(batch), len(alive))
-                still_alive = []
-                for i, action in zip(alive, actions):
-                    obs[i], reward, terminated, truncated, _ = envs[i].step(action)
-                    returns[i] += float(reward)
-                    if not (terminated or truncated):
-                        still_alive.append(i)
-                alive = still_alive
+        return play_episodes(env_id, env_kwargs, [int(seed) + i for i in range(n_episodes)], actions_for).tolist()
     finally:
-        for env in envs:
-            env.close()
         if was_training:
             policy.train()
-    return returns
 
 
 def _to_env_actions(actions, n: int) -> list:

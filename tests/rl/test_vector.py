@@ -1,0 +1,169 @@
+"""make_vector_env and evaluate_agents against the single-env paths they replace."""
+
+import numpy as np
+import pytest
+import torch
+
+from pipeline.rl.cartpole_tensor import TensorCartPole, episode_returns
+from pipeline.rl.envs import evaluate_greedy, make_env
+from pipeline.rl.vector import env_seeds, evaluate_agents, make_vector_env
+
+CARTPOLE = {"id": "CartPole-v1", "kwargs": {}, "backend": "gym"}
+CARTPOLE_TENSOR = {"id": "CartPole-v1", "kwargs": {}, "backend": "tensor", "dtype": "float64"}
+ACROBOT = {"id": "Acrobot-v1", "kwargs": {}, "backend": "gym"}
+
+
+def wobbly(obs: torch.Tensor) -> torch.Tensor:
+    """A CartPole controller that lasts anywhere from ~100 steps to 500, depending on the start."""
+    return (obs[..., 2] + 0.2 * obs[..., 3] - 0.1 * obs[..., 0] > 0).long()
+
+
+class Reference:
+    """The single-seed loop of tasks/dqn.py: one env, reset with its seed once, then reset() at every episode end."""
+
+    def __init__(self, env_id: str, seed: int):
+        self.env = make_env(env_id, seed=seed)
+        self.obs = self.env.reset(seed=seed)[0]
+
+    def step(self, action: int):
+        final, reward, terminated, truncated, _ = self.env.step(action)
+        if terminated or truncated:
+            self.obs = self.env.reset()[0]
+        else:
+            self.obs = final
+        return final, reward, terminated, truncated
+
+
+def run_against_references(env, references, actions: torch.Tensor) -> int:
+    """Step `env` and one reference per row with the same actions; returns how many episodes ended."""
+    ended = 0
+    for t in range(actions.shape[0]):
+        step = env.step(actions[t])
+        for row, ref in enumerate(references):
+            final, reward, terminated, truncated = ref.step(int(actions[t, row]))
+            assert np.array_equal(step.final_obs[row].numpy(), final), (t, row)
+            assert np.array_equal(step.obs[row].numpy(), ref.obs), (t, row)
+            assert float(step.reward[row]) == reward
+            assert bool(step.terminated[row]) == terminated and bool(step.truncated[row]) == truncated
+            assert bool(step.done[row]) == (terminated or truncated)
+            ended += terminated or truncated
+    return ended
+
+
+@pytest.mark.parametrize("n_agents", [1, 3])
+def test_gym_rows_are_seeded_and_reset_like_the_single_env_loop(n_agents):
+    seeds = [3, 11, 40][:n_agents]
+    env = make_vector_env(CARTPOLE, seeds, envs_per_agent=1, device="cpu")
+    obs = env.reset()
+    references = [Reference("CartPole-v1", s) for s in seeds]
+    assert obs.shape == (n_agents, 4) and obs.dtype == torch.float32
+    assert np.array_equal(obs.numpy(), np.stack([r.obs for r in references]))
+    actions = torch.randint(0, 2, (120, n_agents), generator=torch.Generator().manual_seed(0))
+    # Random CartPole episodes last ~20 steps: several auto-resets per row.
+    assert run_against_references(env, references, actions) >= 3 * n_agents
+    env.close()
+
+
+def test_agent_rows_and_their_env_seeds():
+    env = make_vector_env(CARTPOLE, [5, 9], envs_per_agent=2, device="cpu")
+    assert env.num_envs == 4 and env_seeds([5, 9], 2) == [5, 5 + 2**32, 9, 9 + 2**32]
+    obs = env.reset()
+    for row, seed in enumerate(env_seeds([5, 9], 2)):
+        assert np.array_equal(obs[row].numpy(), make_env("CartPole-v1").reset(seed=seed)[0])
+    step = env.step(torch.zeros(4, dtype=torch.int64))
+    assert step.obs.shape == step.final_obs.shape == (4, 4)
+    assert step.reward.dtype == torch.float32 and step.done.dtype == torch.bool and step.reward.shape == (4,)
+
+
+def test_finished_rows_show_the_next_episode_and_return_where_the_action_led():
+    env = make_vector_env(CARTPOLE, [0, 1], envs_per_agent=1, device="cpu")
+    env.reset()
+    done_seen = False
+    for _ in range(60):
+        step = env.step(torch.ones(2, dtype=torch.int64))  # always push right: falls in ~10 steps
+        assert torch.equal(step.obs[~step.done], step.final_obs[~step.done])
+        if step.done.any():
+            done_seen = True
+            # The pole past 12 degrees (or the cart out) is the final obs; the next start is within 0.05.
+            assert (step.final_obs[step.done].abs().max(1).values > 0.2).all()
+            assert (step.obs[step.done].abs() <= 0.05).all()
+    assert done_seen and env.episodes.min() >= 3
+
+
+def test_keep_envs_continues_the_kept_rows():
+    seeds = [2, 4, 6]
+    env = make_vector_env(CARTPOLE, seeds, envs_per_agent=1, device="cpu")
+    env.reset()
+    references = [Reference("CartPole-v1", s) for s in seeds]
+    actions = torch.randint(0, 2, (90, 3), generator=torch.Generator().manual_seed(1))
+    run_against_references(env, references, actions[:30])
+    env.keep_envs_(torch.tensor([2, 0]))
+    assert env.num_envs == 2
+    run_against_references(env, [references[2], references[0]], actions[30:60, [2, 0]])
+    env.keep_envs_(torch.tensor([1]))  # one env left: the direct path
+    assert env.num_envs == 1
+    assert run_against_references(env, [references[0]], actions[60:, [0]]) >= 1
+
+
+def test_acrobot_through_the_gym_backend():
+    env = make_vector_env(ACROBOT, [0, 1], envs_per_agent=1, device="cpu")
+    assert (env.observation_shape, env.n_actions, env.obs_dtype) == ((6,), 3, torch.float32)
+    assert env.reward_threshold == -100.0 and env.return_bounds == (-500.0, 0.0)
+    references = [Reference("Acrobot-v1", s) for s in (0, 1)]
+    assert np.array_equal(env.reset().numpy(), np.stack([r.obs for r in references]))
+    actions = torch.randint(0, 3, (40, 2), generator=torch.Generator().manual_seed(2))
+    run_against_references(env, references, actions)
+
+
+def test_tensor_backend_rows_are_the_tensor_env_seeded_per_agent():
+    env = make_vector_env(CARTPOLE_TENSOR, [7, 8], envs_per_agent=3, device="cpu")
+    reference = TensorCartPole(6)
+    assert torch.equal(env.reset(), reference.reset(env_seeds([7, 8], 3)))
+    assert (env.n_actions, env.observation_shape, env.reward_threshold, env.return_bounds) == (2, (4,), 475.0, (0.0, 500.0))
+    actions = torch.randint(0, 2, (100, 6), generator=torch.Generator().manual_seed(0))
+    for t in range(50):
+        assert torch.equal(env.step(actions[t]).obs, reference.step(actions[t]).obs)
+    env.keep_envs_(torch.tensor([3, 4, 5]))
+    reference.keep_envs_(torch.tensor([3, 4, 5]))
+    for t in range(50, 100):
+        assert torch.equal(env.step(actions[t, 3:]).obs, reference.step(actions[t, 3:]).obs)
+
+
+def test_bad_backend_choices_fail_with_one_line():
+    with pytest.raises(ValueError, match="no tensor form of MountainCar-v0; tensor envs: CartPole-v1"):
+        make_vector_env({"id": "MountainCar-v0", "backend": "tensor"}, [0], 1)
+    with pytest.raises(ValueError, match="choose gym or tensor"):
+        make_vector_env({"id": "CartPole-v1", "backend": "jax"}, [0], 1)
+
+
+def test_evaluate_agents_matches_evaluate_greedy_per_agent():
+    def policy(obs: torch.Tensor) -> torch.Tensor:
+        assert obs.shape == (2, 6, 4)
+        return wobbly(obs)
+
+    returns = evaluate_agents(policy, CARTPOLE, agent_seeds=[0, 100], n_episodes=6, seed_offset=10_000, device="cpu")
+    assert returns.shape == (2, 6) and returns.dtype == torch.float64
+    for i, seed in enumerate([0, 100]):
+        expected = evaluate_greedy(wobbly, "CartPole-v1", n_episodes=6, seed=seed + 10_000)
+        assert returns[i].tolist() == expected
+    # The policy lasts very differently from start to start: the comparison covers short and long episodes.
+    assert returns.min() < 250 and returns.max() == 500
+
+
+def test_evaluate_agents_on_tensor_envs():
+    returns = evaluate_agents(wobbly, CARTPOLE_TENSOR, agent_seeds=[0, 100], n_episodes=6, seed_offset=10_000)
+    expected = episode_returns(wobbly, [s + 10_000 + j for s in (0, 100) for j in range(6)])
+    assert returns.shape == (2, 6) and torch.equal(returns, expected.double().view(2, 6))
+
+
+def test_evaluate_agents_puts_a_module_in_eval_mode_and_back():
+    modes = []
+
+    class Policy(torch.nn.Module):
+        def forward(self, obs):
+            modes.append(self.training)
+            return wobbly(obs)
+
+    policy = Policy().train()
+    evaluate_agents(policy, CARTPOLE, [0], n_episodes=2, seed_offset=0)
+    assert modes and not any(modes) and policy.training
