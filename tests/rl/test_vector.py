@@ -21,8 +21,8 @@ def wobbly(obs: torch.Tensor) -> torch.Tensor:
 class Reference:
     """The single-seed loop of tasks/dqn.py: one env, reset with its seed once, then reset() at every episode end."""
 
-    def __init__(self, env_id: str, seed: int):
-        self.env = make_env(env_id, seed=seed)
+    def __init__(self, env_id: str, seed: int, **kwargs):
+        self.env = make_env(env_id, seed=seed, **kwargs)
         self.obs = self.env.reset(seed=seed)[0]
 
     def step(self, action: int):
@@ -167,3 +167,37 @@ def test_evaluate_agents_puts_a_module_in_eval_mode_and_back():
     policy = Policy().train()
     evaluate_agents(policy, CARTPOLE, [0], n_episodes=2, seed_offset=0)
     assert modes and not any(modes) and policy.training
+
+
+ATARI = {
+    "id": "ALE/Pong-v5",
+    "backend": "gym",
+    "kwargs": {"frame_skip": 4, "screen_size": 84, "noop_max": 30, "frame_stack": 4, "terminal_on_life_loss": False,
+               "clip_rewards": True, "max_episode_steps": 40},  # 40 emulator frames: 10 agent steps an episode
+}
+
+
+def test_atari_frames_stay_uint8_and_follow_the_single_env_loop():
+    env = make_vector_env(ATARI, [0], envs_per_agent=2, device="cpu")
+    assert (env.observation_shape, env.obs_dtype, env.n_actions, env.return_bounds) == ((4, 84, 84), torch.uint8, 6, None)
+    obs = env.reset()
+    assert obs.shape == (2, 4, 84, 84) and obs.dtype == torch.uint8
+    references = [Reference("ALE/Pong-v5", seed, **ATARI["kwargs"]) for seed in env_seeds([0], 2)]
+    actions = torch.randint(0, 6, (12, 2), generator=torch.Generator().manual_seed(0))
+    # Episodes of 3-10 steps (the reset's no-ops count towards the 40 frames): each row restarts.
+    assert run_against_references(env, references, actions) >= 2
+    step = env.step(actions[0])
+    assert step.obs.dtype == step.final_obs.dtype == torch.uint8 and step.obs.shape == (2, 4, 84, 84)
+
+
+def test_atari_evaluation_matches_evaluate_greedy():
+    def noop(obs: torch.Tensor) -> torch.Tensor:
+        assert obs.shape == (1, 1, 4, 84, 84) and obs.dtype == torch.uint8
+        return torch.zeros(obs.shape[:2], dtype=torch.int64)
+
+    env = {**ATARI, "kwargs": {**ATARI["kwargs"], "max_episode_steps": 400}}
+    # Each Pong env costs ~0.7 s to make and seed: one episode each way.
+    returns = evaluate_agents(noop, env, [3], n_episodes=1, seed_offset=5)
+    expected = evaluate_greedy(lambda obs: torch.zeros(obs.shape[0], dtype=torch.int64), "ALE/Pong-v5", 1, seed=8,
+                               env_kwargs=env["kwargs"])
+    assert returns.tolist() == [expected]
