@@ -1,0 +1,228 @@
+"""The tuner's loop: ask Optuna for a trial, train its seeds through Hydra's launcher, read their records,
+tell Optuna the seed distribution's value; then confirm the best on fresh seeds beside the preset."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from hydra.core.plugins import Plugins
+from omegaconf import DictConfig, OmegaConf
+
+from pipeline.config_checks import group_options
+from pipeline.tune.objective import OBJECTIVES, collect, maximize, trial_value
+from pipeline.tune.space import Param, TuneError, format_value, parse_space
+
+log = logging.getLogger("pipeline.tune")
+
+# Tasks that train K seeds in one process (seeds_per_process=K); others run K launcher jobs per trial.
+BATCHABLE = ("DQNTask", "SupervisedTask")
+
+
+def _quote(text: str) -> str:
+    return "'" + str(text).replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+class SeedDistributionSearch:
+    def __init__(self, settings: dict, hydra_context, task_function, config: DictConfig) -> None:
+        self.s = OmegaConf.create(dict(settings)) if not isinstance(settings, DictConfig) else settings
+        self.config = config
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config
+        )
+        self.sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
+        self.job_idx = 0
+
+    # ---------------------------------------------------------------- set-up
+    def _check_settings(self) -> None:
+        s = self.s
+        if int(s.seeds) < 1:
+            raise TuneError(f"hydra.sweeper.seeds={s.seeds}: a trial needs at least one seed (five or more for a fair comparison)")
+        if int(s.n_trials) < 1:
+            raise TuneError(f"hydra.sweeper.n_trials={s.n_trials}: run at least one trial")
+        if s.objective not in OBJECTIVES:
+            raise TuneError(f"hydra.sweeper.objective={s.objective}: choose one of: {', '.join(OBJECTIVES)}")
+        if s.direction not in ("auto", "maximize", "minimize"):
+            raise TuneError(f"hydra.sweeper.direction={s.direction}: choose auto, maximize or minimize")
+        if int(s.confirm_top) > 0 and int(s.confirm_seeds) < 1:
+            raise TuneError(f"hydra.sweeper.confirm_seeds={s.confirm_seeds}: confirm on at least one seed, or set confirm_top=0")
+
+    def _task_class(self):
+        from hydra.utils import get_class
+
+        return get_class(str(self.config.task._target_))
+
+    def _maximize(self) -> bool:
+        if self.s.direction != "auto":
+            return self.s.direction == "maximize"
+        return maximize(str(self.s.objective), bool(getattr(self._task_class(), "higher_is_better", True)))
+
+    def _storage_url(self) -> str:
+        if self.s.storage:
+            return str(self.s.storage)
+        self.sweep_dir.mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{self.sweep_dir / 'optuna.db'}"
+
+    # ---------------------------------------------------------------- jobs
+    def _jobs(self, overrides: list[str], seeds: list[int], subdir: str, trial: dict | None) -> list[list[str]]:
+        if self.batched:
+            extra = [] if trial is None else ["trial={" + ",".join(f"{k}:{_quote(v) if isinstance(v, str) else v}" for k, v in trial.items()) + "}"]
+            return [[*self.fixed, *overrides, f"seed={seeds[0]}", f"seeds_per_process={len(seeds)}",
+                     f"hydra.sweep.subdir={subdir}", *extra]]
+        return [[*self.fixed, *overrides, f"seed={s}", "seeds_per_process=1", f"hydra.sweep.subdir={subdir}/seed{s}"]
+                for s in seeds]
+
+    def _launch(self, jobs: list[list[str]]) -> None:
+        if not jobs:
+            return
+        self.launcher.launch(jobs, initial_job_idx=self.job_idx)
+        self.job_idx += len(jobs)
+
+    @staticmethod
+    def _param_overrides(space: list[Param], params: dict[str, Any]) -> list[str]:
+        return [f"{p.name}={format_value(params[p.name])}" for p in space if p.name in params]
+
+    # ---------------------------------------------------------------- the search
+    def sweep(self, arguments: list[str]) -> Any:
+        from pipeline.tune.study import make_pruner, make_sampler, open_storage, quiet_optuna
+
+        self._check_settings()
+        fixed, self.space = parse_space(arguments, self.s.get("params"), self.config, group_options())
+        self.fixed = [f for f in fixed if f.split("=", 1)[0] not in ("seed", "hydra.sweep.subdir")]
+        self.batched = str(self.config.task._target_).endswith(BATCHABLE)
+        self.base_seed = int(self.config.seed)
+        k = int(self.s.seeds)
+        self.tune_seeds = list(range(self.base_seed, self.base_seed + k))
+        self.confirm_seeds: list[int] = []
+
+        import optuna
+
+        quiet_optuna()
+        self.maximize = self._maximize()
+        url = self._storage_url()
+        storage = open_storage(url)
+        name = str(self.s.study_name or self.config.name)
+        # Workers on one shared study must not draw the same parameters from equally seeded samplers.
+        sampler_seed = int(self.s.seed) + (os.getpid() if self.s.storage else 0)
+        pruner = make_pruner(str(self.s.pruner), int(self.s.pruner_startup_trials), int(self.s.pruner_warmup_steps))
+        study = optuna.create_study(
+            study_name=name, storage=storage, load_if_exists=True, pruner=pruner,
+            sampler=make_sampler(str(self.s.sampler), sampler_seed, self.space),
+            direction="maximize" if self.maximize else "minimize",
+        )
+        if study.direction != (optuna.study.StudyDirection.MAXIMIZE if self.maximize else optuna.study.StudyDirection.MINIMIZE):
+            raise TuneError(f"study {name!r} in {url} has direction {study.direction.name.lower()}; set hydra.sweeper.direction to match or pick another study_name")
+        self.study, self.url, self.name = study, url, name
+        self._resume_or_enqueue()
+        n_trials = int(self.s.n_trials)
+        if self.s.sampler == "grid":
+            n_trials = min(n_trials, math.prod(len(p.grid_values()) for p in self.space))
+        print(f"tuning {name}: {n_trials} trials x {k} seeds ({'one process per trial' if self.batched else f'{k} jobs per trial'}), "
+              f"objective {self.s.objective} ({'max' if self.maximize else 'min'}imize), study in {url}", flush=True)
+        while (left := n_trials - self._taken()) > 0:
+            self._run_trials(min(int(self.s.n_jobs), left))
+
+        from pipeline.tune.summary import write_tune
+
+        confirmed = self._confirm() if int(self.s.confirm_top) > 0 else {}
+        out = write_tune(self, confirmed)
+        print(f"tune: {out / 'tune.md'}", flush=True)
+        return None
+
+    def _taken(self) -> int:
+        from optuna.trial import TrialState
+
+        return sum(1 for t in self.study.get_trials(deepcopy=False)
+                   if t.state != TrialState.WAITING and not t.user_attrs.get("interrupted"))
+
+    def _resume_or_enqueue(self) -> None:
+        from optuna.trial import TrialState
+
+        trials = self.study.get_trials(deepcopy=False)
+        if not trials:
+            for params in self.s.get("enqueue") or []:
+                self.study.enqueue_trial({str(k): v for k, v in dict(params).items()})
+            return
+        if not self.config.get("resume"):
+            return
+        # A killed search leaves RUNNING trials; they are marked and run again (as new trial numbers).
+        for t in trials:
+            if t.state == TrialState.RUNNING:
+                self.study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
+                self.study.tell(t.number, state=TrialState.FAIL)
+                self.study.enqueue_trial(t.params)
+                print(f"[trial {t.number}] interrupted earlier: its parameters run again", flush=True)
+
+    def _trial_cfg(self, number: int) -> dict:
+        return {"storage": self.url, "study_name": self.name, "number": number, "pruner": str(self.s.pruner),
+                "n_startup_trials": int(self.s.pruner_startup_trials), "n_warmup_steps": int(self.s.pruner_warmup_steps)}
+
+    def _run_trials(self, n: int) -> None:
+        dists = {p.name: p.distribution() for p in self.space}
+        trials = [self.study.ask(dists) for _ in range(n)]
+        jobs = []
+        # Pruning needs every seed's value at each step, so only trials trained in one process report.
+        can_prune = self.batched or len(self.tune_seeds) == 1
+        for trial in trials:
+            subdir = f"trials/{trial.number}"
+            trial.set_user_attr("dir", subdir)
+            trial.set_user_attr("seeds", self.tune_seeds)
+            jobs += self._jobs(self._param_overrides(self.space, trial.params), self.tune_seeds, subdir,
+                               self._trial_cfg(trial.number) if can_prune else None)
+        self._launch(jobs)
+        for trial in trials:
+            self._tell(trial)
+
+    def _tell(self, trial) -> None:
+        from optuna.trial import TrialState
+
+        dist = collect(self.sweep_dir / "trials" / str(trial.number), self.tune_seeds, str(self.s.objective))
+        if self.s.direction == "auto" and self.s.objective in ("iqm", "ci_low", "mean") and dist.higher_is_better is not None \
+                and dist.higher_is_better != self.maximize:
+            raise TuneError(f"the task's primary metric is {'higher' if dist.higher_is_better else 'lower'} is better, "
+                            f"unlike the study; set hydra.sweeper.direction={'maximize' if dist.higher_is_better else 'minimize'}")
+        trial.set_user_attr("scores", {str(s): (v if math.isfinite(v) else None) for s, v in dist.scores.items()})
+        trial.set_user_attr("failed", {str(s): e for s, e in dist.errors.items()})
+        shown = " ".join(f"{k}={format_value(v)}" for k, v in trial.params.items())
+        if dist.pruned_at_step is not None:
+            steps = sorted(self.study._storage.get_trial(trial._trial_id).intermediate_values)
+            at = dist.pruned_at_step or (steps[-1] if steps else 0)
+            trial.set_user_attr("pruned_at_step", at)
+            self.study.tell(trial, state=TrialState.PRUNED)
+            print(f"[trial {trial.number}] {shown} -> pruned at step {at}", flush=True)
+            return
+        value = trial_value(dist, str(self.s.objective), self.maximize)
+        self.study.tell(trial, value)
+        note = f", failed seeds {dist.failed} (worst value)" if dist.failed else ""
+        print(f"[trial {trial.number}] {shown} -> {self.s.objective}={value:.4g} over {len(dist.seeds)} seeds{note}", flush=True)
+
+    # ---------------------------------------------------------------- confirmation
+    def candidates(self) -> list:
+        from optuna.trial import TrialState
+
+        done = [t for t in self.study.get_trials(deepcopy=False)
+                if t.state == TrialState.COMPLETE and t.value is not None and math.isfinite(t.value)]
+        done.sort(key=lambda t: -t.value if self.maximize else t.value)
+        picked, seen = [], set()
+        for t in done:
+            key = tuple(sorted((k, format_value(v)) for k, v in t.params.items()))
+            if key not in seen:
+                seen.add(key)
+                picked.append(t)
+        return picked
+
+    def _confirm(self) -> dict:
+        """{label: SeedDistribution} for the top trials ("trial<n>") and the untouched preset ("preset")."""
+        start = self.base_seed + len(self.tune_seeds)  # fresh seeds, disjoint from the tuning seeds
+        self.confirm_seeds = list(range(start, start + int(self.s.confirm_seeds)))
+        top = self.candidates()[: int(self.s.confirm_top)]
+        labels = {"preset": {}, **{f"trial{t.number}": t.params for t in top}}
+        jobs = []
+        for label, params in labels.items():
+            jobs += self._jobs(self._param_overrides(self.space, params), self.confirm_seeds, f"confirm/{label}", None)
+        print(f"confirming {', '.join(labels)} on fresh seeds {self.confirm_seeds[0]}-{self.confirm_seeds[-1]}", flush=True)
+        self._launch(jobs)
+        return {label: self.sweep_dir / "confirm" / label for label in labels}

@@ -1,0 +1,22 @@
+"""`hydra/sweeper=optuna`: the Hydra face of pipeline's tuner. Hydra imports every module under
+`hydra_plugins` at start-up, so this one imports nothing heavy; the work is in `_impl.py`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hydra.plugins.sweeper import Sweeper
+
+
+class OptunaSweeper(Sweeper):
+    def __init__(self, **settings: Any) -> None:
+        self.settings = settings
+        self._impl = None
+
+    def setup(self, *, hydra_context, task_function, config) -> None:
+        from hydra_plugins.pipeline_optuna_sweeper._impl import SeedDistributionSearch
+
+        self._impl = SeedDistributionSearch(self.settings, hydra_context, task_function, config)
+
+    def sweep(self, arguments: list[str]) -> Any:
+        return self._impl.sweep(arguments)

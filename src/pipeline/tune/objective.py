@@ -1,0 +1,123 @@
+"""A trial's value from its seeds' run records on disk: one number over a seed distribution.
+
+Records are read from disk, never from a job's return value: `<dir>/result.json` (one seed per job) or
+`<dir>/seed<n>/result.json` (`seeds_per_process=K`). A seed whose record is missing or not ok counts as
+failed, and a trial with a failed seed gets the worst possible value (it loses; it is not dropped).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+OBJECTIVES = ("iqm", "ci_low", "mean", "time_to_threshold", "auc")
+
+
+def read_records(run_dir: Path) -> dict[int, dict]:
+    """{seed: record} for every run record under `run_dir` (both layouts; batch.json is not a record)."""
+    out: dict[int, dict] = {}
+    for path in [Path(run_dir) / "result.json", *sorted(Path(run_dir).glob("*/result.json"))]:
+        if not path.is_file():
+            continue
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if isinstance(record.get("seed"), int):
+            out[record["seed"]] = record
+    return out
+
+
+def maximize(objective: str, higher_is_better: bool) -> bool:
+    if objective == "time_to_threshold":
+        return False
+    if objective == "auc":
+        return True
+    return higher_is_better
+
+
+def curve_auc(evaluations: list[dict], horizon: int) -> float:
+    """Mean evaluation return over env steps [0, horizon]: the area under the curve per step.
+
+    Each evaluation's return holds until the next one, and the last one until `horizon` (an agent that
+    stopped early keeps the level it stopped at). Sample efficiency: the earlier a curve rises, the larger.
+    """
+    points = sorted((int(e["env_step"]), float(e["return_mean"])) for e in evaluations or [])
+    if not points or horizon <= 0:
+        return -math.inf
+    steps = [s for s, _ in points] + [max(horizon, points[-1][0])]
+    area = sum(points[i][1] * (steps[i + 1] - steps[i]) for i in range(len(points)))
+    return area / max(horizon, points[-1][0])
+
+
+def seed_score(record: dict | None, objective: str, horizon: int = 0) -> float | None:
+    """The seed's number for the objective; None when the seed failed or has no record."""
+    if not record or record.get("status") != "ok":
+        return None
+    if objective == "time_to_threshold":
+        if "time_to_threshold_s" not in record:
+            return None
+        t = record.get("time_to_threshold_s")
+        return math.inf if t is None else float(t)  # never reached: infinitely slow
+    if objective == "auc":
+        return curve_auc(record.get("evaluations") or [], horizon) if "evaluations" in record else None
+    value = (record.get("metrics") or {}).get(record.get("primary_metric"))
+    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+
+
+@dataclass
+class SeedDistribution:
+    """A trial's (or a confirmation candidate's) seeds: their scores, and which failed and why."""
+
+    seeds: list[int]
+    scores: dict[int, float] = field(default_factory=dict)
+    errors: dict[int, str] = field(default_factory=dict)
+    higher_is_better: bool | None = None
+    pruned_at_step: int | None = None
+
+    @property
+    def failed(self) -> list[int]:
+        return sorted(self.errors)
+
+
+def collect(run_dir: Path, seeds: list[int], objective: str) -> SeedDistribution:
+    records = read_records(run_dir)
+    horizon = max((int(e["env_step"]) for r in records.values() for e in r.get("evaluations") or []), default=0)
+    dist = SeedDistribution(seeds=list(seeds))
+    for seed in seeds:
+        record = records.get(seed)
+        if record is not None and dist.higher_is_better is None:
+            dist.higher_is_better = bool(record.get("higher_is_better", True))
+        stop = (record or {}).get("early_stop") or {}
+        if stop.get("reason") == "pruned by the tuner":
+            dist.pruned_at_step = int(stop.get("env_step") or 0)
+        score = seed_score(record, objective, horizon)
+        if score is None:
+            why = "no run record" if record is None else (record.get("error") or f"no value for objective {objective}")
+            dist.errors[seed] = str(why)
+        else:
+            dist.scores[seed] = score
+    return dist
+
+
+def aggregate(scores: list[float], objective: str, maximize_: bool) -> float:
+    """IQM by default; `ci_low` is the pessimistic end of the IQM's 95% bootstrap interval; `mean`."""
+    from pipeline.report.stats import fast_iqm, interval_estimates
+
+    values = np.asarray(scores, dtype=float)
+    if objective == "mean":
+        return float(values.mean())
+    if objective == "ci_low" and np.isfinite(values).all() and values.size > 1:
+        low, high = interval_estimates(values, reps=1000)["iqm_ci"]
+        return float(low if maximize_ else high)
+    return fast_iqm(values)
+
+
+def trial_value(dist: SeedDistribution, objective: str, maximize_: bool) -> float:
+    if dist.failed or not dist.scores:
+        return -math.inf if maximize_ else math.inf
+    return aggregate(list(dist.scores.values()), objective, maximize_)

@@ -1,0 +1,49 @@
+"""Tuning plots: Optuna's optimization history and parameter importances, and the confirmed score distributions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def _save(ax_or_fig, path: Path) -> None:
+    import warnings
+
+    fig = ax_or_fig.figure if hasattr(ax_or_fig, "figure") and not hasattr(ax_or_fig, "savefig") else ax_or_fig
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # tight_layout on Optuna's figures warns about axes it cannot fit
+        fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+def write_plots(study, candidates: list[dict], preset: dict | None, out: Path, warnings: list[str]) -> dict[str, str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from optuna.visualization import matplotlib as ovm
+
+    made: dict[str, str] = {}
+    for name, draw in (("optimization history", ovm.plot_optimization_history), ("parameter importances", ovm.plot_param_importances)):
+        try:
+            ax = draw(study)
+            path = f"{name.replace(' ', '_')}.png"
+            _save(ax, out / path)
+            made[name] = path
+        except Exception as exc:  # too few finished trials for importances, say; the rest still gets written
+            warnings.append(f"no {name} plot: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+    if preset is not None:
+        rows = [(c["label"], c["primary_scores"]) for c in candidates] + [("preset", preset["primary_scores"])]
+        fig, ax = plt.subplots(figsize=(1.6 * len(rows) + 2, 3.5))
+        for i, (_, scores) in enumerate(rows):
+            ax.scatter([i] * len(scores), scores, alpha=0.6)
+            if scores:
+                ax.hlines(sorted(scores)[len(scores) // 2], i - 0.25, i + 0.25, color="black")
+        ax.set_xticks(range(len(rows)), [label for label, _ in rows])
+        ax.set_ylabel(preset.get("primary_metric") or "primary metric")
+        ax.set_title("confirmed on fresh seeds (line: median)")
+        _save(fig, out / "confirmed.png")
+        made["confirmed scores"] = "confirmed.png"
+    return made

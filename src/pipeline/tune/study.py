@@ -1,0 +1,66 @@
+"""Optuna objects from plain settings: samplers, pruners, the study in its database."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from pipeline.tune.space import Param, TuneError
+
+SAMPLERS = ("tpe", "random", "grid")
+PRUNERS = ("median", "none")
+
+
+def quiet_optuna() -> None:
+    import warnings
+
+    import optuna
+
+    optuna.logging.set_verbosity(logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+
+def make_pruner(name: str, n_startup_trials: int = 5, n_warmup_steps: int = 0):
+    import optuna
+
+    if name == "median":
+        return optuna.pruners.MedianPruner(n_startup_trials=n_startup_trials, n_warmup_steps=n_warmup_steps)
+    if name == "none":
+        return optuna.pruners.NopPruner()
+    raise TuneError(f"hydra.sweeper.pruner={name}: unknown pruner; choose one of: {', '.join(PRUNERS)}")
+
+
+def make_sampler(name: str, seed: int | None, space: Sequence[Param]):
+    import optuna
+
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "grid":
+        return optuna.samplers.GridSampler({p.name: p.grid_values() for p in space}, seed=seed)
+    raise TuneError(f"hydra.sweeper.sampler={name}: unknown sampler; choose one of: {', '.join(SAMPLERS)}")
+
+
+def open_storage(url: str):
+    import optuna
+
+    try:
+        return optuna.storages.RDBStorage(url)
+    except Exception as exc:  # SQLAlchemy's errors differ per database; the user needs the URL and the cause
+        cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise TuneError(
+            f"hydra.sweeper.storage={url}: cannot open it ({cause}); give a SQLAlchemy URL that this machine can "
+            "reach, e.g. sqlite:///path/optuna.db or postgresql://user:pass@host/db"
+        ) from None
+
+
+def load_trial(storage_url: str, study_name: str, number: int, pruner_name: str, n_startup_trials: int, n_warmup_steps: int):
+    """The running trial `number` of a study, as a job process sees it (reports go to the database)."""
+    import optuna
+
+    quiet_optuna()
+    study = optuna.load_study(study_name=study_name, storage=open_storage(storage_url),
+                              pruner=make_pruner(pruner_name, n_startup_trials, n_warmup_steps))
+    trial_id = study._storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
+    return optuna.trial.Trial(study, trial_id)

@@ -1,0 +1,262 @@
+"""What a search leaves in <sweep dir>/tune/: tune.json, tune.md, best.yaml (and experiment/best.yaml), plots."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from omegaconf import OmegaConf
+
+from pipeline.config_checks import group_options
+from pipeline.record import write_json
+from pipeline.tune.objective import collect, read_records, trial_value
+from pipeline.tune.space import format_value
+
+# Overrides that describe where or how a run ran, not what it is: best.yaml leaves them out.
+_NOT_CONFIG = ("experiment", "seed", "resume", "logger", "hydra", "device.num_threads", "trial", "ckpt_path", "seeds_per_process")
+
+
+def _finite(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
+
+
+def _stats(values: list[float]) -> dict[str, Any] | None:
+    from pipeline.report.stats import interval_estimates
+
+    values = [v for v in values if math.isfinite(v)]
+    if not values:
+        return None
+    est = interval_estimates(values)
+    return {"iqm": est["iqm"], "iqm_ci": est["iqm_ci"], "n": len(values)}
+
+
+def _threshold(records: dict[int, dict], seeds: list[int]) -> dict[str, Any] | None:
+    if not any("time_to_threshold_s" in r for r in records.values()):
+        return None
+    times = [records[s].get("time_to_threshold_s") for s in seeds if s in records and records[s].get("status") == "ok"]
+    reached = [float(t) for t in times if t is not None]
+    return {"reached": len(reached), "of": len(seeds), "threshold": next((r.get("threshold") for r in records.values()), None),
+            **(_stats(reached) or {"iqm": None, "iqm_ci": None, "n": 0})}
+
+
+def confirmed_entry(run_dir: Path, seeds: list[int], objective: str, maximize: bool) -> dict[str, Any]:
+    dist = collect(run_dir, seeds, objective)
+    primary = collect(run_dir, seeds, "iqm")
+    records = read_records(run_dir)
+    metric = next((r.get("primary_metric") for r in records.values() if r.get("primary_metric")), None)
+    return {
+        "value": _finite(trial_value(dist, objective, maximize)),
+        "seeds": seeds,
+        "failed": {str(s): e for s, e in primary.errors.items()},
+        "primary_metric": metric,
+        "primary_scores": [primary.scores[s] for s in sorted(primary.scores)],
+        "primary": _stats(list(primary.scores.values())),
+        "time_to_threshold_s": _threshold(records, seeds),
+    }
+
+
+def _improvement(x: list[float], y: list[float], higher_is_better: bool) -> dict[str, Any] | None:
+    from pipeline.report.stats import probability_of_improvement
+
+    if not x or not y:
+        return None
+    sign = 1.0 if higher_is_better else -1.0
+    poi = probability_of_improvement(sign * np.asarray(x), sign * np.asarray(y))
+    return {"p": poi["p"], "ci": poi["ci"]}
+
+
+def _better(a: float | None, b: float | None, maximize: bool) -> bool:
+    if a is None:
+        return False
+    return b is None or (a > b if maximize else a < b)
+
+
+def write_tune(search, confirm_dirs: dict[str, Path]) -> Path:
+    from optuna.trial import TrialState
+
+    out = search.sweep_dir / "tune"
+    out.mkdir(parents=True, exist_ok=True)
+    s, study, objective = search.s, search.study, str(search.s.objective)
+    trials = study.get_trials(deepcopy=False)
+    counts = {
+        "total": len(trials),
+        "completed": sum(t.state == TrialState.COMPLETE and not (t.user_attrs.get("failed") or {}) for t in trials),
+        "pruned": sum(t.state == TrialState.PRUNED for t in trials),
+        "failed": sum(t.state == TrialState.FAIL or bool(t.user_attrs.get("failed")) for t in trials),
+    }
+    ranked = search.candidates()
+    by_label = {f"trial{t.number}": t for t in ranked}
+    warnings: list[str] = []
+    higher = search.maximize if objective in ("iqm", "ci_low", "mean") else bool(getattr(search._task_class(), "higher_is_better", True))
+
+    preset = None
+    candidates = []
+    if confirm_dirs:
+        preset = confirmed_entry(confirm_dirs["preset"], search.confirm_seeds, objective, search.maximize)
+        for label, run_dir in confirm_dirs.items():
+            if label == "preset":
+                continue
+            t = by_label[label]
+            entry = confirmed_entry(run_dir, search.confirm_seeds, objective, search.maximize)
+            entry.update(label=label, trial=t.number, params={k: format_value(v) for k, v in t.params.items()},
+                         tuned_value=_finite(t.value))
+            entry["optimism_gap"] = (None if entry["value"] is None or entry["tuned_value"] is None
+                                     else entry["tuned_value"] - entry["value"])
+            entry["probability_of_improvement_over_preset"] = _improvement(entry["primary_scores"], preset["primary_scores"], higher)
+            candidates.append(entry)
+        winner = None
+        for entry in candidates:
+            if winner is None or _better(entry["value"], winner["value"], search.maximize):
+                winner = entry
+        preset_wins = winner is None or not _better(winner["value"], preset["value"], search.maximize)
+        if preset_wins:
+            warnings.append("the untouched preset scored at least as well as every tuned candidate on the fresh seeds: keep the preset")
+        for entry in [*candidates, {**preset, "label": "preset"}]:
+            if entry["failed"]:
+                warnings.append(f"{entry['label']}: {len(entry['failed'])} of {len(entry['seeds'])} confirmation seeds failed")
+    else:
+        winner = None
+        if ranked:
+            t = ranked[0]
+            winner = {"label": f"trial{t.number}", "trial": t.number, "tuned_value": t.value,
+                      "params": {k: format_value(v) for k, v in t.params.items()}}
+        preset_wins = None
+        warnings.append("not confirmed (confirm_top=0): the tuned value is the winner's own score and is optimistic")
+    if len(search.tune_seeds) < 5:
+        warnings.append(f"{len(search.tune_seeds)} seeds per trial: one seed is not a comparison, and fewer than five is a weak one")
+    if counts["failed"]:
+        warnings.append(f"{counts['failed']} trials had failed seeds or failed outright (their value is the worst possible)")
+
+    summary = {
+        "experiment": str(search.config.name),
+        "study_name": search.name,
+        "storage": search.url,
+        "objective": objective,
+        "direction": "maximize" if search.maximize else "minimize",
+        "sampler": str(s.sampler),
+        "pruner": str(s.pruner),
+        "tuning_seeds": search.tune_seeds,
+        "confirm_seeds": search.confirm_seeds,
+        "trials": counts,
+        "best_trial": None if winner is None else winner["trial"],
+        "best_params": None if winner is None else winner["params"],
+        "best_tuned_value": None if winner is None else _finite(winner["tuned_value"]),
+        "best_confirmed": None if winner is None or not confirm_dirs else {k: winner[k] for k in ("value", "primary", "time_to_threshold_s", "optimism_gap", "probability_of_improvement_over_preset")},
+        "preset_wins": preset_wins,
+        "candidates": candidates,
+        "preset": preset,
+        "warnings": warnings,
+    }
+    write_json(out / "tune.json", summary)
+    if winner is not None:
+        text = best_yaml(search, winner["params"], out)
+        (out / "best.yaml").write_text(text)
+        (out / "experiment").mkdir(exist_ok=True)
+        (out / "experiment" / "best.yaml").write_text(text)
+    from pipeline.tune.plots import write_plots
+
+    summary["plots"] = write_plots(study, candidates, preset, out, warnings)
+    (out / "tune.md").write_text(markdown(summary, out))
+    _log_to_wandb(search, summary, out)
+    return out
+
+
+def best_yaml(search, params: dict[str, str], out: Path) -> str:
+    """An experiment preset of the winner: the original preset, the fixed overrides, then the tuned values."""
+    groups = group_options()
+    choices = OmegaConf.select(search.config, "hydra.runtime.choices", default={}) or {}
+    experiment = choices.get("experiment")
+    items = [o for o in search.fixed if not o.split("=", 1)[0].lstrip("+~").startswith(_NOT_CONFIG)]
+    items += [f"{k}={v}" for k, v in params.items()]
+    defaults = [f"  - {experiment}"] if experiment else []
+    values = []
+    for item in items:
+        key, value = item.split("=", 1)
+        key = key.lstrip("+")
+        if key in groups:
+            defaults.append(f"  - override /{key}: {value}")
+        else:
+            values.append(f"{key}={value}")
+    body = OmegaConf.to_yaml(OmegaConf.from_dotlist([f"name={search.config.name}_tuned", *values]))
+    return "\n".join([
+        "# @package _global_",
+        f"# Tuned by pipeline's Optuna sweeper over {len(search.tune_seeds)} seeds per trial (study {search.name!r}).",
+        f"# python -m pipeline --config-dir {out} experiment=best",
+        "defaults:", *defaults, "  - _self_", "", body,
+    ])
+
+
+def _fmt(x: Any) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.4g}" if isinstance(x, float) else str(x)
+
+
+def _ci(stats: dict | None) -> str:
+    if not stats or stats.get("iqm") is None:
+        return "-"
+    low, high = stats["iqm_ci"]
+    return f"{stats['iqm']:.4g} [{low:.4g}, {high:.4g}]"
+
+
+def markdown(summary: dict, out: Path) -> str:
+    lines = [f"# Tuning {summary['experiment']}", ""]
+    for w in summary["warnings"]:
+        lines.append(f"> **warning:** {w}")
+    t = summary["trials"]
+    lines += ["", f"Study `{summary['study_name']}` in `{summary['storage']}`: {t['total']} trials ({t['completed']} completed, "
+              f"{t['pruned']} pruned, {t['failed']} failed); sampler {summary['sampler']}, pruner {summary['pruner']}; "
+              f"objective {summary['objective']} ({summary['direction']}) over tuning seeds "
+              f"{summary['tuning_seeds'][0]}-{summary['tuning_seeds'][-1]}.", ""]
+    if summary["best_params"] is not None:
+        lines += ["## Best configuration", "", *[f"- `{k}={v}`" for k, v in summary["best_params"].items()], "",
+                  f"Run it: `python -m pipeline --config-dir {out} experiment=best`", ""]
+    if summary["candidates"]:
+        seeds = summary["confirm_seeds"]
+        metric = summary["preset"]["primary_metric"]
+        rl = summary["preset"]["time_to_threshold_s"] is not None
+        lines += [f"## Confirmed on fresh seeds {seeds[0]}-{seeds[-1]}", "",
+                  f"| candidate | tuned value | confirmed value | optimism gap | IQM {metric} [95% CI] | P(better than preset) [95% CI] |"
+                  + (" time to threshold IQM [95% CI] (reached) |" if rl else ""),
+                  "|---|---|---|---|---|---|" + ("---|" if rl else "")]
+        for c in [*summary["candidates"], {**summary["preset"], "label": "preset"}]:
+            poi = c.get("probability_of_improvement_over_preset")
+            poi_text = "-" if not poi else f"{poi['p']:.2f} [{poi['ci'][0]:.2f}, {poi['ci'][1]:.2f}]"
+            row = (f"| {c['label']}{' (' + ', '.join(f'{k}={v}' for k, v in c['params'].items()) + ')' if c.get('params') else ''} "
+                   f"| {_fmt(c.get('tuned_value'))} | {_fmt(c['value'])} | {_fmt(c.get('optimism_gap'))} | {_ci(c['primary'])} | {poi_text} |")
+            if rl:
+                th = c["time_to_threshold_s"] or {}
+                row += f" {_ci(th)} ({th.get('reached')}/{th.get('of')}) |"
+            lines.append(row)
+        lines.append("")
+        verdict = ("The preset still wins on fresh seeds." if summary["preset_wins"]
+                   else f"trial {summary['best_trial']} beats the preset on fresh seeds.")
+        lines += [verdict, ""]
+    for name, path in (summary.get("plots") or {}).items():
+        lines.append(f"![{name}]({path})")
+    return "\n".join(lines) + "\n"
+
+
+def _log_to_wandb(search, summary: dict, out: Path) -> None:
+    wandb_cfg = (search.config.get("logger") or {}).get("wandb")
+    if wandb_cfg is None:
+        return
+    import wandb
+
+    flat = {k: v for k, v in summary.items() if isinstance(v, int | float | str | bool)}
+    for c in summary["candidates"]:
+        flat[f"{c['label']}/confirmed_value"] = c["value"]
+        flat[f"{c['label']}/optimism_gap"] = c["optimism_gap"]
+    if summary["preset"]:
+        flat["preset/confirmed_value"] = summary["preset"]["value"]
+    run = wandb.init(project=wandb_cfg.get("project", "pipeline"), entity=wandb_cfg.get("entity"),
+                     mode=wandb_cfg.get("mode") or None, group=str(search.config.name), job_type="tune",
+                     name=f"tune-{search.name}", dir=str(out), config={"best_params": summary["best_params"]}, reinit=True)
+    run.summary.update(flat)
+    for name, path in (summary.get("plots") or {}).items():
+        run.log({name: wandb.Image(str(out / path))})
+    run.summary["tune_json"] = json.dumps(summary)[:100_000]
+    run.finish()
