@@ -39,23 +39,42 @@ def summary_line(record: dict) -> str:
 
 
 @hydra.main(version_base="1.3", config_path="pkg://pipeline.conf", config_name="config")
-def hydra_entry(cfg: DictConfig) -> dict:
+def hydra_entry(cfg: DictConfig) -> list[dict]:
     global _exit_code
-    from pipeline.run import (
-        run,  # imported here so `--help` and config errors answer without loading Lightning
-    )
+    from pipeline.debug import apply_debug
 
-    record = run(cfg)
+    apply_debug(cfg)  # trainer=debug wins over the preset's own lengths (idempotent: run.py may call it too)
+    # pipeline.job is light: Lightning is imported by the process that trains (a sweep's child, or this one).
+    from pipeline.job import hydra_job
+
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+    try:
+        records = hydra_job(cfg)
+    except Exception as exc:
+        if type(exc).__name__ != "RunRefused" and not isinstance(exc, ConfigError):
+            raise
+        log.error(f"error: {exc}")
+        _exit_code = 2 if isinstance(exc, ConfigError) else 1
+        if multirun:
+            raise
+        return []
     if multirun:
-        pass  # the sweep callback prints one line per finished job
-    elif record.get("status") == "ok":
-        log.info(summary_line(record))
-    else:
-        where = record.get("run_dir")
-        log.error(f"run failed: {record.get('error')}  (record kept in {where}/result.json, traceback in {where}/error.log)")
-        _exit_code = 1
-    return record
+        return records  # the sweep callback prints one line per finished job
+    for record in records:
+        if record.get("status") == "ok":
+            log.info(summary_line(record))
+        elif record.get("status") == "interrupted":
+            _exit_code = int((record.get("interrupted") or {}).get("exit_code") or 130)
+        else:
+            where = record.get("run_dir")
+            log.error(f"run failed: {record.get('error')}  (record kept in {where}/result.json, traceback in {where}/error.log)")
+            _exit_code = 1
+    if len(records) > 1:
+        values = [(r.get("metrics") or {}).get(r.get("primary_metric") or "") for r in records]
+        values = [v for v in values if isinstance(v, int | float)]
+        if values:
+            log.info(f"{len(records)} seeds: mean {records[0].get('primary_metric')} = {sum(values) / len(values):.4g}")
+    return records
 
 
 def _user_config_dirs(argv: list[str]) -> bool:
