@@ -1,6 +1,8 @@
 """The ensemble is K ordinary networks: same outputs, same gradients, same Adam steps, no coupling."""
 
+import copy
 import functools
+import math
 
 import pytest
 import torch
@@ -10,8 +12,11 @@ from pipeline.nets.ensemble import (
     EnsembleMLP,
     clip_grad_norm_per_member_,
     keep_optimizer_members_,
+    make_ensemble,
     per_member_grad_norm,
 )
+from pipeline.nets.factory import make_net
+from pipeline.nets.heads import DuelingQNet, NoisyQNet
 from pipeline.nets.mlp import MLP
 
 K, N = 4, 32
@@ -22,8 +27,11 @@ def members(hidden=(16, 8), seed=0, **kwargs) -> list[MLP]:
     return [MLP(5, 3, hidden, **kwargs) for _ in range(K)]
 
 
-def member_grads(mlp: MLP) -> dict[str, torch.Tensor]:
-    return {name: p.grad for name, p in mlp.named_parameters()}
+def step(net, opt, x):
+    """One optimizer step on the sum over members of each member's own loss."""
+    opt.zero_grad()
+    (net(x) ** 2).mean(dim=(1, 2)).sum().backward()
+    opt.step()
 
 
 def test_outputs_and_gradients_equal_separate_linears():
@@ -124,12 +132,6 @@ def test_keep_members_carries_weights_and_optimizer_state():
     opt_full = torch.optim.Adam(full.parameters(), lr=1e-2)
     opt_kept = torch.optim.Adam(kept.parameters(), lr=1e-2)
     gen = torch.Generator().manual_seed(0)
-
-    def step(net, opt, x):
-        opt.zero_grad()
-        (net(x) ** 2).mean(dim=(1, 2)).sum().backward()
-        opt.step()
-
     for _ in range(5):
         x = torch.randn(K, N, 5, generator=gen)
         step(full, opt_full, x)
@@ -154,3 +156,196 @@ def test_dropout_and_activations_stack_but_other_layers_do_not():
         EnsembleMLP([nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2))])
     with pytest.raises(ValueError, match="expected an MLP"):
         EnsembleMLP([nn.Conv2d(1, 1, 3)])
+
+
+# ---- make_ensemble: every Q-network's ensemble is K ordinary networks --------------------------------
+
+SEEDS = [7, 8, 9]
+N_ACTIONS = 4
+MODELS = {
+    "mlp": (functools.partial(MLP, hidden=(16, 8)), (2, 3)),
+    "dueling": (functools.partial(DuelingQNet, hidden=(16, 8)), (2, 3)),
+    "noisy": (functools.partial(NoisyQNet, hidden=(16, 8)), (2, 3)),
+}
+
+
+def single_nets(factory, obs_shape) -> list[nn.Module]:
+    """What each single-seed run builds: make_net right after seeding."""
+    nets = []
+    for s in SEEDS:
+        torch.manual_seed(s)
+        nets.append(make_net(factory, math.prod(obs_shape), N_ACTIONS))
+    return nets
+
+
+def observations(obs_shape, n: int, gen: torch.Generator) -> torch.Tensor:
+    return torch.randn(len(SEEDS), n, *obs_shape, generator=gen)
+
+
+def grads_as_state(ensemble, i: int) -> dict[str, torch.Tensor]:
+    """Member i's gradients named and shaped as the ordinary network's state_dict."""
+    shadow = copy.deepcopy(ensemble)
+    for p, q in zip(shadow.parameters(), ensemble.parameters()):
+        p.data = q.grad.clone() if q.grad is not None else torch.zeros_like(q)
+    return shadow.member_state_dict(i)
+
+
+@pytest.fixture(params=list(MODELS))
+def model(request):
+    return MODELS[request.param]
+
+
+def test_make_ensemble_members_start_as_the_single_seed_runs_and_the_rng_is_left_alone(model):
+    factory, obs_shape = model
+    torch.manual_seed(123)
+    before = torch.random.get_rng_state()
+    ensemble = make_ensemble(factory, SEEDS, obs_shape, N_ACTIONS)
+    assert torch.equal(torch.random.get_rng_state(), before)
+    assert ensemble.n_members == len(SEEDS)
+    for i, net in enumerate(single_nets(factory, obs_shape)):
+        state = ensemble.member_state_dict(i)
+        assert state.keys() == net.state_dict().keys()
+        assert all(torch.equal(state[k], v) for k, v in net.state_dict().items())
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_member_outputs_equal_the_single_networks(model, train):
+    factory, obs_shape = model
+    ensemble, nets = make_ensemble(factory, SEEDS, obs_shape, N_ACTIONS), single_nets(factory, obs_shape)
+    ensemble.train(train)
+    x = observations(obs_shape, 5, torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        out = ensemble(x)
+        assert out.shape == (len(SEEDS), 5, N_ACTIONS)
+        for i, net in enumerate(nets):
+            net.train(train)
+            assert torch.allclose(out[i], net(x[i]), atol=1e-6)
+
+
+def test_member_state_dict_loads_into_the_plain_net_and_round_trips(model, tmp_path):
+    factory, obs_shape = model
+    ensemble = make_ensemble(factory, SEEDS, obs_shape, N_ACTIONS)
+    x = observations(obs_shape, 5, torch.Generator().manual_seed(1))
+    for i in range(len(SEEDS)):
+        torch.save(ensemble.member_state_dict(i), tmp_path / "model.pt")
+        plain = make_net(factory, math.prod(obs_shape), N_ACTIONS).eval()
+        plain.load_state_dict(torch.load(tmp_path / "model.pt", weights_only=True))  # strict
+        with torch.no_grad():
+            assert torch.allclose(plain(x[i]), ensemble.eval()(x)[i], atol=1e-6)
+    other = make_ensemble(factory, [0, 1, 2], obs_shape, N_ACTIONS)
+    other.load_member_state_dict(0, ensemble.member_state_dict(2))
+    for k, v in ensemble.member_state_dict(2).items():
+        assert torch.equal(other.member_state_dict(0)[k], v)
+    assert not torch.equal(other.member_state_dict(1)[k], v)  # only member 0 was overwritten
+
+
+def test_every_tensor_has_the_member_axis_first_and_none_is_shared(model):
+    factory, obs_shape = model
+    ensemble = make_ensemble(factory, SEEDS, obs_shape, N_ACTIONS)
+    tensors = [*ensemble.parameters(), *ensemble.buffers()]
+    assert all(t.shape[0] == len(SEEDS) for t in tensors)
+    assert len({t.data_ptr() for t in tensors}) == len(tensors)
+
+
+def test_gradients_are_per_member(model):
+    factory, obs_shape = model
+    ensemble, nets = make_ensemble(factory, SEEDS, obs_shape, N_ACTIONS), single_nets(factory, obs_shape)
+    x = observations(obs_shape, 6, torch.Generator().manual_seed(2))
+    j = 1
+    ensemble(x)[j].square().mean().backward()  # only member j's loss
+    for p in ensemble.parameters():
+        others = torch.cat([p.grad[:j].flatten(), p.grad[j + 1:].flatten()])
+        assert torch.count_nonzero(others) == 0
+    nets[j](x[j]).square().mean().backward()
+    expected = {name: p.grad for name, p in nets[j].named_parameters()}
+    got = grads_as_state(ensemble, j)
+    assert any(g.abs().sum() > 0 for g in expected.values())
+    for name, g in expected.items():
+        assert torch.allclose(got[name], g, atol=1e-6), name
+
+
+def test_one_adam_with_per_member_clipping_is_k_independent_runs(model):
+    factory, obs_shape = model
+    ensemble, nets = make_ensemble(factory, SEEDS, obs_shape, N_ACTIONS), single_nets(factory, obs_shape)
+    stacked = torch.optim.Adam(ensemble.parameters(), lr=1e-2)
+    separate = [torch.optim.Adam(net.parameters(), lr=1e-2) for net in nets]
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(4):
+        x = observations(obs_shape, 6, gen)
+        y = torch.randn(len(SEEDS), 6, N_ACTIONS, generator=gen) * 10  # large errors: clipping bites
+        stacked.zero_grad()
+        ((ensemble(x) - y) ** 2).mean(dim=(1, 2)).sum().backward()
+        clip_grad_norm_per_member_(list(ensemble.parameters()), max_norm=1.0)
+        stacked.step()
+        for i, (net, opt) in enumerate(zip(nets, separate)):
+            opt.zero_grad()
+            ((net(x[i]) - y[i]) ** 2).mean().backward()
+            nn.utils.clip_grad_norm_(net.parameters(), max_norm=1.0)
+            opt.step()
+    for i, net in enumerate(nets):
+        for name, value in net.state_dict().items():
+            assert torch.allclose(ensemble.member_state_dict(i)[name], value, atol=1e-5), (i, name)
+
+
+def test_keep_members_keeps_the_right_members_and_their_optimizer_state(model):
+    factory, obs_shape = model
+    full, kept = (make_ensemble(factory, SEEDS, obs_shape, N_ACTIONS) for _ in range(2))
+    opt_full, opt_kept = torch.optim.Adam(full.parameters(), lr=1e-2), torch.optim.Adam(kept.parameters(), lr=1e-2)
+    gen = torch.Generator().manual_seed(4)
+    for _ in range(3):
+        x = observations(obs_shape, 4, gen)
+        step(full, opt_full, x)
+        step(kept, opt_kept, x)
+    keep = torch.tensor([2, 0])
+    pairs = kept.keep_members_(keep)
+    keep_optimizer_members_(opt_kept, pairs, keep, n_before=len(SEEDS))
+    assert kept.n_members == 2
+    assert all(t.shape[0] == 2 for t in [*kept.parameters(), *kept.buffers()])
+    assert all(p in opt_kept.state for p in kept.parameters())
+    for _ in range(3):
+        x = observations(obs_shape, 4, gen)
+        step(full, opt_full, x)
+        step(kept, opt_kept, x[keep])
+    for slot, member in enumerate(keep.tolist()):
+        for name, value in full.member_state_dict(member).items():
+            assert torch.allclose(kept.member_state_dict(slot)[name], value, atol=1e-6), (slot, name)
+
+
+def test_noisy_members_draw_their_own_noise_as_the_single_net_would():
+    factory, obs_shape = MODELS["noisy"]
+    ensemble, nets = make_ensemble(factory, SEEDS, obs_shape, N_ACTIONS), single_nets(factory, obs_shape)
+    ensemble.reset_noise([torch.Generator().manual_seed(s) for s in (0, 1, 0)])
+    for i, s in enumerate((0, 1, 0)):
+        nets[i].reset_noise(torch.Generator().manual_seed(s))
+        for name, value in nets[i].state_dict().items():
+            if "eps" in name:
+                assert torch.equal(ensemble.member_state_dict(i)[name], value), (i, name)
+    eps = ensemble.layers[0].eps_in
+    assert torch.equal(eps[0], eps[2]) and not torch.equal(eps[0], eps[1])  # each member its own stream
+    ensemble.reset_noise()  # from the global RNG: still one draw per member
+    assert not torch.equal(ensemble.layers[0].eps_in[0], ensemble.layers[0].eps_in[2])
+    with pytest.raises(ValueError, match="2 generators for 3 members"):
+        ensemble.reset_noise([torch.Generator(), torch.Generator()])
+
+
+def test_noisy_eval_is_deterministic_and_train_is_not():
+    factory, obs_shape = MODELS["noisy"]
+    ensemble = make_ensemble(factory, SEEDS, obs_shape, N_ACTIONS)
+    x = observations(obs_shape, 5, torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        ensemble.eval()
+        greedy = ensemble(x)
+        ensemble.reset_noise()
+        assert torch.equal(ensemble(x), greedy)
+        ensemble.train()
+        noisy = ensemble(x)
+        assert not torch.allclose(noisy, greedy)
+        ensemble.reset_noise()
+        assert not torch.allclose(ensemble(x), noisy)
+
+
+def test_make_ensemble_names_what_it_cannot_stack():
+    with pytest.raises(ValueError, match="cannot stack Linear"):
+        make_ensemble(nn.Linear, SEEDS, (3,), N_ACTIONS)
+    with pytest.raises(ValueError, match="at least one seed"):
+        make_ensemble(MODELS["mlp"][0], [], (3,), N_ACTIONS)

@@ -12,6 +12,11 @@ Members stay independent under one ordinary optimizer as long as
   (Adam, SGD, RMSprop, weight decay) update each member as if it were trained alone;
 - gradient-norm clipping is done per member (`clip_grad_norm_per_member_`): a norm over the whole
   stack would let one member's large gradient shrink every other member's step.
+Every parameter and buffer of an ensemble has the member axis first, and none is shared by members.
+
+`make_ensemble` builds the ensemble form of any of our Q-networks; each ensemble keeps its stacked
+layers at the module paths the ordinary network has them, which is what lets `member_state_dict`
+name member i's tensors exactly as the ordinary network's `state_dict` does.
 """
 
 from __future__ import annotations
@@ -21,22 +26,80 @@ from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from pipeline.nets.factory import make_net
+from pipeline.nets.heads import DuelingQNet, NoisyQNet
+from pipeline.nets.mlp import MLP
 
 # Modules that act elementwise (or per row) and hold no parameters: they apply to a [K, N, F] batch as is.
 _STATELESS = (nn.ReLU, nn.Tanh, nn.LeakyReLU, nn.GELU, nn.ELU, nn.Sigmoid, nn.Identity, nn.Dropout)
 
 
-class EnsembleLinear(nn.Module):
+class StackedLayer(nn.Module):
+    """A layer holding K members' tensors (parameters and buffers), each with the member axis first.
+
+    Tensors carry the ordinary layer's names; `single_shapes` gives each one's shape in the ordinary
+    layer and `transposed` the names stored as the transpose of it (so a bmm reads them as they are).
+    """
+
+    transposed: tuple[str, ...] = ()
+
+    def __init__(self, n_members: int):
+        super().__init__()
+        self.n_members = int(n_members)
+        self.single_shapes: dict[str, tuple[int, ...]] = {}
+
+    def _member_tensor(self, name: str, i: int) -> torch.Tensor:
+        return getattr(self, name)[i]
+
+    def member_state(self, i: int) -> dict[str, torch.Tensor]:
+        """Member i as the ordinary layer's state (its names and shapes)."""
+        state = {}
+        for name, shape in self.single_shapes.items():
+            value = self._member_tensor(name, i).detach()
+            state[name] = (value.t() if name in self.transposed else value).reshape(shape).clone()
+        return state
+
+    @torch.no_grad()
+    def load_member(self, i: int, state: dict[str, torch.Tensor]) -> None:
+        """Member i from the ordinary layer's state."""
+        for name, shape in self.single_shapes.items():
+            if name not in state:
+                raise KeyError(f"{type(self).__name__}: the member state lacks {name!r} (it has {sorted(state)})")
+            if tuple(state[name].shape) != shape:
+                raise ValueError(f"{type(self).__name__}: {name!r} has shape {tuple(state[name].shape)}, expected {shape}")
+            target = self._member_tensor(name, i)
+            value = state[name].t() if name in self.transposed else state[name]
+            target.copy_(value.reshape(target.shape))
+
+    def keep_members_(self, members: torch.Tensor) -> list[tuple[nn.Parameter, nn.Parameter]]:
+        """Keep only `members` (indices), in that order; returns (old, new) parameter pairs for the optimizer."""
+        pairs = []
+        for name, old in list(self.named_parameters(recurse=False)):
+            new = nn.Parameter(old.detach().index_select(0, members.to(old.device)), requires_grad=old.requires_grad)
+            setattr(self, name, new)
+            pairs.append((old, new))
+        for name, old in list(self.named_buffers(recurse=False)):
+            setattr(self, name, old.index_select(0, members.to(old.device)))
+        self.n_members = int(members.numel())
+        return pairs
+
+
+class EnsembleLinear(StackedLayer):
     """K independent affine maps: x [K, N, in] -> x @ weight[k] + bias[k], as one `baddbmm`."""
 
+    transposed = ("weight",)
+
     def __init__(self, n_members: int, in_features: int, out_features: int, bias: bool = True, init: bool = True):
-        super().__init__()
-        self.n_members, self.in_features, self.out_features = int(n_members), int(in_features), int(out_features)
+        super().__init__(n_members)
+        self.in_features, self.out_features = int(in_features), int(out_features)
         # [K, in, out] rather than nn.Linear's [out, in]: the bmm reads it without a transpose.
         self.weight = nn.Parameter(torch.empty(self.n_members, self.in_features, self.out_features))
         self.bias = nn.Parameter(torch.empty(self.n_members, 1, self.out_features)) if bias else None
+        self.single_shapes = {"weight": (self.out_features, self.in_features)}
+        if bias:
+            self.single_shapes["bias"] = (self.out_features,)
         if init:
             self.reset_parameters()
 
@@ -53,38 +116,121 @@ class EnsembleLinear(nn.Module):
             return torch.bmm(x, self.weight)
         return torch.baddbmm(self.bias, x, self.weight)
 
-    @torch.no_grad()
-    def load_member(self, i: int, linear_state: dict[str, torch.Tensor]) -> None:
-        """Member i from nn.Linear's state (weight [out, in], bias [out])."""
-        self.weight[i].copy_(linear_state["weight"].t())
-        if self.bias is not None:
-            self.bias[i, 0].copy_(linear_state["bias"])
-
-    def member_state(self, i: int) -> dict[str, torch.Tensor]:
-        """Member i as nn.Linear's state: weight [out, in], bias [out]."""
-        state = {"weight": self.weight[i].detach().t().contiguous()}
-        if self.bias is not None:
-            state["bias"] = self.bias[i, 0].detach().clone()
-        return state
-
-    def keep_members_(self, members: torch.Tensor) -> list[tuple[nn.Parameter, nn.Parameter]]:
-        """Keep only `members` (indices), in that order; returns (old, new) parameter pairs for the optimizer."""
-        pairs = []
-        for name in ("weight", "bias"):
-            old = getattr(self, name)
-            if old is None:
-                continue
-            new = nn.Parameter(old.detach().index_select(0, members.to(old.device)), requires_grad=old.requires_grad)
-            setattr(self, name, new)
-            pairs.append((old, new))
-        self.n_members = int(members.numel())
-        return pairs
-
     def extra_repr(self) -> str:
         return f"n_members={self.n_members}, in_features={self.in_features}, out_features={self.out_features}"
 
 
-class EnsembleMLP(nn.Module):
+class EnsembleNoisyLinear(StackedLayer):
+    """K independent `NoisyLinear` layers: factorised Gaussian weight noise, member i with its own noise.
+
+    In eval() mode every member uses its mean weights, as the ordinary layer does.
+    """
+
+    transposed = ("weight_mu", "weight_sigma")
+
+    def __init__(self, n_members: int, in_features: int, out_features: int, sigma0: float = 0.5):
+        super().__init__(n_members)
+        K, self.in_features, self.out_features, self.sigma0 = self.n_members, int(in_features), int(out_features), float(sigma0)
+        self.weight_mu = nn.Parameter(torch.zeros(K, self.in_features, self.out_features))
+        self.weight_sigma = nn.Parameter(torch.zeros(K, self.in_features, self.out_features))
+        self.bias_mu = nn.Parameter(torch.zeros(K, 1, self.out_features))
+        self.bias_sigma = nn.Parameter(torch.zeros(K, 1, self.out_features))
+        self.register_buffer("eps_in", torch.zeros(K, self.in_features))
+        self.register_buffer("eps_out", torch.zeros(K, self.out_features))
+        out_in, out = (self.out_features, self.in_features), (self.out_features,)
+        self.single_shapes = {"weight_mu": out_in, "weight_sigma": out_in, "bias_mu": out, "bias_sigma": out,
+                              "eps_in": (self.in_features,), "eps_out": out}
+
+    @torch.no_grad()
+    def reset_noise(self, generators: Sequence[torch.Generator] | None = None) -> None:
+        """New noise: member i's from generators[i] (the draws `NoisyLinear.reset_noise(generators[i])` makes).
+
+        Without generators, all members' noise comes from the global RNG in one draw per tensor.
+        """
+        K, device = self.n_members, self.eps_in.device
+        if generators is None:
+            raw_in, raw_out = torch.randn(K, self.in_features, device=device), torch.randn(K, self.out_features, device=device)
+        else:
+            if len(generators) != K:
+                raise ValueError(f"reset_noise got {len(generators)} generators for {K} members; pass one per member")
+            raw_in, raw_out = torch.empty_like(self.eps_in), torch.empty_like(self.eps_out)
+            for i, g in enumerate(generators):
+                raw_in[i] = torch.randn(self.in_features, generator=g, device=g.device)
+                raw_out[i] = torch.randn(self.out_features, generator=g, device=g.device)
+        # NoisyLinear's f(x) = sign(x) sqrt(|x|), on all members at once.
+        self.eps_in.copy_(raw_in.sign() * raw_in.abs().sqrt())
+        self.eps_out.copy_(raw_out.sign() * raw_out.abs().sqrt())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training:
+            return torch.baddbmm(self.bias_mu, x, self.weight_mu)
+        # outer(eps_out, eps_in) transposed, as the weights are: [K, in, out].
+        weight = self.weight_mu + self.weight_sigma * (self.eps_in.unsqueeze(2) * self.eps_out.unsqueeze(1))
+        bias = self.bias_mu + self.bias_sigma * self.eps_out.unsqueeze(1)
+        return torch.baddbmm(bias, x, weight)
+
+    def extra_repr(self) -> str:
+        return f"n_members={self.n_members}, in_features={self.in_features}, out_features={self.out_features}, sigma0={self.sigma0}"
+
+
+class Ensemble(nn.Module):
+    """What every ensemble shares: member i in and out as the ordinary network's `state_dict`, and shrinking.
+
+    Subclasses put their `StackedLayer`s at the module paths the ordinary network has its layers
+    (`net.0`, `trunk.2`, `layers.1`, ...), so member i's keys are the ordinary network's keys.
+    """
+
+    n_members: int
+
+    def stacked_layers(self) -> list[tuple[str, StackedLayer]]:
+        return [(name, m) for name, m in self.named_modules() if isinstance(m, StackedLayer)]
+
+    def member_state_dict(self, i: int) -> dict[str, torch.Tensor]:
+        """Member i as the ordinary network's state_dict (e.g. `DuelingQNet(...).load_state_dict(...)` accepts it)."""
+        return {f"{path}.{name}": value for path, layer in self.stacked_layers() for name, value in layer.member_state(i).items()}
+
+    def load_member_state_dict(self, i: int, state: dict[str, torch.Tensor]) -> None:
+        for path, layer in self.stacked_layers():
+            prefix = path + "."
+            layer.load_member(i, {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})
+
+    def keep_members_(self, members: torch.Tensor) -> list[tuple[nn.Parameter, nn.Parameter]]:
+        """Shrink to `members` (indices, in that order), e.g. dropping members that stopped training.
+
+        Returns the (old, new) parameter pairs; pass them to `keep_optimizer_members_` so the
+        optimizer's state follows.
+        """
+        pairs = [pair for _, layer in self.stacked_layers() for pair in layer.keep_members_(members)]
+        self.n_members = int(members.numel())
+        return pairs
+
+
+def _stack_sequential(sequentials: Sequence[nn.Sequential], owner: str) -> nn.Sequential:
+    """One Sequential running all members: Linear -> EnsembleLinear, activations and dropout as they are."""
+    layers: list[nn.Module] = []
+    for pos, layer in enumerate(sequentials[0]):
+        if isinstance(layer, nn.Linear):
+            # No initialisation of its own: it would draw from the global RNG only to be overwritten.
+            stacked = EnsembleLinear(len(sequentials), layer.in_features, layer.out_features, bias=layer.bias is not None, init=False)
+            for i, seq in enumerate(sequentials):
+                stacked.load_member(i, seq[pos].state_dict())
+            layers.append(stacked)
+        elif isinstance(layer, _STATELESS):
+            layers.append(layer)
+        else:
+            raise ValueError(
+                f"{owner} stacks Linear layers and parameter-free activations; got {type(layer).__name__}. "
+                "Use model=mlp for seed-batched runs."
+            )
+    return nn.Sequential(*layers)
+
+
+def _flat(x: torch.Tensor) -> torch.Tensor:
+    """[K, N, *features] -> [K, N, F], as the ordinary networks flatten [N, *features]."""
+    return x.flatten(2) if x.dim() > 3 else x
+
+
+class EnsembleMLP(Ensemble):
     """K copies of an `nn.Sequential`-of-Linear network (our `MLP`), run as one batched network.
 
     `net` mirrors the source network's `net` Sequential position by position (Linear -> EnsembleLinear,
@@ -98,25 +244,9 @@ class EnsembleMLP(nn.Module):
         if not members:
             raise ValueError("an ensemble needs at least one member")
         sequentials = [_sequential_of(m) for m in members]
-        template = sequentials[0]
-        layers: list[nn.Module] = []
-        for pos, layer in enumerate(template):
-            if isinstance(layer, nn.Linear):
-                # No initialisation of its own: it would draw from the global RNG only to be overwritten.
-                stacked = EnsembleLinear(len(members), layer.in_features, layer.out_features, bias=layer.bias is not None, init=False)
-                for i, seq in enumerate(sequentials):
-                    stacked.load_member(i, seq[pos].state_dict())
-                layers.append(stacked)
-            elif isinstance(layer, _STATELESS):
-                layers.append(layer)
-            else:
-                raise ValueError(
-                    f"EnsembleMLP stacks Linear layers and parameter-free activations; got {type(layer).__name__}. "
-                    "Use model=mlp for seed-batched runs."
-                )
-        self.net = nn.Sequential(*layers)
+        self.net = _stack_sequential(sequentials, "EnsembleMLP")
         self.n_members = len(members)
-        self.in_features = template[0].in_features
+        self.in_features = sequentials[0][0].in_features
         self.out_features = self._linears()[-1].out_features
 
     @classmethod
@@ -128,42 +258,96 @@ class EnsembleMLP(nn.Module):
         So member i starts from the weights of the single-seed run with that seed. The global RNG is
         left as it was.
         """
-        members = []
-        with torch.random.fork_rng(devices=[]):
-            for s in seeds:
-                torch.manual_seed(int(s))
-                members.append(make_net(factory, in_features, out_features))
-        return cls(members)
+        return cls(_seeded_members(factory, seeds, in_features, out_features))
 
     def _linears(self) -> list[EnsembleLinear]:
         return [m for m in self.net if isinstance(m, EnsembleLinear)]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x.flatten(2) if x.dim() > 3 else x)
+        return self.net(_flat(x))
 
-    def member_state_dict(self, i: int) -> dict[str, torch.Tensor]:
-        """Member i as the ordinary network's state_dict (`MLP(...).load_state_dict(...)` accepts it)."""
-        state = {}
-        for pos, layer in enumerate(self.net):
-            if isinstance(layer, EnsembleLinear):
-                for name, value in layer.member_state(i).items():
-                    state[f"net.{pos}.{name}"] = value
-        return state
 
-    def load_member_state_dict(self, i: int, state: dict[str, torch.Tensor]) -> None:
-        for pos, layer in enumerate(self.net):
-            if isinstance(layer, EnsembleLinear):
-                layer.load_member(i, {name: state[f"net.{pos}.{name}"] for name in ("weight", "bias") if f"net.{pos}.{name}" in state})
+class EnsembleDuelingQNet(Ensemble):
+    """K `DuelingQNet`s: a stacked trunk, then stacked value and advantage streams. [K, N, *obs] -> [K, N, A]."""
 
-    def keep_members_(self, members: torch.Tensor) -> list[tuple[nn.Parameter, nn.Parameter]]:
-        """Shrink to `members` (indices, in that order), e.g. dropping members that stopped training.
+    def __init__(self, members: Sequence[DuelingQNet]):
+        super().__init__()
+        self.trunk = _stack_sequential([m.trunk for m in members], "EnsembleDuelingQNet")
+        self.value = _stack_linear([m.value for m in members])
+        self.advantage = _stack_linear([m.advantage for m in members])
+        self.n_members = len(members)
 
-        Returns the (old, new) parameter pairs; pass them to `keep_optimizer_members_` so the
-        optimizer's state follows.
-        """
-        pairs = [pair for layer in self._linears() for pair in layer.keep_members_(members)]
-        self.n_members = int(members.numel())
-        return pairs
+    def value_and_advantage(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self.trunk(_flat(x))
+        return self.value(h), self.advantage(h)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        v, a = self.value_and_advantage(x)
+        return v + a - a.mean(dim=-1, keepdim=True)
+
+
+class EnsembleNoisyQNet(Ensemble):
+    """K `NoisyQNet`s, each with its own weight noise. [K, N, *obs] -> [K, N, A]; eval() turns the noise off."""
+
+    def __init__(self, members: Sequence[NoisyQNet]):
+        super().__init__()
+        self.n_members = len(members)
+        self.layers = nn.ModuleList()
+        for pos, layer in enumerate(members[0].layers):
+            stacked = EnsembleNoisyLinear(self.n_members, layer.in_features, layer.out_features, sigma0=layer.sigma0)
+            for i, member in enumerate(members):
+                stacked.load_member(i, member.layers[pos].state_dict())
+            self.layers.append(stacked)
+
+    def reset_noise(self, generators: Sequence[torch.Generator] | None = None) -> None:
+        """New noise for every member; member i's from generators[i], drawn as `NoisyQNet.reset_noise(generators[i])` does."""
+        for layer in self.layers:
+            layer.reset_noise(generators)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = _flat(x)
+        for layer in self.layers[:-1]:
+            x = F.relu(layer(x))
+        return self.layers[-1](x)
+
+
+def _stack_linear(linears: Sequence[nn.Linear]) -> EnsembleLinear:
+    first = linears[0]
+    stacked = EnsembleLinear(len(linears), first.in_features, first.out_features, bias=first.bias is not None, init=False)
+    for i, linear in enumerate(linears):
+        stacked.load_member(i, linear.state_dict())
+    return stacked
+
+
+def _seeded_members(factory: Callable[..., nn.Module], seeds: Sequence[int], in_features: int | None, out_features: int) -> list[nn.Module]:
+    """`make_net(factory, ...)` once per seed under `torch.manual_seed(seed)`: each single-seed run's initial network."""
+    if len(seeds) == 0:
+        raise ValueError("an ensemble needs at least one seed")
+    members = []
+    with torch.random.fork_rng(devices=[]):
+        for s in seeds:
+            torch.manual_seed(int(s))
+            members.append(make_net(factory, in_features, out_features))
+    return members
+
+
+_ENSEMBLE_OF: dict[type, type[Ensemble]] = {MLP: EnsembleMLP, DuelingQNet: EnsembleDuelingQNet, NoisyQNet: EnsembleNoisyQNet}
+
+
+def make_ensemble(factory: Callable[..., nn.Module], seeds: Sequence[int], obs_shape: tuple[int, ...], n_actions: int) -> Ensemble:
+    """The ensemble form of `factory`'s network, member i initialised as the single-seed run with seeds[i] starts.
+
+    That run builds `make_net(factory, prod(obs_shape), n_actions)` right after `torch.manual_seed(seed)`;
+    so does this, once per seed, then stacks the results. The global RNG is left as it was.
+    """
+    members = _seeded_members(factory, seeds, math.prod(obs_shape), n_actions)
+    kind = type(members[0])
+    # Exact types: a subclass may change forward, which stacking the weights would silently drop.
+    build = _ENSEMBLE_OF.get(kind)
+    if build is None:
+        known = ", ".join(k.__name__ for k in _ENSEMBLE_OF)
+        raise ValueError(f"make_ensemble cannot stack {kind.__name__}; it stacks {known}: pick one of those models")
+    return build(members)
 
 
 def keep_optimizer_members_(
