@@ -1,0 +1,120 @@
+"""Lightning callbacks and Trainer arguments from config, in the lightning-hydra-template manner.
+
+`callbacks=default` (or a list, or `+callbacks.<name>._target_=...`) adds callbacks to the pipeline's own;
+every `trainer.<key>` is a Lightning Trainer argument, except the few the pipeline sets from another group.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from pipeline.config_checks import ConfigError
+
+# Trainer arguments the pipeline sets from its own groups: the key to use instead.
+OWNED = {
+    "precision": "device.precision (e.g. device.precision=16-mixed or bf16-mixed)",
+    "accelerator": "device=cpu|cuda|mps|auto (device.accelerator)",
+    "devices": "device=... (one device per run; run seeds side by side with -m or seeds_per_process)",
+    "logger": "logger=csv|tensorboard|wandb|many",
+    "callbacks": "callbacks=default or +callbacks.<name>._target_=...",
+    "default_root_dir": "hydra.run.dir=<dir>",
+    "deterministic": "seeding=deterministic",
+    "enable_checkpointing": "callbacks=model_checkpoint (its options) or checkpoint.enabled=false",
+}
+# Defaults of the pipeline that a user may still override with trainer.<key>.
+PIPELINE_DEFAULTS = {"num_sanity_val_steps": 0, "enable_model_summary": False}
+SUMMARY_CALLBACKS = ("ModelSummary", "RichModelSummary")
+# Keys of conf/trainer/*.yaml that are no Trainer arguments (read by pipeline.debug).
+NOT_TRAINER_ARGS = ("debug",)
+
+
+def _trainer_params() -> list[str]:
+    import lightning as L
+
+    return [p for p in inspect.signature(L.Trainer.__init__).parameters if p != "self"]
+
+
+def _entries(cfg: DictConfig) -> list[tuple[str, object]]:
+    node = OmegaConf.select(cfg, "callbacks", default=None)
+    if node is None:
+        return []
+    if not isinstance(node, DictConfig):
+        raise ConfigError(f"callbacks: expected named callback configs, got {node!r}; e.g. callbacks=default")
+    return list(node.items())
+
+
+def check_callback_entries(cfg: DictConfig) -> None:
+    """Each cfg.callbacks entry must be a config with a _target_ (`+callbacks.x=1` is refused, not ignored)."""
+    for name, entry in _entries(cfg):
+        if not isinstance(entry, DictConfig) or "_target_" not in entry:
+            raise ConfigError(
+                f"callbacks.{name}: expected a callback config with a _target_, got {entry!r}; "
+                f"e.g. +callbacks.{name}._target_=lightning.pytorch.callbacks.EarlyStopping"
+            )
+
+
+def _targets(cfg: DictConfig) -> list[str]:
+    return [str(entry.get("_target_", "")) for _, entry in _entries(cfg) if isinstance(entry, DictConfig)]
+
+
+def trainer_kwargs(cfg: DictConfig) -> dict:
+    """cfg.trainer as Lightning Trainer keyword arguments (null values left to Lightning's defaults).
+
+    Includes the pipeline's own defaults (no sanity validation, no model summary unless a summary
+    callback is configured) unless the user set them. A key the pipeline sets from another group, or a
+    key that is no Trainer argument, is a ConfigError naming what to use instead.
+    """
+    given = OmegaConf.to_container(cfg.trainer, resolve=True) if cfg.get("trainer") is not None else {}
+    given = {k: v for k, v in given.items() if k not in NOT_TRAINER_ARGS}
+    params = _trainer_params()
+    for key in given:
+        if key in OWNED:
+            raise ConfigError(f"trainer.{key} is set by the pipeline; use {OWNED[key]} instead")
+        if key not in params:
+            close = difflib.get_close_matches(key, params, n=1)
+            hint = f"did you mean trainer.{close[0]}?" if close else "see lightning.pytorch.Trainer's arguments"
+            raise ConfigError(f"trainer.{key} is not a Lightning Trainer argument; {hint}")
+    kwargs = dict(PIPELINE_DEFAULTS)
+    if any(t.rsplit(".", 1)[-1] in SUMMARY_CALLBACKS for t in _targets(cfg)):
+        kwargs["enable_model_summary"] = True
+    kwargs.update({k: v for k, v in given.items() if v is not None})
+    return kwargs
+
+
+def _one_line(exc: BaseException) -> str:
+    while exc.__cause__ is not None and type(exc).__name__ == "InstantiationException":
+        exc = exc.__cause__
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
+
+
+def build_callbacks(cfg: DictConfig, run_dir: Path | str | None = None, own: Iterable = ()) -> list:
+    """The pipeline's own callbacks (`own`) plus those in cfg.callbacks; a configured callback replaces an
+    own one of the same class (e.g. callbacks=model_checkpoint replaces the pipeline's checkpoint).
+
+    A ModelCheckpoint with `dirpath: null` writes to <run_dir>/checkpoints, where ckpt_path=last looks.
+    A bad entry is a ConfigError naming it.
+    """
+    from hydra.utils import instantiate
+    from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+
+    check_callback_entries(cfg)
+    built = []
+    for name, entry in _entries(cfg):
+        try:
+            callback = instantiate(entry)
+        except Exception as exc:
+            raise ConfigError(f"callbacks.{name} ({entry._target_}): {_one_line(exc)}") from exc
+        if not isinstance(callback, Callback):
+            raise ConfigError(f"callbacks.{name}: {entry._target_} is not a lightning.pytorch Callback")
+        if isinstance(callback, ModelCheckpoint) and callback.dirpath is None and run_dir is not None:
+            callback.dirpath = os.path.realpath(Path(run_dir) / "checkpoints")
+        built.append(callback)
+    replaced = {type(c) for c in built}
+    return [c for c in own if type(c) not in replaced] + built
