@@ -32,6 +32,7 @@ def write_run(
     error: str | None = None,
     curve: list[tuple[int, float]] | None = None,
     rl: dict[str, Any] | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {
@@ -50,8 +51,7 @@ def write_run(
         "device": "cpu",
         "versions": {"python": "3.11"},
     }
-    if rl is not None:
-        result.update(rl)
+    result.update(rl or {}, **(extra or {}))
     (run_dir / "result.json").write_text(json.dumps(result))
     if curve is not None:
         # Lightning's CSVLogger style: train and eval rows are sparse and can share a step.

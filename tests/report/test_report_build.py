@@ -24,7 +24,7 @@ from report_runs import (
 
 from pipeline.report import ReportInputError, build_report, collect_runs
 from pipeline.report.collect import RunRecordWarning
-from pipeline.report.plots import align_curves, mean_and_band
+from pipeline.report.curves import align_held, iqm_curve, nan_iqm
 
 
 def _strict_json(path: Path) -> dict:
@@ -32,6 +32,16 @@ def _strict_json(path: Path) -> dict:
         raise AssertionError(f"{path} holds non-strict JSON constant {constant}")
 
     return json.loads(path.read_text(), parse_constant=reject)
+
+
+def _assert_png(path: Path) -> None:
+    """A real figure: a PNG that decodes to a picture with something drawn on it, not just a file."""
+    from matplotlib import image as mpimg
+
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", path
+    pixels = mpimg.imread(path)
+    assert pixels.shape[0] > 200 and pixels.shape[1] > 300, (path, pixels.shape)
+    assert pixels[..., :3].std() > 0.05, path  # axes, text and lines, not a blank canvas
 
 
 def test_collect_skips_reports_wandb_corrupt_and_duplicates(two_group_sweep):
@@ -120,9 +130,7 @@ def test_files_written(two_group_report, two_group_sweep):
         "performance_profile", "probability_of_improvement",
     }
     for image in two_group_report["images"]:
-        png = out / image["file"]
-        assert png.stat().st_size > 5000
-        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        _assert_png(out / image["file"])
 
     markdown = (out / "report.md").read_text()
     assert f"> **Warning:** group {RL_GROUP} has only 3 ok seeds" in markdown
@@ -142,7 +150,9 @@ def test_single_run_dir_and_single_seed(tmp_path):
     assert group["std"] == 0.0
     assert "collapses" in group["ci_note"]
     assert report["comparisons"] == {}
-    assert (run / "report" / "report.md").is_file()
+    markdown = (run / "report" / "report.md").read_text()
+    assert "| solo | eval/return_mean | 1 | 0 | 0.9 ± 0 | 0.9 |" in markdown
+    assert json.loads((run / "report" / "report.json").read_text())["groups"]["solo"]["iqm"] == 0.9
 
 
 def test_ok_run_without_finite_value_is_excluded_not_averaged(tmp_path):
@@ -157,31 +167,75 @@ def test_ok_run_without_finite_value_is_excluded_not_averaged(tmp_path):
     _strict_json(tmp_path / "out" / "report.json")
 
 
-def test_curve_alignment_exact_and_interpolated():
-    grid, matrix = align_curves([(np.array([0.0, 10.0]), np.array([0.0, 1.0])),
-                                 (np.array([0.0, 10.0]), np.array([2.0, 3.0]))])
-    assert grid.tolist() == [0.0, 10.0]
-    assert matrix.tolist() == [[0.0, 1.0], [2.0, 3.0]]
-    mean, low, high = mean_and_band(matrix)
-    assert mean.tolist() == [1.0, 2.0]
-    # Two seeds 2 apart: std = sqrt(2), half-width = t(0.975, 1) * sqrt(2) / sqrt(2) = 12.706.
-    assert high[0] - mean[0] == pytest.approx(12.7062, abs=1e-3)
-
-    grid, matrix = align_curves([(np.array([0.0, 10.0]), np.array([0.0, 10.0])),
-                                 (np.array([0.0, 5.0]), np.array([1.0, 2.0]))])
+def test_curves_align_interpolate_and_hold_after_a_seed_stops():
+    grid, values, live = align_held([(np.array([0.0, 10.0]), np.array([0.0, 10.0])),
+                                     (np.array([0.0, 5.0]), np.array([1.0, 2.0])),
+                                     (np.array([5.0, 10.0]), np.array([4.0, 6.0]))])
     assert grid.tolist() == [0.0, 5.0, 10.0]
-    assert matrix[0].tolist() == [0.0, 5.0, 10.0]
-    assert matrix[1][:2].tolist() == [1.0, 2.0] and math.isnan(matrix[1][2])
-    mean, low, _ = mean_and_band(matrix)
-    assert mean.tolist() == [0.5, 3.5, 10.0]
-    assert math.isnan(low[2])  # one seed left: no band
+    assert values[0].tolist() == [0.0, 5.0, 10.0]
+    assert values[1].tolist() == [1.0, 2.0, 2.0]  # stopped at 5: holds 2 at 10
+    assert math.isnan(values[2][0]) and values[2][1:].tolist() == [4.0, 6.0]  # nothing before its start
+    assert live.tolist() == [[True, True, True], [True, True, False], [False, True, True]]
+
+
+def test_iqm_per_step_matches_rliable_and_ignores_missing_seeds():
+    from rliable import metrics
+
+    rng = np.random.default_rng(3)
+    scores = rng.normal(size=(9, 5))
+    scores[7:, 0] = np.nan  # two seeds not started at the first step
+    got = nan_iqm(scores)
+    for step in range(5):
+        column = scores[:, step][np.isfinite(scores[:, step])]
+        assert got[step] == pytest.approx(metrics.aggregate_iqm(column.reshape(-1, 1)))
+    # By hand: 8 seeds, 2 trimmed from each end.
+    assert nan_iqm(np.array([[1.0], [2.0], [3.0], [4.0], [5.0], [6.0], [7.0], [100.0]]))[0] == pytest.approx(4.5)
+
+
+def test_iqm_band_is_a_bootstrap_over_seeds():
+    values = np.array([[0.0, 10.0], [0.0, 20.0], [0.0, 30.0], [0.0, 40.0]])
+    iqm, low, high = iqm_curve(values, reps=500)
+    assert iqm.tolist() == [0.0, 25.0]
+    assert (low[0], high[0]) == (0.0, 0.0)  # every seed equal: no spread
+    # A resample's IQM lies between the smallest and largest seed, and the band is not degenerate.
+    assert 10.0 <= low[1] < 25.0 < high[1] <= 40.0
+
+
+def test_seeds_that_stop_early_hold_and_the_band_stays_inside_the_bounds(tmp_path):
+    """16 seeds solve CartPole at different steps and stop: the IQM curve ends at 500, not one seed's value."""
+    rng = np.random.default_rng(0)
+    stops = [20_000, 30_000, 30_000, 40_000, 40_000, 40_000, 50_000, 50_000, 50_000, 50_000, 60_000, 60_000, 70_000,
+             70_000, 80_000, 100_000]
+    for seed, stop in enumerate(stops):
+        steps = list(range(0, stop + 1, 10_000))
+        # Noisy rise that reaches 500 at the seed's last evaluation.
+        curve = [(s, float(np.clip(500 * s / stop + rng.normal(0, 120), 0, 500))) for s in steps[:-1]] + [(stop, 500.0)]
+        write_run(tmp_path / "sweep" / str(seed), seed=seed, group="dqn_cartpole", value=500.0, curve=curve,
+                  rl={"env_steps": stop, "time_to_threshold_s": 10.0, "threshold": 475.0},
+                  extra={"metric_bounds": {"eval/return_mean": [0, 500]}})
+    report = build_report([tmp_path / "sweep"], tmp_path / "out", reps=300)
+    curve = report["groups"]["dqn_cartpole"]["curve"]
+    assert curve["x"] == "env steps" and curve["metric"] == "eval/return_mean" and curve["bounds"] == [0.0, 500.0]
+    assert curve["steps"] == [float(s) for s in range(0, 100_001, 10_000)]
+    # Every seed contributes at every step; only the seed stopping at 100k is still running at the end.
+    assert curve["n_seeds"] == [16] * 11
+    assert curve["n_live"][-1] == 1 and curve["n_live"][3] == 15  # at 30k only the seed stopped at 20k is held
+    assert curve["iqm"][-1] == 500.0 and curve["ci_low"][-1] == 500.0
+    assert all(0.0 <= lo <= m <= hi <= 500.0 for lo, m, hi in zip(curve["ci_low"], curve["iqm"], curve["ci_high"]))
+    assert sorted(h for h in curve["held_from"] if h is not None) == [float(s) for s in stops[:-1]]
+    on_disk = _strict_json(tmp_path / "out" / "report.json")["groups"]["dqn_cartpole"]["curve"]
+    assert on_disk["iqm"] == curve["iqm"] and len(on_disk["ci_high"]) == 11
+    _assert_png(tmp_path / "out" / "learning_curves.png")
+    assert "15 of 16 seeds stopped earlier and hold their last value" in (tmp_path / "out" / "report.md").read_text()
 
 
 def test_hundred_runs(tmp_path):
     rng = np.random.default_rng(0)
+    written: dict[str, list[float]] = {}
     for job in range(100):
         group = f"dqn_cartpole model=variant{job % 4}"
         value = float(rng.normal(400 + 20 * (job % 4), 30))
+        written.setdefault(group, []).append(value)
         steps = range(0, 10001, 500)
         write_run(tmp_path / "sweep" / str(job), seed=job // 4, group=group, value=value,
                   curve=[(s, value * s / 10000 + float(rng.normal(0, 5))) for s in steps],
@@ -195,8 +249,11 @@ def test_hundred_runs(tmp_path):
     assert report["n_runs"] == 100
     assert sum(g["n_ok"] for g in report["groups"].values()) == 100
     assert len(report["comparisons"]["eval/return_mean"]["probability_of_improvement"]) == 4 * 3
-    medians = {name: statistics.median(g["values"]) for name, g in report["groups"].items()}
-    assert all(g["median"] == pytest.approx(medians[name]) for name, g in report["groups"].items())
+    # Checked against the values written, not against the report's own list of them.
+    assert sorted(report["groups"]) == sorted(written)
+    for name, values in written.items():
+        assert report["groups"][name]["median"] == pytest.approx(statistics.median(values))
+        assert report["groups"][name]["mean"] == pytest.approx(statistics.fmean(values))
 
 
 def test_all_failed_group_lower_is_better_and_duplicate_seeds(tmp_path):
@@ -234,3 +291,24 @@ def test_all_failed_group_lower_is_better_and_duplicate_seeds(tmp_path):
     assert "| crashes | eval/return_mean | 0 | 2 | — |" in markdown
     assert "ValueError: bad lr 1" in markdown
     _strict_json(sweep / "report" / "report.json")
+
+
+def test_report_groups_by_resolved_config_and_names_the_difference(tmp_path):
+    base = {"name": "dqn_cartpole", "seed": 0, "seeding": {"deterministic": False}, "optimizer": {"lr": 0.0023},
+            "trainer": {"enable_progress_bar": True}}
+    quiet = {**base, "trainer": {"enable_progress_bar": False}}  # typed differently, same run
+    deterministic = {**base, "seeding": {"deterministic": True}}
+    runs = [(base, "dqn_cartpole"), (quiet, "dqn_cartpole trainer.enable_progress_bar=false"), (base, "dqn_cartpole"),
+            (deterministic, "dqn_cartpole"), (deterministic, "dqn_cartpole")]
+    for i, (config, typed_group) in enumerate(runs):
+        write_run(tmp_path / "sweep" / str(i), seed=i, group=typed_group, value=100.0 + i,
+                  extra={"config": {**config, "seed": i}})
+    write_run(tmp_path / "sweep" / "old", seed=9, group="dqn_cartpole old", value=1.0)  # before records had a config
+    report = build_report([tmp_path / "sweep"], tmp_path / "out", reps=200)
+    groups = report["groups"]
+    assert sorted(groups) == ["dqn_cartpole old", "dqn_cartpole seeding.deterministic=false",
+                              "dqn_cartpole seeding.deterministic=true"]
+    assert sorted(groups["dqn_cartpole seeding.deterministic=false"]["values"]) == [100.0, 101.0, 102.0]
+    assert sorted(groups["dqn_cartpole seeding.deterministic=true"]["values"]) == [103.0, 104.0]
+    assert groups["dqn_cartpole old"]["values"] == [1.0]
+    assert "### dqn_cartpole seeding.deterministic=true" in (tmp_path / "out" / "report.md").read_text()

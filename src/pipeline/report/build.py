@@ -74,7 +74,7 @@ def build_report(
 
     from pipeline.report.plots import make_plots
 
-    images = make_plots(runs, summary, target)
+    images = make_plots(summary, target)
     from pipeline.report.counterfactual import counterfactual_sections
 
     counterfactual = counterfactual_sections(runs, target)

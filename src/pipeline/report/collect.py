@@ -37,9 +37,13 @@ class RunRecord:
     dir: Path
     input_root: Path
     result: dict[str, Any] = field(repr=False)
+    # Set by the report's grouping (report/groups.py), which can split or merge the records' own `group`.
+    report_group: str | None = None
 
     @property
     def group(self) -> str:
+        if self.report_group is not None:
+            return self.report_group
         return str(self.result.get("group") or self.result.get("experiment") or self.result.get("task") or "run")
 
     @property
@@ -91,6 +95,17 @@ class RunRecord:
     def relative_dir(self) -> str:
         rel = os.path.relpath(self.dir, self.input_root)
         return self.input_root.name if rel == "." else rel
+
+    @property
+    def counts_env_steps(self) -> bool:
+        return self.result.get("env_steps") is not None
+
+    def metric_bounds(self, metric: str | None) -> tuple[float | None, float | None]:
+        """What ``metric`` can take, from the record's optional ``metric_bounds`` (e.g. CartPole's [0, 500])."""
+        bounds = (self.result.get("metric_bounds") or {}).get(metric) if metric else None
+        if not isinstance(bounds, (list, tuple)) or len(bounds) != 2:
+            return None, None
+        return finite_or_none(bounds[0]), finite_or_none(bounds[1])
 
     def get_float(self, key: str) -> float | None:
         return finite_or_none(self.result.get(key))

@@ -17,14 +17,8 @@ from typing import Any
 import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
-from scipy import stats as scipy_stats
-
-from pipeline.report.collect import RunRecord
 
 DPI = 110
-# Past this many distinct steps the union grid is replaced by an even grid: interpolation makes the
-# difference invisible and the plot stays cheap for long runs logged at irregular steps.
-MAX_GRID_POINTS = 400
 JITTER = 0.12
 
 
@@ -55,71 +49,48 @@ def _label(name: str, n: int) -> str:
     return f"{name} (n={n})"
 
 
-def align_curves(curves: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    """Put per-seed curves on one step grid: ``(grid, matrix[seed, step])``.
-
-    Seeds logged at the same steps line up exactly; otherwise each seed is linearly interpolated on the
-    union of steps, and is NaN outside its own logged range (no extrapolation).
-    """
-    grid = np.unique(np.concatenate([steps for steps, _ in curves]))
-    if grid.size > MAX_GRID_POINTS:
-        grid = np.linspace(grid[0], grid[-1], MAX_GRID_POINTS)
-    matrix = np.full((len(curves), grid.size), np.nan)
-    for row, (steps, values) in enumerate(curves):
-        inside = (grid >= steps[0]) & (grid <= steps[-1])
-        matrix[row, inside] = np.interp(grid[inside], steps, values)
-    return grid, matrix
-
-
-def mean_and_band(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per-step mean over seeds and a 95% t-interval; the band is NaN where fewer than 2 seeds cover."""
-    counts = np.sum(np.isfinite(matrix), axis=0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mean = np.nansum(matrix, axis=0) / np.where(counts > 0, counts, np.nan)
-        centred = np.where(np.isfinite(matrix), matrix - mean, 0.0)
-        std = np.sqrt(np.sum(centred**2, axis=0) / np.where(counts > 1, counts - 1, np.nan))
-        half = scipy_stats.t.ppf(0.975, np.where(counts > 1, counts - 1, np.nan)) * std / np.sqrt(counts)
-    return mean, mean - half, mean + half
-
-
 def plot_learning_curves(
-    runs: Sequence[RunRecord], groups: dict[str, dict[str, Any]], colors: dict[str, Any], out_dir: Path
+    groups: dict[str, dict[str, Any]], curve_seeds: dict[str, list], colors: dict[str, Any], out_dir: Path
 ) -> list[dict[str, Any]]:
-    valid_dirs = {entry["dir"] for stats in groups.values() for entry in stats["per_seed"].values()}
-    by_curve: dict[str, dict[str, list[tuple[np.ndarray, np.ndarray]]]] = defaultdict(lambda: defaultdict(list))
-    x_names: dict[str, set[str]] = defaultdict(set)
-    for run in runs:
-        if str(run.dir) not in valid_dirs:
-            continue
-        loaded = run.load_curve()
-        if loaded is None:
-            continue
-        x_name, steps, values = loaded
-        by_curve[run.primary_curve][run.group].append((steps, values))
-        x_names[run.primary_curve].add(x_name)
-
+    """One figure per curve metric: each group's IQM with its bootstrap band, and thin per-seed lines,
+    solid while the seed ran and dashed where it stopped early and holds its last evaluation."""
+    by_metric: dict[str, list[str]] = defaultdict(list)
+    for name, stats in groups.items():
+        if stats.get("curve"):
+            by_metric[stats["curve"]["metric"]].append(name)
     images = []
-    for curve, curves_by_group in sorted(by_curve.items()):
+    for metric, names in sorted(by_metric.items()):
         fig, ax = _subplots((8, 5))
-        for name in sorted(curves_by_group):
-            curves = curves_by_group[name]
-            grid, matrix = align_curves(curves)
-            color = colors[name]
-            for steps, values in curves:
-                ax.plot(steps, values, color=color, alpha=0.25, linewidth=0.8)
-            mean, low, high = mean_and_band(matrix)
-            ax.plot(grid, mean, color=color, linewidth=2.2, label=f"{_label(name, len(curves))} mean")
-            if len(curves) > 1:
-                ax.fill_between(grid, low, high, color=color, alpha=0.2, linewidth=0)
-        x_label = " / ".join(sorted(x_names[curve]))
-        ax.set_xlabel(x_label if x_label != "row" else "logged row")
-        ax.set_ylabel(curve)
-        ax.set_title(f"Learning curves: {curve}\nmean over seeds, 95% t-interval band, thin lines = seeds")
+        any_held = False
+        for name in names:
+            curve, color = groups[name]["curve"], colors[name]
+            end = curve["steps"][-1]
+            for steps, values in curve_seeds[name]:
+                ax.plot(steps, values, color=color, alpha=0.3, linewidth=0.8)
+                if steps[-1] < end:
+                    any_held = True
+                    ax.plot([steps[-1], end], [values[-1], values[-1]], color=color, alpha=0.3, linewidth=0.8,
+                            linestyle="--")
+            steps = np.asarray(curve["steps"], dtype=float)
+            ax.plot(steps, curve["iqm"], color=color, linewidth=2.2, label=f"{_label(name, len(curve_seeds[name]))} IQM")
+            if len(curve_seeds[name]) > 1:
+                ax.fill_between(steps, np.asarray(curve["ci_low"], dtype=float), np.asarray(curve["ci_high"], dtype=float),
+                                color=color, alpha=0.2, linewidth=0)
+        bounds = groups[names[0]]["curve"]["bounds"]
+        if bounds:
+            low, high = ax.get_ylim()
+            pad = 0.03 * ((bounds[1] if bounds[1] is not None else high) - (bounds[0] if bounds[0] is not None else low))
+            ax.set_ylim(low if bounds[0] is None else bounds[0] - pad, high if bounds[1] is None else bounds[1] + pad)
+        ax.set_xlabel(" / ".join(sorted({groups[n]["curve"]["x"] for n in names})))
+        ax.set_ylabel(metric)
+        held = "\ndashed = a seed that stopped early, held at its last evaluation" if any_held else ""
+        ax.set_title(f"Learning curves: {metric}\nIQM over seeds, 95% stratified bootstrap band, thin lines = seeds{held}",
+                     fontsize="medium")
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small", loc="best")
-        name = _file_name("learning_curves", curve, len(by_curve) > 1)
-        _save(fig, out_dir, name)
-        images.append({"kind": "learning_curves", "file": name, "title": f"Learning curves ({curve})", "metric": curve})
+        file = _file_name("learning_curves", metric, len(by_metric) > 1)
+        _save(fig, out_dir, file)
+        images.append({"kind": "learning_curves", "file": file, "title": f"Learning curves ({metric})", "metric": metric})
     return images
 
 
@@ -303,12 +274,12 @@ def plot_probability_of_improvement(
     return images
 
 
-def make_plots(runs: Sequence[RunRecord], summary: dict[str, Any], out_dir: Path) -> list[dict[str, Any]]:
+def make_plots(summary: dict[str, Any], out_dir: Path) -> list[dict[str, Any]]:
     """Write every figure that the data supports into ``out_dir``."""
     groups, comparisons = summary["groups"], summary["comparisons"]
     colors = group_colors(list(groups))
     return [
-        *plot_learning_curves(runs, groups, colors, out_dir),
+        *plot_learning_curves(groups, summary["curve_seeds"], colors, out_dir),
         *plot_final_scores(groups, colors, out_dir),
         *plot_interval_estimates(groups, colors, out_dir),
         *plot_time_to_threshold(groups, colors, out_dir),
