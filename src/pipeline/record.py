@@ -1,7 +1,14 @@
-"""The run record: result.json, written atomically, the contract between runs, reports and tests."""
+"""The run record: result.json, written atomically, the contract between runs, reports and tests.
+
+`RunRecord` is the one typed, versioned definition of result.json: run.py writes it (one per agent,
+K = 1 included) and the report reads records through `read_result` / `RunRecord.from_dict`.
+Task-specific fields (e.g. the counterfactual task's coverage) live in `extras` and are written at
+the top level of the JSON, next to the typed fields.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -12,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 RESULT = "result.json"
+SCHEMA_VERSION = 2
+STATUSES = ("ok", "failed", "interrupted")
 
 _VERSIONED = ("torch", "lightning", "hydra-core", "gymnasium", "numpy", "ale-py", "wandb", "scikit-learn")
 
@@ -67,3 +76,86 @@ def read_result(run_dir: Path) -> dict | None:
         return json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
         return None
+
+
+@dataclasses.dataclass
+class RunRecord:
+    """One run of one seed (one agent of a K-seed run is an ordinary run of its seed)."""
+
+    experiment: str
+    group: str
+    task: str
+    seed: int
+    run_dir: str
+    status: str = "failed"
+    error: str | None = "run did not finish (killed, or still running)"
+    primary_metric: str | None = None
+    primary_curve: str | None = None
+    higher_is_better: bool = True
+    metrics: dict[str, float] = dataclasses.field(default_factory=dict)
+    wall_time_s: float | None = None
+    # One entry per process that worked on the run: {started, wall_time_s, end, from_step, to_step}.
+    segments: list[dict] = dataclasses.field(default_factory=list)
+    time_breakdown_s: dict[str, float] = dataclasses.field(default_factory=dict)
+    device: str | None = None
+    versions: dict[str, str] = dataclasses.field(default_factory=versions)
+    git_commit: str | None = dataclasses.field(default_factory=git_commit)
+    # The resolved config minus the keys that do not change results (what reports group by).
+    config: dict | None = None
+    seeds_per_process: int = 1
+    agent: int = 0
+    pid: int | None = None
+    # Set when SIGINT/SIGTERM stopped the run: {signal, step, resume}.
+    interrupted: dict | None = None
+    checkpoint: dict | None = None
+    # RL runs (None elsewhere): the report tells RL runs by `env_steps` being set.
+    env_id: str | None = None
+    env_steps: int | None = None
+    env_steps_per_s: float | None = None
+    threshold: float | None = None
+    time_to_threshold_s: float | None = None
+    early_stop: dict | None = None
+    evaluations: list[dict] | None = None
+    metric_bounds: dict[str, list[float]] | None = None
+    replay_bytes_per_transition: int | None = None
+    extras: dict = dataclasses.field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def is_rl(self) -> bool:
+        return self.env_steps is not None
+
+    def update(self, **fields) -> RunRecord:
+        """Set typed fields; anything else goes to `extras` (written at the top level)."""
+        names = {f.name for f in dataclasses.fields(self)}
+        for key, value in fields.items():
+            if key in names:
+                setattr(self, key, value)
+            else:
+                self.extras[key] = value
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extras"}
+        return {**data, **{k: v for k, v in self.extras.items() if k not in data}}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> RunRecord:
+        names = {f.name for f in dataclasses.fields(cls)}
+        typed = {k: v for k, v in data.items() if k in names and k != "extras"}
+        extras = {k: v for k, v in data.items() if k not in names}
+        typed.setdefault("experiment", str(data.get("experiment") or ""))
+        typed.setdefault("group", str(data.get("group") or typed["experiment"]))
+        typed.setdefault("task", str(data.get("task") or ""))
+        typed.setdefault("seed", data.get("seed"))
+        typed.setdefault("run_dir", str(data.get("run_dir") or ""))
+        typed.setdefault("schema_version", 1)
+        return cls(**typed, extras=extras)
+
+    def write(self, run_dir: Path | None = None) -> None:
+        write_json(Path(run_dir or self.run_dir) / RESULT, self.to_dict())
+
+
+def read_record(run_dir: Path) -> RunRecord | None:
+    data = read_result(run_dir)
+    return None if data is None else RunRecord.from_dict(data)

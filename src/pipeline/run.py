@@ -1,38 +1,54 @@
-"""The composition root: config -> objects -> fit -> evaluate -> run record.
+"""The composition root: config -> objects -> fit -> evaluate -> K run records (K = 1 included).
 
-Only this module (and the CLI) knows about Hydra and config objects; everything it builds takes
-plain arguments and can be made by hand in a notebook.
+One lifecycle for one seed or K seeds trained together (`seeds_per_process=K`): agent i is seed
+`seed + i` and gets an ordinary run record of its own (the run dir itself for K = 1,
+`<run dir>/seed<n>/` for K > 1), never a synthetic one. The lifecycle is durable:
+
+- the run dir has one owner (`rundir.RunDirLock`);
+- a finished (`ok`) record is never overwritten; a resume that cannot load its checkpoint leaves the
+  earlier record and curve untouched and says why in one line;
+- tasks checkpoint while they train (`checkpoint.CheckpointPolicy`: every 60 s by default), and on
+  SIGINT/SIGTERM save, record `status: interrupted` with the step reached and the exact resume
+  command, and exit 130/143;
+- `ckpt_path=last` (or `resume=true` in a sweep) continues from the checkpoint: metrics.csv keeps its
+  rows up to the checkpoint's step and `wall_time_s` adds up every segment.
+
+Only this module (and the CLI) knows about config objects; everything it builds takes plain
+arguments and can be made by hand in a notebook.
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
-import os
 import time
 import traceback
 import warnings
+from datetime import datetime, timezone
 from pathlib import Path
 
 import lightning as L
 import torch
-from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
 from hydra.utils import get_class, instantiate
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.callbacks import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline import config_checks
+from pipeline.checkpoint import CheckpointError, CheckpointPolicy, checkpoint_path, load_safely, save_atomic
+from pipeline.curves import METRICS, CurveLog, CurveLogger
 from pipeline.devices import setup_device
+from pipeline.job import NON_SEMANTIC_PREFIXES, JobContext
 from pipeline.loggers import build_loggers, finish_loggers
-from pipeline.record import RESULT, git_commit, read_result, versions, write_json
+from pipeline.record import RunRecord, git_commit, read_record, versions
+from pipeline.rundir import Interrupted, RunDirBusy, RunDirLock, StopRequests
 from pipeline.seeding import seed_everything
 
 log = logging.getLogger("pipeline")
 
-# The run dir is ours: metrics.csv is rewritten on purpose (e.g. when resuming).
-warnings.filterwarnings("ignore", message=".*exists and is not empty.*")
 warnings.filterwarnings("ignore", message=".*isinstance.treespec, LeafSpec.*")
+
+
+class RunRefused(RuntimeError):
+    """The run cannot start without losing or mixing up work; the message is one line with the fix."""
 
 
 class ValidationTimer(Callback):
@@ -49,97 +65,83 @@ class ValidationTimer(Callback):
         self.seconds += time.perf_counter() - self._start
 
 
+class EpochCheckpointer(Callback):
+    """Lightning-loop tasks: a checkpoint at epoch ends when the policy says so; a stop request ends the fit.
+
+    Saved at epoch ends only: a mid-epoch Lightning checkpoint of our index-based loaders would
+    resume at the start of the epoch anyway. An interrupted run therefore continues from its last
+    finished epoch.
+    """
+
+    def __init__(self, path: Path, policy: CheckpointPolicy, stop: StopRequests, on_save, saved_epoch: int | None = None) -> None:
+        self.path, self.policy, self.stop, self.on_save = Path(path), policy, stop, on_save
+        self.saved_epoch = saved_epoch
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self.stop.requested:
+            raise Interrupted(self.saved_epoch)
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        if not self.policy.enabled:
+            return
+        if self.policy.due(trainer.current_epoch) or trainer.current_epoch + 1 >= (trainer.max_epochs or 0):
+            t0 = time.perf_counter()
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            trainer.save_checkpoint(str(tmp))
+            tmp.replace(self.path)
+            self.saved_epoch = trainer.current_epoch
+            self.policy.saved(trainer.current_epoch)
+            self.on_save(step=trainer.current_epoch, seconds=time.perf_counter() - t0, size=self.path.stat().st_size)
+
+
 def _is_empty(node) -> bool:
     return node is None or (isinstance(node, DictConfig) and len(node) == 0)
 
 
-def _accepted(cls, candidates: dict) -> dict:
-    """Only the parts the task's constructor asks for (a supervised task has no env, a DQN no datamodule)."""
+def build_task(cfg: DictConfig, datamodule, n_agents: int, run_dir: Path | None = None, device: torch.device | None = None):
+    """The task from `cfg.task` plus the parts it asks for; a part it cannot take is an error, never dropped."""
+    import inspect
+
+    cls = get_class(cfg.task._target_)
     params = inspect.signature(cls.__init__).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return candidates
-    return {k: v for k, v in candidates.items() if k in params}
-
-
-def build_task(cfg: DictConfig, datamodule, device: torch.device, run_dir: Path, n_agents: int | None = None):
-    task_cfg = cfg.task
-    cls = get_class(task_cfg._target_)
-    variant = getattr(cls, "batched_variant", None)
-    if n_agents is not None and variant is not None:
-        # `experiment=dqn_cartpole seeds_per_process=16`: the same recipe, K agents in lockstep,
-        # one env per agent (each agent is then an ordinary run of its seed, in distribution).
-        cls = get_class(variant)
-        params = inspect.signature(cls.__init__).parameters
-        kept = {k: v for k, v in OmegaConf.to_container(task_cfg, resolve=True).items() if k in params}
-        task_cfg = OmegaConf.create({"_target_": variant, **kept})
     parts = {
-        "net": None if _is_empty(cfg.model) else instantiate(cfg.model),
-        "loss": None if _is_empty(cfg.loss) else instantiate(cfg.loss),
-        "optimizer": None if _is_empty(cfg.optimizer) else instantiate(cfg.optimizer),
-        "scheduler": None if _is_empty(cfg.scheduler) else instantiate(cfg.scheduler),
-        "env": None if _is_empty(cfg.env) else OmegaConf.to_container(cfg.env, resolve=True),
-        "seed": int(cfg.seed),
-        "run_dir": run_dir,
+        "net": None if _is_empty(cfg.get("model")) else instantiate(cfg.model),
+        "loss": None if _is_empty(cfg.get("loss")) else instantiate(cfg.loss),
+        "optimizer": None if _is_empty(cfg.get("optimizer")) else instantiate(cfg.optimizer),
+        "scheduler": None if _is_empty(cfg.get("scheduler")) else instantiate(cfg.scheduler),
+        "env": None if _is_empty(cfg.get("env")) else OmegaConf.to_container(cfg.env, resolve=True),
         "datamodule": datamodule,
-        "data_device": device,
-        "n_agents": n_agents,
     }
     for attr in ("in_features", "n_classes", "image_shape"):
         if datamodule is not None and hasattr(datamodule, attr):
             parts[attr] = getattr(datamodule, attr)
-    parts = {k: v for k, v in _accepted(cls, parts).items() if v is not None}
-    return instantiate(task_cfg, **parts, _convert_="all")
+    kwargs = {"seed": int(cfg.seed), "run_dir": run_dir, "data_device": device}
+    if n_agents > 1 or "n_agents" in params:
+        if "n_agents" not in params:
+            raise config_checks.ConfigError(
+                f"task {cls.__name__} trains one seed per process; seeds_per_process={n_agents} works with task=dqn and "
+                "task=supervised (run the seeds as a sweep: -m seed='range(0,N)')"
+            )
+        kwargs["n_agents"] = n_agents
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    for name, value in parts.items():
+        if value is None:
+            continue
+        if name in params or takes_any:
+            kwargs[name] = value
+        elif name in ("net", "loss", "optimizer", "scheduler", "env"):
+            group = {"net": "model"}.get(name, name)
+            raise config_checks.ConfigError(
+                f"task {cls.__name__} does not use a {group}; drop it with {group}=none (got {group}={_choice_hint(cfg, group)})"
+            )
+    kwargs = {k: v for k, v in kwargs.items() if k in params or takes_any}
+    return instantiate(cfg.task, **kwargs, _convert_="all")
 
 
-def group_name(cfg: DictConfig) -> str:
-    """The experiment plus every override that is not the seed: runs with equal groups are seeds of one config."""
-    skip = ("seed", "experiment", "resume", "ckpt_path", "hydra", "device.num_threads", "logger")
-    extra = []
-    try:
-        overrides = HydraConfig.get().overrides.task
-    except ValueError:
-        overrides = []
-    for item in overrides:
-        key = item.split("=", 1)[0].lstrip("+~")
-        if not key.startswith(skip):
-            extra.append(item)
-    return " ".join([str(cfg.name), *sorted(extra)])
-
-
-def threads_for_this_job(requested: int | None) -> int | None:
-    """Under a parallel launcher, jobs x threads must not exceed the cores (oversubscription is 3-10x slower)."""
-    try:
-        hydra_cfg = HydraConfig.get()
-    except ValueError:
-        return requested
-    n_jobs = OmegaConf.select(hydra_cfg, "launcher.n_jobs", default=None)
-    if hydra_cfg.mode != RunMode.MULTIRUN or not isinstance(n_jobs, int) or requested is None:
-        return requested
-    cores = os.cpu_count() or 1
-    # joblib: -1 means all cores, -2 all but one, ...
-    parallel = cores + 1 + n_jobs if n_jobs < 0 else n_jobs
-    cap = max(1, cores // max(1, parallel))
-    if requested > cap:
-        log.info(f"device.num_threads={requested} lowered to {cap}: {parallel} parallel jobs on {cores} cores")
-    return min(int(requested), cap)
-
-
-def _run_dir() -> Path:
-    return Path(HydraConfig.get().runtime.output_dir)
-
-
-def _resolve_ckpt(ckpt_path: str | None, run_dir: Path) -> str | None:
-    if not ckpt_path:
-        return None
-    if ckpt_path == "last":
-        path = run_dir / "checkpoints" / "last.ckpt"
-        if not path.is_file():
-            log.info(f"ckpt_path=last: no checkpoint at {path} yet, starting from scratch")
-            return None
-        return str(path)
-    if not Path(ckpt_path).is_file():
-        raise config_checks.ConfigError(f"ckpt_path={ckpt_path}: no such checkpoint file; pass a .ckpt path or `last`")
-    return str(ckpt_path)
+def _choice_hint(cfg: DictConfig, group: str) -> str:
+    node = cfg.get(group)
+    target = node.get("_target_") if isinstance(node, DictConfig) else None
+    return str(target or node)
 
 
 def one_line(exc: BaseException) -> str:
@@ -150,216 +152,404 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
-def make_trainer(cfg: DictConfig, accelerator: str, run_dir: Path, loggers, callbacks, checkpoints: bool = True) -> L.Trainer:
-    trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
-    trainer_cfg = {k: v for k, v in trainer_cfg.items() if v is not None}
+def make_trainer(cfg: DictConfig, accelerator: str, run_dir: Path, loggers, callbacks) -> L.Trainer:
+    try:
+        from pipeline.callbacks import build_callbacks, trainer_kwargs
+    except ImportError:  # pragma: no cover - the callbacks module is optional while it lands
+        build_callbacks, trainer_kwargs = None, None
+    if trainer_kwargs is not None:
+        trainer_cfg = trainer_kwargs(cfg)
+        callbacks = [*callbacks, *build_callbacks(cfg)]
+    else:
+        trainer_cfg = {k: v for k, v in OmegaConf.to_container(cfg.trainer, resolve=True).items() if v is not None}
+    trainer_cfg.pop("debug", None)
     return L.Trainer(
-        accelerator=accelerator,
-        devices=1,
-        precision=cfg.device.precision,
-        logger=loggers,
-        callbacks=callbacks,
-        default_root_dir=str(run_dir),
-        deterministic=bool(cfg.seeding.deterministic),
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        enable_checkpointing=checkpoints,
-        **trainer_cfg,
+        **{
+            "accelerator": accelerator,
+            "devices": 1,
+            "precision": cfg.device.precision,
+            "logger": loggers or False,
+            "callbacks": callbacks,
+            "default_root_dir": str(run_dir),
+            "deterministic": bool(cfg.seeding.deterministic),
+            "enable_model_summary": False,
+            "num_sanity_val_steps": 0,
+            "enable_checkpointing": False,
+            **trainer_cfg,
+        }
     )
 
 
-def new_record(cfg: DictConfig, run_dir: Path, seed: int, group: str) -> dict:
-    """The skeleton of result.json; until the run ends it says the run did not finish."""
-    return {
-        "experiment": str(cfg.name),
-        "group": group,
-        "task": str(cfg.task._target_).rsplit(".", 1)[-1],
-        "seed": seed,
-        "status": "failed",
-        "error": "run did not finish (killed, or still running)",
-        "primary_metric": None,
-        "primary_curve": None,
-        "higher_is_better": True,
-        "metrics": {},
-        "wall_time_s": None,
-        "time_breakdown_s": {},
-        "device": None,
-        "versions": versions(),
-        "git_commit": git_commit(),
-        "run_dir": str(run_dir),
-    }
+def agent_dirs(run_dir: Path, seeds: list[int]) -> list[Path]:
+    return [run_dir] if len(seeds) == 1 else [run_dir / f"seed{s}" for s in seeds]
 
 
-def _task_fields(task) -> dict:
-    return {
-        "task": type(task).__name__,
-        "primary_metric": task.primary_metric,
-        "primary_curve": task.primary_curve,
-        "higher_is_better": task.higher_is_better,
-    }
-
-
-def run(cfg: DictConfig, run_dir: Path | None = None) -> dict:
-    """Run one experiment and write its record into `run_dir`. Never raises: failures are recorded."""
-    run_dir = Path(run_dir) if run_dir is not None else _run_dir()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    if int(cfg.get("seeds_per_process") or 1) > 1:
-        return run_batched(cfg, run_dir)
-    if cfg.get("resume"):
-        previous = read_result(run_dir)
-        if previous and previous.get("status") == "ok":
-            log.info(f"resume: {run_dir} already finished ok, skipping")
-            return previous
-
-    t_start = time.perf_counter()
-    group = group_name(cfg)
-    record = new_record(cfg, run_dir, int(cfg.seed), group)
-    write_json(run_dir / RESULT, record)  # a killed run leaves a record that says so
-    (run_dir / "error.log").unlink(missing_ok=True)
-
-    loggers: list = []
-    task = None
+def comparable_config(cfg: DictConfig) -> dict:
+    """The resolved config minus the keys that do not change results (what reports group by)."""
     try:
-        config_checks.check_missing(cfg)
-        config_checks.check_types(cfg, _choices())
-        seed_everything(cfg.seed, deterministic=bool(cfg.seeding.deterministic))
-        device = setup_device(cfg.device.accelerator, threads_for_this_job(cfg.device.num_threads))
-        record["device"] = str(device)
+        from pipeline.grouping import semantic_config
 
-        t0 = time.perf_counter()
-        datamodule = None if _is_empty(cfg.data) else instantiate(cfg.data)
-        if datamodule is not None:
-            datamodule.prepare_data()
-            datamodule.setup("fit")
-        task = build_task(cfg, datamodule, device, run_dir)
-        record.update(_task_fields(task))
-        setup_s = time.perf_counter() - t0
+        return semantic_config(OmegaConf.to_container(cfg, resolve=True))
+    except ImportError:
+        pass
+    resolved = OmegaConf.to_container(cfg, resolve=True)
 
-        resolved = OmegaConf.to_container(cfg, resolve=True)
-        loggers = build_loggers(
-            cfg.logger, run_dir, run_name=f"{cfg.name}-seed{cfg.seed}", group=group,
-            job_type=record["task"], seed=int(cfg.seed), config=resolved,
-        )
-        val_timer = ValidationTimer()
-        checkpoint = ModelCheckpoint(dirpath=str(run_dir / "checkpoints"), save_last=True, save_top_k=1, enable_version_counter=False)
-        trainer = make_trainer(cfg, device.type, run_dir, loggers, [checkpoint, val_timer])
+    def keep(prefix: str, node):
+        if isinstance(node, dict):
+            out = {}
+            for k, v in node.items():
+                key = f"{prefix}.{k}" if prefix else str(k)
+                if not key.startswith(NON_SEMANTIC_PREFIXES) and key != "seeds_per_process":
+                    out[k] = keep(key, v)
+            return out
+        return node
 
-        metrics = task.fit_and_evaluate(trainer, datamodule, _resolve_ckpt(cfg.get("ckpt_path"), run_dir))
-        torch.save(task.export_state_dict(), run_dir / "model.pt")
-        record.update(status="ok", error=None, metrics=metrics)
-        if record["primary_metric"] not in metrics:
-            raise RuntimeError(f"task did not report its primary metric {record['primary_metric']!r}")
-        breakdown = {"setup": setup_s, **task.time_breakdown_s}
-        if "fit" in breakdown and val_timer.seconds:
-            breakdown["fit"] -= val_timer.seconds
-            breakdown = {("train" if k == "fit" else k): v for k, v in breakdown.items()}
-            breakdown["val"] = val_timer.seconds
-        record["time_breakdown_s"] = {k: round(v, 4) for k, v in breakdown.items()}
-        record.update(task.record_extras())
-    except Exception as exc:  # every failure becomes a record; the traceback goes to error.log
-        record.update(status="failed", error=one_line(exc))
-        (run_dir / "error.log").write_text(traceback.format_exc())
-        if task is not None:
-            record["time_breakdown_s"] = {k: round(v, 4) for k, v in task.time_breakdown_s.items()}
-            try:
-                record.update(task.record_extras())
-            except Exception:
-                pass
-    finally:
-        finish_loggers(loggers, record["status"])
-        record["wall_time_s"] = round(time.perf_counter() - t_start, 3)
-        write_json(run_dir / RESULT, record)
-    return record
+    return keep("", resolved)
 
 
-def _choices() -> dict:
+def exit_code_of(records: list[dict]) -> int:
+    if any(r.get("status") == "interrupted" for r in records):
+        return int((records[0].get("interrupted") or {}).get("exit_code") or 130)
+    return 0 if records and all(r.get("status") == "ok" for r in records) else 1
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _check_start(cfg: DictConfig, k: int) -> None:
+    """Values that make no sense are refused before anything is written."""
+    seed = cfg.get("seed")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise config_checks.ConfigError(f"seed={seed!r} must be an integer, e.g. seed=3 (a sweep: -m seed='range(0,10)')")
+    if k < 1:
+        raise config_checks.ConfigError(f"seeds_per_process={k} must be >= 1")
+    check_values = getattr(config_checks, "check_values", None)
+    if check_values is not None:
+        check_values(cfg)
+
+
+def run(cfg: DictConfig, run_dir: Path | None = None) -> list[dict]:
+    """Run from Python (tests, notebooks): the Hydra context when there is one, else `run_dir`."""
     try:
-        return dict(HydraConfig.get().runtime.choices)
+        ctx = JobContext.from_hydra(cfg)
     except ValueError:
-        return {}
+        ctx = JobContext(run_dir=str(run_dir))
+    if run_dir is not None:
+        ctx.run_dir = str(run_dir)
+    return run_job(cfg, ctx)
 
 
-def agent_dir(run_dir: Path, seed: int) -> Path:
-    return run_dir / f"seed{seed}"
+def run_job(cfg: DictConfig, ctx: JobContext) -> list[dict]:
+    """Run one job (K agents) and write its records. Refusals raise RunRefused; every other failure is recorded."""
+    try:
+        from pipeline.debug import apply_debug
 
-
-def run_batched(cfg: DictConfig, run_dir: Path) -> dict:
-    """K seeds trained together in one process; each agent gets an ordinary run record of its own.
-
-    Agent i is seed `seed + i` and writes `<run_dir>/seed<seed+i>/` (result.json, metrics.csv,
-    model.pt), so reports and sweeps see K ordinary seeds. `<run_dir>/batch.json` describes the batch
-    (it is not a run record: a report over `run_dir` counts the K agents, not K + 1 runs).
-    """
-    k = int(cfg.seeds_per_process)
+        cfg = apply_debug(cfg)
+    except ImportError:
+        pass
+    run_dir = Path(ctx.run_dir)
+    raw_k = cfg.get("seeds_per_process") or 1
+    k = int(raw_k) if isinstance(raw_k, int) else -1
+    _check_start(cfg, k)
     seeds = [int(cfg.seed) + i for i in range(k)]
-    group = group_name(cfg)
-    dirs = [agent_dir(run_dir, s) for s in seeds]
-    records = []
-    for d, s in zip(dirs, seeds):
-        d.mkdir(parents=True, exist_ok=True)
-        records.append(new_record(cfg, d, s, group))
-        write_json(d / RESULT, records[-1])
+    dirs = agent_dirs(run_dir, seeds)
+    lock = RunDirLock(run_dir)
+    try:
+        lock.acquire()
+    except RunDirBusy as exc:
+        raise RunRefused(str(exc)) from None
+    try:
+        return _run_locked(cfg, ctx, run_dir, seeds, dirs)
+    finally:
+        lock.release()
+
+
+def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int], dirs: list[Path]) -> list[dict]:
+    k = len(seeds)
+    previous = [read_record(d) for d in dirs]
+    ckpt_file = checkpoint_path(run_dir)
+    wants_resume = bool(cfg.get("ckpt_path")) or bool(cfg.get("resume"))
+    if all(p is not None and p.status == "ok" for p in previous):
+        if wants_resume:
+            log.info(f"{run_dir} already finished ok; nothing to continue")
+            return [p.to_dict() for p in previous]
+        raise RunRefused(
+            f"{run_dir} already holds a finished run (status ok); choose a new dir (hydra.run.dir=<dir>) to run it again"
+        )
+    ckpt = _resolve_ckpt(cfg, ckpt_file, any(p is not None for p in previous))
+
     t_start = time.perf_counter()
+    stop = StopRequests().install()
     loggers: list = []
+    records: list[RunRecord] = []
+    curves: list[CurveLog] = []
     task = None
-    status, error = "failed", None
+    resume_state = None
     try:
         config_checks.check_missing(cfg)
-        config_checks.check_types(cfg, _choices())
+        config_checks.check_types(cfg, ctx.choices)
         seed_everything(cfg.seed, deterministic=bool(cfg.seeding.deterministic))
-        device = setup_device(cfg.device.accelerator, threads_for_this_job(cfg.device.num_threads))
-        datamodule = None if _is_empty(cfg.data) else instantiate(cfg.data)
+        device = setup_device(cfg.device.accelerator, ctx.num_threads if ctx.num_threads is not None else cfg.device.num_threads)
+        t0 = time.perf_counter()
+        datamodule = None if _is_empty(cfg.get("data")) else instantiate(cfg.data)
         if datamodule is not None:
             datamodule.prepare_data()
             datamodule.setup("fit")
-        task = build_task(cfg, datamodule, device, run_dir, n_agents=k)
-        if not hasattr(task, "agent_state_dict"):
-            raise config_checks.ConfigError(
-                f"task {type(task).__name__} trains one seed per process; for seeds_per_process={k} "
-                "use a seed-batched preset, e.g. experiment=dqn_cartpole_batched"
-            )
-        resolved = OmegaConf.to_container(cfg, resolve=True)
-        loggers = build_loggers({}, run_dir, run_name=f"{cfg.name}-batch", group=group, job_type="batch", seed=int(cfg.seed), config=resolved)
-        # Agents leave the batch as they stop, so a mid-run checkpoint could not be resumed anyway.
-        trainer = make_trainer(cfg, device.type, run_dir, loggers, [], checkpoints=False)
-        per_agent = task.fit_and_evaluate(trainer, datamodule, _resolve_ckpt(cfg.get("ckpt_path"), run_dir))
-        wall = round(time.perf_counter() - t_start, 3)
-        for i, (record, d) in enumerate(zip(records, dirs)):
-            task.write_agent_curves(i, d / "metrics.csv")
-            torch.save(task.agent_state_dict(i), d / "model.pt")
-            record.update(_task_fields(task), status="ok", error=None, metrics=per_agent[i], device=str(device), wall_time_s=wall)
-            record.update(task.agent_extras(i))
-            record["seeds_per_process"] = k
-            if record["primary_metric"] not in per_agent[i]:
-                raise RuntimeError(f"task did not report its primary metric {record['primary_metric']!r} for agent {i}")
-        status = "ok"
+        task = build_task(cfg, datamodule, k, run_dir, device)
+        resume_step = None
+        if ckpt is not None:
+            resume_state = load_safely(ckpt, "checkpoint")
+            if hasattr(task, "load_checkpoint_state"):
+                task.load_checkpoint_state(resume_state)
+                resume_step = task.resume_step
+            else:
+                resume_step = int(resume_state.get("epoch", 0))
+        setup_s = time.perf_counter() - t0
+    except (CheckpointError, ValueError) as exc:
+        if ckpt is not None:  # a failed resume leaves the earlier record and curve as they were
+            stop.uninstall()
+            raise RunRefused(f"cannot resume {run_dir} from {ckpt}: {one_line(exc)}; the earlier record is kept") from None
+        setup_s, resume_step = 0.0, None
+        records = _start_records(cfg, ctx, dirs, seeds, previous, None)
+        return _fail(records, exc, run_dir, t_start, stop, loggers, curves)
     except Exception as exc:
-        error = one_line(exc)
-        (run_dir / "error.log").write_text(traceback.format_exc())
-        for record in records:
-            record.update(status="failed", error=error, wall_time_s=round(time.perf_counter() - t_start, 3))
-    finally:
-        finish_loggers(loggers, status)
-        for record, d in zip(records, dirs):
-            write_json(d / RESULT, record)
-        wandb_cfg = (cfg.get("logger") or {}).get("wandb")
-        if wandb_cfg is not None and status == "ok":
-            from pipeline.loggers import log_records_to_wandb
+        stop.uninstall()
+        if ckpt is not None:
+            raise RunRefused(f"cannot resume {run_dir}: {one_line(exc)}; the earlier record is kept") from None
+        records = _start_records(cfg, ctx, dirs, seeds, previous, None)
+        return _fail(records, exc, run_dir, t_start, StopRequests(), loggers, curves)
 
-            log_records_to_wandb(records, dirs, dict(wandb_cfg), OmegaConf.to_container(cfg, resolve=True))
-    summary = {
-        "experiment": str(cfg.name), "group": group, "seeds": seeds, "seeds_per_process": k, "status": status,
-        "error": error, "wall_time_s": round(time.perf_counter() - t_start, 3),
-        "agents": [{"seed": r["seed"], "status": r["status"], "run_dir": r["run_dir"],
-                    "primary": (r.get("metrics") or {}).get(r.get("primary_metric") or "")} for r in records],
-        "time_breakdown_s": {k2: round(v, 4) for k2, v in getattr(task, "time_breakdown_s", {}).items()},
-    }
-    write_json(run_dir / "batch.json", summary)
-    # What the CLI prints and a sweep callback sees: the batch, shaped like one record.
-    values = [a["primary"] for a in summary["agents"] if isinstance(a["primary"], int | float)]
-    metric = f"mean over {k} seeds of {records[0].get('primary_metric')}"
-    return {
-        **records[0], "seed": f"{seeds[0]}-{seeds[-1]}", "run_dir": str(run_dir), "status": status, "error": error,
-        "primary_metric": metric, "metrics": {metric: sum(values) / len(values)} if values else {},
-        "wall_time_s": summary["wall_time_s"],
-    }
+    records = _start_records(cfg, ctx, dirs, seeds, previous, resume_step)
+    for r in records:
+        r.update(task=type(task).__name__, primary_metric=task.primary_metric, primary_curve=task.primary_curve,
+                 higher_is_better=task.higher_is_better, device=str(device))
+        r.write()
+    try:
+        curves = [CurveLog(d / METRICS, resume_step=resume_step) for d in dirs]
+        resolved = OmegaConf.to_container(cfg, resolve=True)
+        logger_spec = {} if k > 1 else dict(cfg.get("logger") or {})
+        logger_spec.pop("csv", None)
+        loggers = build_loggers(
+            logger_spec, run_dir, run_name=f"{cfg.name}-seed{cfg.seed}" if k == 1 else f"{cfg.name}-batch",
+            group=records[0].group, job_type=records[0].task, seed=int(cfg.seed), config=resolved,
+        )
+        loggers = [lg for lg in loggers if type(lg).__name__ != "CSVLogger"]
+        if getattr(task, "writes_curves", False):
+            task.curves = curves
+        else:
+            loggers.insert(0, CurveLogger(curves[0]))
+        _attach_trial(task, cfg)
+        policy = _policy(cfg)
+        saves = {"count": 0, "seconds": 0.0}
+
+        def note_save(step: int, seconds: float, size: int, replay_saved: bool | None = None) -> None:
+            saves["count"] += 1
+            saves["seconds"] += seconds
+            info = {"path": str(ckpt_file), "step": step, "saved_at": _now(), "size_bytes": size,
+                    "saves": saves["count"], "save_seconds": round(saves["seconds"], 3)}
+            if replay_saved is not None:
+                info["replay_saved"] = replay_saved
+            for r in records:
+                r.checkpoint = info
+                # A segment killed later still counts the time up to its last checkpoint.
+                r.segments[-1].update(wall_time_s=round(time.perf_counter() - t_start, 3), to_step=step)
+                r.wall_time_s = round(sum(float(seg.get("wall_time_s") or 0.0) for seg in r.segments), 3)
+                r.write()
+            for c in curves:
+                c.flush()
+
+        callbacks: list = [ValidationTimer()]
+        if hasattr(task, "checkpoint_state"):
+            task.checkpoint_hook = _state_checkpointer(task, ckpt_file, policy, stop, note_save)
+        else:
+            callbacks.append(EpochCheckpointer(ckpt_file, policy, stop, note_save, saved_epoch=resume_step))
+        policy.start(resume_step or 0)
+        trainer = make_trainer(cfg, device.type, run_dir, loggers, callbacks)
+        lightning_ckpt = str(ckpt) if ckpt is not None and not hasattr(task, "load_checkpoint_state") else None
+        result = task.fit_and_evaluate(trainer, datamodule, lightning_ckpt)
+        per_agent = result if isinstance(result, list) else [result]
+        if stop.requested:  # the fit ended on a stop request after its last safe point
+            raise Interrupted(getattr(task, "resume_step", None))
+        for i, (r, d) in enumerate(zip(records, dirs)):
+            state = task.agent_state_dict(i) if hasattr(task, "agent_state_dict") else task.export_state_dict()
+            save_atomic(state, d / "model.pt")
+            extras = task.agent_record(i) if hasattr(task, "agent_record") else task.record_extras()
+            r.update(status="ok", error=None, metrics=per_agent[i], **extras)
+            if r.primary_metric not in per_agent[i]:
+                raise RuntimeError(f"task did not report its primary metric {r.primary_metric!r}")
+        breakdown = {"setup": setup_s, **task.time_breakdown_s}
+        val = callbacks[0].seconds
+        if "fit" in breakdown and val:
+            breakdown["fit"] -= val
+            breakdown = {("train" if key == "fit" else key): v for key, v in breakdown.items()}
+            breakdown["val"] = val
+        if saves["count"]:
+            breakdown["checkpoint"] = saves["seconds"]
+        for r in records:
+            r.time_breakdown_s = {key: round(v, 4) for key, v in breakdown.items()}
+    except Interrupted as exc:
+        return _interrupted(records, exc, stop, ctx, t_start, loggers, curves, task)
+    except Exception as exc:  # every failure becomes a record; the traceback goes to error.log
+        return _fail(records, exc, run_dir, t_start, stop, loggers, curves, task)
+    return _finish(records, t_start, stop, loggers, curves, cfg, dirs)
+
+
+def _resolve_ckpt(cfg: DictConfig, last: Path, has_previous: bool) -> Path | None:
+    requested = cfg.get("ckpt_path")
+    if not requested and cfg.get("resume") and has_previous:
+        requested = "last"  # a sweep resumed with resume=true continues its unfinished jobs
+    if not requested:
+        return None
+    if requested == "last":
+        if not last.is_file():
+            log.info(f"ckpt_path=last: no checkpoint at {last} yet, starting from scratch")
+            return None
+        return last
+    path = Path(str(requested))
+    if not path.is_file():
+        raise RunRefused(f"ckpt_path={requested}: no such checkpoint file; pass a checkpoint path or `last`")
+    return path
+
+
+def _policy(cfg: DictConfig) -> CheckpointPolicy:
+    spec = cfg.get("checkpoint") or {}
+    return CheckpointPolicy(
+        enabled=bool(spec.get("enabled", True)),
+        every_s=None if spec.get("every_s") is None else float(spec.get("every_s")),
+        every_steps=None if not spec.get("every_steps") else int(spec.get("every_steps")),
+    )
+
+
+def _state_checkpointer(task, path: Path, policy: CheckpointPolicy, stop: StopRequests, note_save):
+    """For tasks that keep their own state (DQN): save when due; on a stop request save and end the fit."""
+
+    def save() -> None:
+        t0 = time.perf_counter()
+        try:
+            state = task.checkpoint_state()
+            size = save_atomic(state, path)
+        except (OSError, RuntimeError, NotImplementedError) as exc:  # a failed save must not end the training
+            policy.saved(task.resume_step)
+            log.warning(f"checkpoint at step {task.resume_step} not saved: {one_line(exc)}; training goes on")
+            return
+        policy.saved(task.resume_step)
+        note_save(step=task.resume_step, seconds=time.perf_counter() - t0, size=size, replay_saved=state.get("replay") is not None)
+
+    def hook() -> None:
+        if stop.requested:
+            save()
+            raise Interrupted(task.resume_step)
+        if policy.due(task.resume_step):
+            save()
+
+    return hook
+
+
+def _attach_trial(task, cfg: DictConfig) -> None:
+    trial = cfg.get("trial")
+    if trial is None:
+        return
+    from pipeline.tune.pruning import TrialReporter
+
+    task.trial_reporter = TrialReporter.from_config(trial)
+
+
+def _start_records(cfg, ctx: JobContext, dirs, seeds, previous, resume_step) -> list[RunRecord]:
+    """Fresh records that say the run has not finished; a resumed run carries its earlier segments."""
+    import os
+
+    group = ctx.group(str(cfg.name))
+    config = comparable_config(cfg)
+    vers, commit = versions(), git_commit()
+    records = []
+    for i, (d, s, prev) in enumerate(zip(dirs, seeds, previous)):
+        d.mkdir(parents=True, exist_ok=True)
+        segments = [dict(seg) for seg in prev.segments] if (prev is not None and resume_step is not None) else []
+        for seg in segments:
+            seg.setdefault("end", "killed")  # it never closed: the process was killed or crashed
+        segments.append({"started": _now(), "from_step": resume_step, "pid": os.getpid()})
+        r = RunRecord(
+            experiment=str(cfg.name), group=group, task=str(cfg.task._target_).rsplit(".", 1)[-1], seed=s,
+            run_dir=str(d), segments=segments, versions=vers, git_commit=commit, config=config,
+            seeds_per_process=len(seeds), agent=i, pid=os.getpid(),
+        )
+        if resume_step is None:
+            (d / "error.log").unlink(missing_ok=True)
+        r.write()
+        records.append(r)
+    return records
+
+
+def _close_segment(records: list[RunRecord], t_start: float, end: str) -> None:
+    for r in records:
+        if r.segments:
+            r.segments[-1].update(wall_time_s=round(time.perf_counter() - t_start, 3), end=end, ended=_now())
+        r.wall_time_s = round(sum(float(s.get("wall_time_s") or 0.0) for s in r.segments), 3)
+
+
+def _finish(records, t_start, stop, loggers, curves, cfg, dirs) -> list[dict]:
+    _close_segment(records, t_start, "ok")
+    for c in curves:
+        c.flush()
+    for r in records:
+        r.write()
+    _publish(loggers, records)
+    finish_loggers(loggers, "ok")
+    stop.uninstall()
+    wandb_cfg = (cfg.get("logger") or {}).get("wandb")
+    if wandb_cfg is not None and len(records) > 1:
+        from pipeline.loggers import log_records_to_wandb
+
+        log_records_to_wandb([r.to_dict() for r in records], dirs, dict(wandb_cfg), OmegaConf.to_container(cfg, resolve=True))
+    return [r.to_dict() for r in records]
+
+
+def _publish(loggers, records) -> None:
+    if len(records) != 1 or not loggers:
+        return
+    try:
+        from pipeline.loggers import publish_record
+    except ImportError:
+        return
+    try:
+        publish_record(loggers, records[0].to_dict(), Path(records[0].run_dir))
+    except Exception as exc:  # a logger problem must not turn a finished run into a failed one
+        log.warning(f"could not publish the record to the loggers: {one_line(exc)}")
+
+
+def _fail(records, exc, run_dir, t_start, stop, loggers, curves, task=None) -> list[dict]:
+    error = one_line(exc)
+    trace = traceback.format_exc()
+    for d in {Path(run_dir), *(Path(r.run_dir) for r in records)}:
+        (d / "error.log").write_text(trace)
+    _close_segment(records, t_start, "failed")
+    for r in records:
+        r.update(status="failed", error=error)
+        if task is not None:
+            r.time_breakdown_s = {key: round(v, 4) for key, v in task.time_breakdown_s.items()}
+    for c in curves:
+        c.flush()
+    for r in records:
+        r.write()
+    finish_loggers(loggers, "failed")
+    stop.uninstall()
+    return [r.to_dict() for r in records]
+
+
+def _interrupted(records, exc: Interrupted, stop, ctx: JobContext, t_start, loggers, curves, task) -> list[dict]:
+    command = ctx.resume_command()
+    _close_segment(records, t_start, "interrupted")
+    info = {"signal": stop.name or "unknown", "step": exc.step, "exit_code": stop.exit_code, "resume": command}
+    for r in records:
+        r.update(status="interrupted", error=f"stopped by {info['signal']} at step {exc.step}", interrupted=info)
+        if task is not None:
+            r.time_breakdown_s = {key: round(v, 4) for key, v in task.time_breakdown_s.items()}
+    for c in curves:
+        c.flush()
+    for r in records:
+        r.write()
+    finish_loggers(loggers, "failed")
+    stop.uninstall()
+    print(f"interrupted by {info['signal']} at step {exc.step}; continue with: {command}", flush=True)
+    return [r.to_dict() for r in records]

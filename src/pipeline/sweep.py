@@ -1,47 +1,118 @@
-"""Hydra callback for multi-seed sweeps: one line per finished job, and the seed-distribution report at the end."""
+"""Hydra callback for multi-seed sweeps: one line per finished job, the report at the end, and honest endings.
+
+- A sweep resumed (`hydra.sweep.dir=<dir> resume=true`) with other overrides than the ones its dir
+  was made with is refused in one line naming the differing keys: mixing configurations in one
+  sweep dir would silently add a second group and overwrite multirun.yaml.
+- At the end the seed-distribution report is written over whatever finished, and when a job did not
+  finish ok the command exits non-zero with, as its last line, the one command that finishes the sweep.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
+import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 log = logging.getLogger("pipeline.sweep")
 
+# Overrides that may differ between a sweep and its resume without changing what it computes.
+_RESUME_FREE = ("resume", "hydra.sweep.dir", "hydra/launcher", "hydra.launcher", "device.num_threads", "logger")
+
+
+def _key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def _comparable(overrides: list[str]) -> dict[str, str]:
+    out = {}
+    for o in overrides:
+        key = _key(o)
+        if not key.startswith(_RESUME_FREE):
+            out[key] = o.split("=", 1)[1] if "=" in o else ""
+    return out
+
+
+def sweep_command(config: DictConfig) -> str:
+    overrides = [o for o in config.hydra.overrides.task if not _key(o).startswith(("resume", "hydra.sweep.dir"))]
+    args = " ".join(shlex.quote(o) for o in overrides)
+    return f"python -m pipeline -m {args} hydra.sweep.dir={shlex.quote(str(config.hydra.sweep.dir))} resume=true"
+
 
 class SweepReportCallback(Callback):
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        saved = sweep_dir / "multirun.yaml"
+        if not (config.get("resume") and saved.is_file()):
+            return
+        before = _comparable(list(OmegaConf.load(saved).hydra.overrides.task))
+        now = _comparable(list(config.hydra.overrides.task))
+        differing = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
+        if differing:
+            shown = ", ".join(f"{k} ({before.get(k, '-')} -> {now.get(k, '-')})" for k in differing[:5])
+            print(
+                f"error: resume of {sweep_dir} with other overrides than it was made with: {shown}; "
+                f"resume with the same overrides, or start a new sweep dir",
+                file=sys.stderr, flush=True,
+            )
+            sys.exit(2)
+
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
         try:
-            record = job_return.return_value
+            records = job_return.return_value
         except Exception as exc:  # the job raised past run(): still say so, and let the other seeds go on
-            print(f"[job {job_return.hydra_cfg.hydra.job.num}] failed: {exc}", flush=True)
+            print(f"[job {job_return.hydra_cfg.hydra.job.num}] failed: {str(exc).splitlines()[0] if str(exc) else exc}", flush=True)
             return
-        if isinstance(record, dict) and config.hydra.mode is not None and str(config.hydra.mode) == "RunMode.MULTIRUN":
+        if isinstance(records, dict):
+            records = [records]
+        if isinstance(records, list) and config.hydra.mode is not None and str(config.hydra.mode) == "RunMode.MULTIRUN":
             from pipeline.cli import summary_line
 
-            print(f"[job {config.hydra.job.num}] {summary_line(record)}", flush=True)
+            for record in records:
+                print(f"[job {config.hydra.job.num}] {summary_line(record)}", flush=True)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         if not sweep_dir.is_dir():
             return
+        report = None
         try:
             from pipeline.report import build_report
-        except ImportError as exc:
-            log.warning(f"no report: {exc}")
-            return
-        try:
+
             report = build_report([sweep_dir], sweep_dir / "report")
+            print(f"report: {sweep_dir / 'report' / 'report.md'}", flush=True)
         except Exception as exc:  # a broken report must not hide the finished runs
-            log.error(f"report failed: {exc}; rebuild it with: python -m pipeline.report {sweep_dir}")
-            return
-        print(f"report: {sweep_dir / 'report' / 'report.md'}", flush=True)
+            log.error(f"report failed: {str(exc).splitlines()[0] if str(exc) else exc}; rebuild it with: python -m pipeline.report {sweep_dir}")
         wandb_cfg = (config.get("logger") or {}).get("wandb")
-        if wandb_cfg is not None:
+        if wandb_cfg is not None and report is not None:
             from pipeline.report.wandb_summary import log_report_to_wandb
 
             log_report_to_wandb(report, sweep_dir / "report", project=wandb_cfg.get("project", "pipeline"),
                                 group=str(config.name), entity=wandb_cfg.get("entity"), mode=wandb_cfg.get("mode"))
+        unfinished = unfinished_runs(sweep_dir)
+        if unfinished:
+            from pipeline import cli
+
+            cli._exit_code = 1
+            print(f"{len(unfinished)} run(s) did not finish ok: " + "; ".join(unfinished[:5]), flush=True)
+            print(f"finish the sweep with: {sweep_command(config)}", flush=True)
+
+
+def unfinished_runs(sweep_dir: Path) -> list[str]:
+    """'seed=3 failed: killed by SIGKILL ...' for each run record under the sweep dir that is not ok."""
+    out = []
+    for path in sorted(sweep_dir.rglob("result.json")):
+        if "report" in path.parts:
+            continue
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if record.get("status") != "ok":
+            out.append(f"seed={record.get('seed')} {record.get('status')}: {record.get('error')}")
+    return out

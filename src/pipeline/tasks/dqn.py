@@ -1,10 +1,23 @@
-"""Deep Q-learning (Mnih et al. 2015) over a gymnasium environment, as a Lightning module.
+"""Deep Q-learning (Mnih et al. 2015) for K agents at once, as a Lightning module (K = 1 is an ordinary run).
 
-Reads top to bottom like a single-file DQN: one `training_step` is one round of the classic loop,
-`train_frequency` environment steps of epsilon-greedy acting into the replay buffer, then
-`gradient_steps` TD updates on minibatches sampled in one draw, then (every `eval_every` env steps)
-a greedy evaluation on separately seeded envs. Lightning supplies the loop, checkpoints, loggers and
-the progress bar; the work inside a round is batched so Lightning costs one call per round, not per step.
+Reads top to bottom like a single-file DQN, with every tensor given a leading agent axis: agent i is
+seed `seed + i` with its own network (member i of an ensemble: `nets.ensemble.make_ensemble`), target
+network, optimizer state (one optimizer over the stacked weights is K independent optimizers,
+because the loss is the SUM over agents of each agent's MEAN TD loss and gradients are clipped per
+agent), replay rows, epsilon schedule, envs (rows i*E ... of one vector env: `rl.vector`) and random
+streams (a generator seeded with `seed + i` for its exploration and replay draws). Agent i of a
+K-agent run therefore trains like the single run of seed `seed + i`, in distribution.
+
+One Lightning step is one round of the classic loop: `train_frequency` env steps per agent of
+epsilon-greedy acting (each agent stepping its `envs_per_agent` envs), then `gradient_steps` TD
+updates on minibatches sampled in one draw, then (every `eval_every` env steps) a greedy evaluation
+on separately seeded envs. An agent whose evaluation reaches `stop_at_return` stops learning: its
+weights go to `agents_net` (the record) and it leaves the batch, so later steps and updates cost what
+the remaining agents cost. The run ends when all have stopped or the budget is spent.
+
+Durable: `checkpoint_state()` holds everything needed to continue in distribution (weights, target,
+optimizer and scheduler, counters, evaluations, stop state, every RNG, the envs and, when small
+enough, the replay buffer); run.py saves it periodically and on SIGINT/SIGTERM and resumes from it.
 """
 
 from __future__ import annotations
@@ -13,29 +26,25 @@ import copy
 import math
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from pipeline.nets.factory import make_net
-from pipeline.rl.acting import NumpyGreedy
-from pipeline.rl.envs import env_threshold, evaluate_greedy, make_env
+from pipeline.checkpoint import rng_state, set_rng_state
+from pipeline.nets.ensemble import clip_grad_norm_per_member_, keep_optimizer_members_, make_ensemble
+from pipeline.rl.envs import env_threshold, make_env
 from pipeline.rl.replay import ReplayBuffer
 from pipeline.rl.schedules import epsilon_at
 from pipeline.rl.targets import freeze, hard_update, soft_update
+from pipeline.rl.vector import evaluate_agents, make_vector_env
 from pipeline.tasks.base import Task, check_finite
 
-# Evaluation envs are seeded away from the training env's stream.
+# Evaluation envs are seeded away from the training envs' streams.
 EVAL_SEED_OFFSET = 10_000
 FINAL_EVAL_SEED_OFFSET = 20_000
-
-
-def q_of_actions(q_values: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-    """(B, A) Q-values and (B,) actions -> (B,) Q of the taken actions."""
-    return q_values.gather(1, actions.long().unsqueeze(1)).squeeze(1)
+CHECKPOINT_FORMAT = "pipeline.dqn/2"
 
 
 @torch.no_grad()
@@ -48,21 +57,33 @@ def td_targets(
     gamma: float,
     double: bool,
 ) -> torch.Tensor:
-    """r + gamma * (1 - terminated) * Q_target(s', a*), with a* from the online net for double DQN."""
+    """r + gamma * (1 - terminated) * Q_target(s', a*) for every agent: rewards/dones [K, N], next_obs [K, N, ...].
+
+    a* is the target net's argmax, or the online net's for double DQN.
+    """
     next_q = target_net(next_obs)
     if double:
-        best = online_net(next_obs).argmax(dim=-1)
-        next_value = next_q.gather(-1, best.unsqueeze(-1)).squeeze(-1)
+        best = online_net(next_obs).argmax(-1, keepdim=True)
+        next_value = next_q.gather(-1, best).squeeze(-1)
     else:
-        next_value = next_q.max(dim=-1).values
+        next_value = next_q.max(-1).values
     return rewards + gamma * (1.0 - dones) * next_value
+
+
+def elementwise(loss: nn.Module) -> nn.Module:
+    """A copy of a torch loss that returns per-element values, so each agent's loss is averaged on its own."""
+    if not hasattr(loss, "reduction"):
+        raise ValueError(f"DQN needs a torch loss with a `reduction` (loss=huber or loss=mse); got {type(loss).__name__}")
+    loss = copy.copy(loss)
+    loss.reduction = "none"
+    return loss
 
 
 class DQNTask(Task):
     primary_metric = "eval/return_mean"
     primary_curve = "eval/return_mean"
-    # What `seeds_per_process=K` trains instead: the same recipe for K seeds in one process.
-    batched_variant = "pipeline.tasks.dqn_batched.BatchedDQNTask"
+    # run.py hands this task one CurveLog per agent (its metrics.csv) instead of a CSV logger.
+    writes_curves = True
 
     def __init__(
         self,
@@ -71,6 +92,8 @@ class DQNTask(Task):
         optimizer: Callable[..., torch.optim.Optimizer],
         env: dict,
         seed: int = 0,
+        n_agents: int = 1,
+        envs_per_agent: int = 1,
         scheduler: Callable | None = None,
         total_steps: int = 50_000,
         buffer_size: int = 100_000,
@@ -94,29 +117,47 @@ class DQNTask(Task):
         log_every: int = 1_000,
         threshold: float | None = None,
         fast_acting: bool = True,
+        save_replay: bool | str = "auto",
+        replay_save_max_mb: float = 512.0,
     ):
         super().__init__()
         if target_update not in ("hard", "soft"):
             raise ValueError(f"task.target_update={target_update!r}; choose hard or soft")
-        if train_frequency <= 0 or gradient_steps < 0 or total_steps <= 0:
-            raise ValueError("task.train_frequency and task.total_steps must be positive, task.gradient_steps >= 0")
+        if train_frequency <= 0 or gradient_steps < 0 or total_steps <= 0 or n_agents <= 0 or envs_per_agent <= 0:
+            raise ValueError(
+                "task.train_frequency, task.total_steps, task.envs_per_agent and seeds_per_process must be positive, "
+                "task.gradient_steps >= 0"
+            )
+        if train_frequency % envs_per_agent:
+            raise ValueError(f"task.train_frequency={train_frequency} must be a multiple of task.envs_per_agent={envs_per_agent}")
+        if not 0.0 <= float(gamma) <= 1.0:
+            raise ValueError(f"task.gamma={gamma} must lie in [0, 1]")
+        if save_replay not in (True, False, "auto"):
+            raise ValueError(f"task.save_replay={save_replay!r}; choose true, false or auto")
         self.automatic_optimization = False
-        self.env_id = env["id"]
-        self.env_kwargs = dict(env.get("kwargs") or {})
+        self.env_cfg = dict(env)
+        self.env_id = str(env["id"])
+        self.n_agents = int(n_agents)
+        self.envs_per_agent = int(envs_per_agent)
         self.seed = int(seed)
-        self.env = make_env(self.env_id, seed=self.seed, **self.env_kwargs)
-        obs_space, act_space = self.env.observation_space, self.env.action_space
+        self.agent_seeds = [self.seed + i for i in range(self.n_agents)]
+        # The spaces, from one throwaway env (the vector env itself is made on the training device).
+        probe = make_env(self.env_id, **dict(env.get("kwargs") or {}))
+        obs_space, act_space = probe.observation_space, probe.action_space
+        probe.close()
         if not hasattr(act_space, "n"):
             raise ValueError(f"DQN needs a discrete action space; {self.env_id} has {act_space}")
         self.obs_shape = tuple(obs_space.shape)
-        # Pixels stay uint8 in the buffer (4x smaller); the network scales them.
-        self.obs_np_dtype = np.uint8 if obs_space.dtype == np.uint8 else np.float32
-        self.obs_dtype = torch.uint8 if self.obs_np_dtype == np.uint8 else torch.float32
+        self.obs_dtype = torch.uint8 if obs_space.dtype == np.uint8 else torch.float32
         self.n_actions = int(act_space.n)
-        self.net = make_net(net, int(np.prod(self.obs_shape)), self.n_actions)
-        self.memory_per_transition_bytes = 2 * int(np.prod(self.obs_shape)) * np.dtype(self.obs_np_dtype).itemsize + 8 + 4 + 4
+        # `net` trains the agents still learning (one member per slot); `agents_net` keeps every agent's
+        # weights as of its stop (and, at the end, everyone's): what the run writes out.
+        self.net = make_ensemble(net, self.agent_seeds, self.obs_shape, self.n_actions)
         self.target_net = freeze(copy.deepcopy(self.net))
-        self.loss_fn = loss
+        self.agents_net = freeze(copy.deepcopy(self.net))
+        self.noisy = hasattr(self.net, "reset_noise")
+        self.slots = list(range(self.n_agents))
+        self.loss_fn = elementwise(loss)
         self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
         self.hp = dict(
             total_steps=int(total_steps), buffer_size=int(buffer_size), batch_size=int(batch_size), gamma=float(gamma),
@@ -126,48 +167,72 @@ class DQNTask(Task):
             eps_duration=int(eps_duration), eval_every=int(eval_every), eval_episodes=int(eval_episodes),
             final_eval_episodes=int(final_eval_episodes), stop_at_return=stop_at_return, log_every=int(log_every),
         )
-        self.threshold = threshold if threshold is not None else env_threshold(self.env_id)
-        self.rng = np.random.default_rng(self.seed)
-        self.sample_gen = torch.Generator().manual_seed(self.seed)
-        self.noisy = hasattr(self.net, "reset_noise")
+        self.threshold = float(threshold) if threshold is not None else env_threshold(self.env_id)
         self.fast_acting = bool(fast_acting)
-        self.fast_greedy: NumpyGreedy | None = None
-        # Progress of the run (also what record_extras reports).
+        self.save_replay, self.replay_save_max_mb = save_replay, float(replay_save_max_mb)
+        self.replay_bytes_per_transition = ReplayBuffer.bytes_per_transition(self.obs_shape, self.obs_dtype)
+        # Set by run.py: one CurveLog per agent, the checkpoint hook, the tuner's pruning reporter.
+        self.curves: list = []
+        self.checkpoint_hook: Callable[[], None] | None = None
+        self.trial_reporter = None
+        self.return_bounds: tuple[float, float] | None = None
+        K = self.n_agents
+        # Progress: shared (lockstep) and each agent's own; all of it goes into checkpoints.
         self.env_steps = 0
-        self.updates = 0
-        self.episode_returns: list[float] = []
-        self.evaluations: list[tuple[int, float, float]] = []
-        self.time_to_threshold_s: float | None = None
-        self.early_stop: dict | None = None
+        self.stop_step: list[int | None] = [None] * K
+        self.stop_time_s: list[float | None] = [None] * K
+        self.updates = [0] * K
+        self.episode_returns: list[list[float]] = [[] for _ in range(K)]
+        self.evaluations: list[list[tuple[int, float, float]]] = [[] for _ in range(K)]
+        self.time_to_threshold_s: list[float | None] = [None] * K
+        self.early_stop: list[dict | None] = [None] * K
+        self.final_metrics: list[dict[str, float]] = []
+        self._recent: list[dict[str, list[float]]] = [{"loss": [], "q": []} for _ in range(K)]
+        self._elapsed_before = 0.0  # training seconds of earlier segments (a resumed run)
         self._t_train_start: float | None = None
         self._train_seconds = 0.0
         self._last_log_step = 0
         self._last_target_copy = -1
-        self._recent = {"loss": [], "q": []}
+        self._resume: dict | None = None
+        self.replay_restored: bool | None = None
+        self.fast_greedy = None
 
     # ---- Lightning plumbing -------------------------------------------------------------
     def configure_optimizers(self):
         optimizer = self.optimizer_factory(self.net.parameters())
         if self.scheduler_factory is None:
             return optimizer
-        # Stepped once per round (train_frequency env steps).
+        # Stepped once per round (train_frequency env steps per agent).
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": self.scheduler_factory(optimizer), "interval": "step"}}
 
     def n_rounds(self) -> int:
-        return math.ceil(self.hp["total_steps"] / self.hp["train_frequency"])
+        """Rounds left (all of them, or what a resumed run still has to do)."""
+        return max(1, math.ceil((self.hp["total_steps"] - self.env_steps) / self.hp["train_frequency"]))
 
     def train_dataloader(self) -> DataLoader:
         # Each item is one round of the loop; the data itself comes from the environment.
         return DataLoader(range(self.n_rounds()), batch_size=None, shuffle=False)
 
     def on_fit_start(self) -> None:
-        self.buffer = ReplayBuffer(self.hp["buffer_size"], self.obs_shape, obs_dtype=self.obs_dtype, device=self.device)
-        self.sample_gen = torch.Generator(device=self.device).manual_seed(self.seed)
-        self.obs = self.to_obs(self.env.reset(seed=self.seed)[0])
-        self.episode_return = 0.0
+        # The agents still learning: all of them, or fewer when resuming a run where some had stopped.
+        seeds, E = [self.agent_seeds[a] for a in self.slots], self.envs_per_agent
+        self.env = make_vector_env(self.env_cfg, seeds, E, device=self.device)
+        self.return_bounds = getattr(self.env, "return_bounds", None)
+        self.obs = self.env.reset()
+        self.buffer = ReplayBuffer(self.hp["buffer_size"], self.obs_shape, len(seeds), obs_dtype=self.obs_dtype, device=self.device)
+        self.generators = [torch.Generator(device=self.device).manual_seed(s) for s in seeds]
+        self.episode_return = torch.zeros(len(seeds) * E, device=self.device, dtype=torch.float64)
+
+    def on_train_start(self) -> None:
+        if self._resume is not None:
+            self._restore_training_state(self._resume)
+            self._resume = None
         self._t_train_start = time.perf_counter()
-        # Numpy mirror of a plain MLP on CPU for one-observation acting; refreshed after every round.
-        self.fast_greedy = NumpyGreedy.for_net(self.net) if self.device.type == "cpu" and self.fast_acting else None
+        self.fast_greedy = None
+        if self.device.type == "cpu" and self.fast_acting:
+            from pipeline.rl.acting import NumpyGreedy
+
+            self.fast_greedy = NumpyGreedy.for_net(self.net)
 
     # ---- the algorithm ---------------------------------------------------------------------
     def epsilon(self) -> float:
@@ -176,41 +241,75 @@ class DQNTask(Task):
         hp = self.hp
         return epsilon_at(self.env_steps, hp["eps_start"], hp["eps_end"], hp["eps_duration"])
 
-    def to_obs(self, obs) -> np.ndarray:
-        """The env boundary: observations become float32 (uint8 frames stay uint8) exactly once, here."""
-        return np.asarray(obs, dtype=self.obs_np_dtype)
+    def elapsed_s(self) -> float:
+        """Training seconds so far, over every segment of the run."""
+        running = time.perf_counter() - self._t_train_start if self._t_train_start is not None else 0.0
+        return self._elapsed_before + running
 
-    def act(self, obs: np.ndarray, epsilon: float) -> int:
-        if epsilon > 0 and self.rng.random() < epsilon:
-            return int(self.rng.integers(self.n_actions))
+    def draw_exploration(self, n_steps: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each learning agent's coin flips and random actions for the round, from its own generator: [n_steps, slots * E]."""
+        E = self.envs_per_agent
+
+        def per_agent(draw) -> torch.Tensor:
+            return torch.stack([draw(g).view(n_steps, E) for g in self.generators], dim=1).view(n_steps, -1).to(self.device)
+
+        coins = per_agent(lambda g: torch.rand(n_steps * E, generator=g, device=g.device))
+        actions = per_agent(lambda g: torch.randint(0, self.n_actions, (n_steps * E,), generator=g, device=g.device))
+        return coins, actions
+
+    def greedy_actions(self, obs: torch.Tensor) -> torch.Tensor:
+        K, E = len(self.slots), self.envs_per_agent
         if self.fast_greedy is not None:
-            return self.fast_greedy(obs)
+            return torch.from_numpy(self.fast_greedy(obs.view(K, E, -1).numpy())).view(-1)
         with torch.inference_mode():
-            x = torch.from_numpy(obs).to(self.device).unsqueeze(0)
-            return int(self.net(x).argmax(dim=1).item())
+            return self.net(obs.view(K, E, *self.obs_shape)).argmax(2).view(-1)
 
     def collect(self, n_steps: int) -> None:
-        """n_steps of epsilon-greedy acting into the replay buffer."""
+        """n_steps lockstep steps of epsilon-greedy acting (each agent steps its E envs), every agent into its own rows."""
+        K, E = len(self.slots), self.envs_per_agent
+        coins, random_actions = self.draw_exploration(n_steps)
+        # A step's tensors are only appended here and stacked once per round: every torch op in this
+        # loop costs microseconds of overhead, for every one of the run's env steps.
+        seen, taken, rewards, reached, terminal, ended, returns = [], [], [], [], [], [], []
         t_act = t_env = 0.0
-        for _ in range(n_steps):
+        for t in range(n_steps):
             t0 = time.perf_counter()
-            action = self.act(self.obs, self.epsilon())
+            eps = self.epsilon()
+            if eps >= 1.0:
+                actions = random_actions[t]
+            else:
+                actions = self.greedy_actions(self.obs)
+                if eps > 0.0:
+                    actions = torch.where(coins[t] < eps, random_actions[t], actions)
             t1 = time.perf_counter()
-            next_obs, reward, terminated, truncated, _ = self.env.step(action)
-            next_obs = self.to_obs(next_obs)
-            self.buffer.add(self.obs, action, reward, next_obs, terminated)
-            self.env_steps += 1
-            self.episode_return += float(reward)
-            if terminated or truncated:
-                self.episode_returns.append(self.episode_return)
-                self.episode_return = 0.0
-                next_obs = self.to_obs(self.env.reset()[0])
-            self.obs = next_obs
+            step = self.env.step(actions)
+            self.episode_return = self.episode_return + step.reward
+            seen.append(self.obs)
+            taken.append(actions)
+            rewards.append(step.reward)
+            reached.append(step.final_obs)
+            terminal.append(step.terminated)
+            ended.append(step.done)
+            returns.append(self.episode_return)
+            self.episode_return = self.episode_return.masked_fill(step.done, 0.0)
+            self.obs = step.obs
+            self.env_steps += E
             t2 = time.perf_counter()
             t_act += t1 - t0
             t_env += t2 - t1
+        t0 = time.perf_counter()
+
+        def per_agent(steps: list[torch.Tensor]) -> torch.Tensor:
+            # [T, K * E, ...] -> [T * E, K, ...]: agent k's transitions in step-then-env order.
+            x = torch.stack(steps)
+            return x.view(n_steps, K, E, *x.shape[2:]).transpose(1, 2).reshape(n_steps * E, K, *x.shape[2:])
+
+        self.buffer.add(per_agent(seen), per_agent(taken), per_agent(rewards), per_agent(reached), per_agent(terminal))
+        finished, returns_at_end = torch.stack(ended), torch.stack(returns)
+        for t, env in finished.nonzero().tolist():
+            self.episode_returns[self.slots[env // E]].append(float(returns_at_end[t, env]))
         self.add_time("act", t_act)
-        self.add_time("env", t_env)
+        self.add_time("env", t_env + time.perf_counter() - t0)
 
     def learn(self) -> None:
         hp = self.hp
@@ -220,59 +319,100 @@ class DQNTask(Task):
                 hard_update(self.target_net, self.net)
                 self._last_target_copy = copies
         # The torch optimizer itself: Lightning's manual_backward and LightningOptimizer.step wrap every
-        # update in hooks that cost as much as a small network's update, and a round has 128 of them.
-        # This path is fp32 on one device, where those wrappers add nothing else.
+        # update in hooks that cost as much as a small network's update, and a round has dozens of them.
         opt = self.optimizers().optimizer
-        batches = self.buffer.sample_many(hp["gradient_steps"], hp["batch_size"], generator=self.sample_gen)
-        # A hard-updated target is fixed for the whole round, so without double DQN (whose argmax
-        # uses the changing online net) or noise every TD target of the round comes from one
-        # batched forward: the same numbers for a fraction of the calls.
-        fixed_targets = hp["target_update"] == "hard" and not hp["double_dqn"] and not self.noisy
-        if fixed_targets:
-            g, b = hp["gradient_steps"], hp["batch_size"]
+        params = list(self.net.parameters())
+        G, B = hp["gradient_steps"], hp["batch_size"]
+        batches = self.buffer.sample(G, B, self.generators)
+        # A hard-updated target is fixed for the whole round, so without double DQN (whose argmax uses
+        # the changing online net) or noise, every TD target of the round comes from one batched forward.
+        fixed = hp["target_update"] == "hard" and not hp["double_dqn"] and not self.noisy
+        if fixed:
+            K = len(self.slots)
+            next_obs = batches.next_obs.transpose(0, 1).reshape(K, G * B, *self.obs_shape)
             all_targets = td_targets(
-                self.target_net, self.net, batches.rewards.reshape(g * b), batches.next_obs.reshape(g * b, *self.obs_shape),
-                batches.dones.reshape(g * b), hp["gamma"], double=False,
-            ).view(g, b)
+                self.target_net, self.net, batches.rewards.transpose(0, 1).reshape(K, G * B), next_obs,
+                batches.dones.transpose(0, 1).reshape(K, G * B), hp["gamma"], double=False,
+            ).view(K, G, B).transpose(0, 1)
         losses, q_means = [], []
-        for i in range(hp["gradient_steps"]):
-            obs, actions = batches.obs[i], batches.actions[i]
+        for g in range(G):
+            obs, actions, rewards, next_obs, dones = (t[g] for t in batches)
             if self.noisy:
-                self.net.reset_noise()
-                self.target_net.reset_noise()
-            if fixed_targets:
-                target = all_targets[i]
+                self.net.reset_noise(self.generators)
+                self.target_net.reset_noise(self.generators)
+            if fixed:
+                target = all_targets[g]
             else:
-                target = td_targets(self.target_net, self.net, batches.rewards[i], batches.next_obs[i], batches.dones[i],
-                                    hp["gamma"], hp["double_dqn"])
-            q = q_of_actions(self.net(obs), actions)
-            loss = self.loss_fn(q, target)
+                target = td_targets(self.target_net, self.net, rewards, next_obs, dones, hp["gamma"], hp["double_dqn"])
+            q = self.net(obs).gather(2, actions.unsqueeze(2)).squeeze(2)
+            # Mean within each agent, SUM across agents: each agent gets exactly its own gradient.
+            per_agent = self.loss_fn(q, target).mean(1)
             opt.zero_grad(set_to_none=True)
-            loss.backward()
+            per_agent.sum().backward()
             if hp["max_grad_norm"]:
-                nn.utils.clip_grad_norm_(self.net.parameters(), hp["max_grad_norm"])
+                clip_grad_norm_per_member_(params, hp["max_grad_norm"])
             opt.step()
             if hp["target_update"] == "soft":
                 soft_update(self.target_net, self.net, hp["tau"])
-            losses.append(loss.detach())
-            q_means.append(q.detach().mean())
-        self.updates += hp["gradient_steps"]
+            losses.append(per_agent.detach())
+            q_means.append(q.detach().mean(1))
         if self.fast_greedy is not None:
             self.fast_greedy.refresh()
         # One host sync per round, not per update.
-        mean_loss = torch.stack(losses).mean()
-        check_finite(mean_loss, self.env_steps, hint="lower optimizer.lr, use loss=huber or set task.max_grad_norm")
-        self._recent["loss"].append(mean_loss.item())
-        self._recent["q"].append(torch.stack(q_means).mean().item())
+        round_loss = torch.stack(losses).mean(0)
+        check_finite(round_loss, self.env_steps, hint="lower optimizer.lr, use loss=huber or set task.max_grad_norm")
+        for slot, (loss, q) in enumerate(zip(round_loss.tolist(), torch.stack(q_means).mean(0).tolist())):
+            agent = self.slots[slot]
+            self.updates[agent] += G
+            self._recent[agent]["loss"].append(loss)
+            self._recent[agent]["q"].append(q)
+
+    def stop_agents(self, stopping: list[int], reason: dict[int, str]) -> None:
+        """Agents at slots `stopping` stop learning: their weights go to the record and they leave the batch.
+
+        Dropping them (rather than masking their updates) makes every later step and update cheaper;
+        the others keep their weights, optimizer moments, buffers, envs and generators, only re-indexed.
+        """
+        elapsed = self.elapsed_s()
+        for slot in stopping:
+            agent = self.slots[slot]
+            self.agents_net.load_member_state_dict(agent, self.net.member_state_dict(slot))
+            self.stop_step[agent] = self.env_steps
+            self.stop_time_s[agent] = elapsed
+            self.early_stop[agent] = {"env_step": self.env_steps, "reason": reason[slot]}
+        keep_slots = [s for s in range(len(self.slots)) if s not in stopping]
+        if not keep_slots:
+            self.slots = []
+            return
+        self._keep_slots(keep_slots)
+
+    def _keep_slots(self, keep_slots: list[int], optimizer: bool = True) -> None:
+        keep = torch.tensor(keep_slots, device=self.device)
+        E = self.envs_per_agent
+        keep_envs = (keep.view(-1, 1) * E + torch.arange(E, device=self.device)).view(-1)
+        n_before = len(self.slots)
+        pairs = self.net.keep_members_(keep)
+        if optimizer:
+            keep_optimizer_members_(self.optimizers().optimizer, pairs, keep, n_before)
+        self.target_net.keep_members_(keep)
+        if hasattr(self, "buffer"):
+            self.buffer.keep_agents_(keep)
+            self.env.keep_envs_(keep_envs)
+            self.obs = self.obs.index_select(0, keep_envs)
+            self.episode_return = self.episode_return.index_select(0, keep_envs)
+            self.generators = [self.generators[s] for s in keep_slots]
+        self.slots = [self.slots[s] for s in keep_slots]
+        if self.fast_greedy is not None:
+            self.fast_greedy.refresh()
 
     def training_step(self, batch, batch_idx):
         hp = self.hp
         steps = min(hp["train_frequency"], hp["total_steps"] - self.env_steps)
-        if steps <= 0:
+        if steps <= 0 or not self.slots:
             self.trainer.should_stop = True
             return None
         before = self.env_steps
-        self.collect(steps)
+        self.collect(math.ceil(steps / self.envs_per_agent))
         if len(self.buffer) >= hp["learning_starts"] and hp["gradient_steps"] > 0:
             t0 = time.perf_counter()
             self.learn()
@@ -280,87 +420,234 @@ class DQNTask(Task):
             scheduler = self.lr_schedulers()
             if scheduler is not None:
                 scheduler.step()
-        if self.env_steps // hp["eval_every"] != before // hp["eval_every"]:
-            self.evaluate_now()
         if self.env_steps - self._last_log_step >= hp["log_every"]:
             self.log_progress()
+        if self.env_steps // hp["eval_every"] != before // hp["eval_every"]:
+            self.evaluate_now()
+        if not self.slots:
+            self.trainer.should_stop = True
+        if self.checkpoint_hook is not None:
+            self.checkpoint_hook()  # saves when due, and stops the fit when a stop was requested
         self.log("env_step", float(self.env_steps), prog_bar=True, logger=False, on_step=True)
         return None
 
-    def greedy_returns(self, n_episodes: int, seed: int) -> list[float]:
-        """Greedy episodes in eval() mode (noise off) under inference_mode, then back to train()."""
-        was_training = self.net.training
-        self.net.eval()
-        try:
-            return evaluate_greedy(lambda obs: self.net(obs).argmax(dim=1), self.env_id, n_episodes, seed, self.device,
-                                   env_kwargs=self.env_kwargs)
-        finally:
-            self.net.train(was_training)
+    # ---- evaluation --------------------------------------------------------------------------
+    def greedy_returns(self, net: nn.Module, agents: list[int], n_episodes: int, seed_offset: int) -> np.ndarray:
+        """[len(agents), n_episodes] greedy returns of `net`'s members (member m plays for `agents[m]`)."""
+        returns = evaluate_agents(
+            lambda obs: net(obs).argmax(-1), self.env_cfg, [self.agent_seeds[i] for i in agents], n_episodes,
+            seed_offset, device=self.device,
+        )
+        return returns.double().cpu().numpy()
 
     def evaluate_now(self) -> None:
         t0 = time.perf_counter()
-        returns = self.greedy_returns(self.hp["eval_episodes"], self.seed + EVAL_SEED_OFFSET)
+        returns = self.greedy_returns(self.net, self.slots, self.hp["eval_episodes"], EVAL_SEED_OFFSET)
         self.add_time("eval", time.perf_counter() - t0)
-        mean, std = float(np.mean(returns)), float(np.std(returns))
-        self.evaluations.append((self.env_steps, mean, std))
-        self._log({"eval/return_mean": mean, "eval/return_std": std})
-        if self.threshold is not None and mean >= self.threshold and self.time_to_threshold_s is None:
-            self.time_to_threshold_s = time.perf_counter() - self._t_train_start
+        elapsed = self.elapsed_s()
         stop = self.hp["stop_at_return"]
-        if stop is not None and mean >= stop:
-            self.early_stop = {"env_step": self.env_steps, "reason": f"greedy evaluation mean {mean:.1f} >= stop_at_return {stop}"}
-            self.trainer.should_stop = True
+        stopping, reasons, means = [], {}, []
+        for slot, agent in enumerate(self.slots):
+            mean, std = float(returns[slot].mean()), float(returns[slot].std())
+            means.append(mean)
+            self.evaluations[agent].append((self.env_steps, mean, std))
+            self._agent_row(agent, {"eval/return_mean": mean, "eval/return_std": std})
+            if self.threshold is not None and mean >= self.threshold and self.time_to_threshold_s[agent] is None:
+                self.time_to_threshold_s[agent] = elapsed
+            if stop is not None and mean >= stop:
+                stopping.append(slot)
+                reasons[slot] = f"greedy evaluation mean {mean:.1f} >= stop_at_return {stop}"
+        if self.n_agents > 1:
+            self._log_shared({"batch/eval_return_mean": float(np.mean(means)), "batch/agents_learning": float(len(self.slots))})
+        if self.trial_reporter is not None and self.trial_reporter.report(self.env_steps, means):
+            stopping = list(range(len(self.slots)))
+            reasons = dict.fromkeys(stopping, "pruned by the tuner")
+        if stopping:
+            self.stop_agents(stopping, reasons)
 
     def log_progress(self) -> None:
         t0 = time.perf_counter()
-        elapsed = time.perf_counter() - self._t_train_start
-        metrics = {
-            "train/epsilon": self.epsilon(),
-            "perf/env_steps_per_s": self.env_steps / max(elapsed, 1e-9),
-        }
-        recent_returns = self.episode_returns[-10:]
-        if recent_returns:
-            metrics["train/episodic_return"] = float(np.mean(recent_returns))
-        if self._recent["loss"]:
-            metrics["train/loss"] = float(np.mean(self._recent["loss"]))
-            metrics["train/q_mean"] = float(np.mean(self._recent["q"]))
-            self._recent = {"loss": [], "q": []}
-        self._log(metrics)
+        elapsed = max(self.elapsed_s(), 1e-9)
+        for agent in self.slots:
+            row = {"train/epsilon": self.epsilon(), "perf/env_steps_per_s": self.env_steps / elapsed}
+            if self.episode_returns[agent]:
+                row["train/episodic_return"] = float(np.mean(self.episode_returns[agent][-10:]))
+            recent = self._recent[agent]
+            if recent["loss"]:
+                row["train/loss"] = float(np.mean(recent["loss"]))
+                row["train/q_mean"] = float(np.mean(recent["q"]))
+            self._recent[agent] = {"loss": [], "q": []}
+            self._agent_row(agent, row)
+        if self.n_agents > 1:
+            self._log_shared({"batch/env_steps_per_s": self.total_env_steps() / elapsed})
         self._last_log_step = self.env_steps
         self.add_time("log", time.perf_counter() - t0)
 
-    def _log(self, metrics: dict[str, float]) -> None:
+    def _agent_row(self, agent: int, row: dict[str, float], step: int | None = None) -> None:
+        step = self.env_steps if step is None else step
+        if self.curves:
+            self.curves[agent].log(step, row)
+        if self.n_agents == 1:  # one agent: its curves also go to TensorBoard / W&B as they happen
+            self._log_shared(row, step)
+
+    def _log_shared(self, metrics: dict[str, float], step: int | None = None) -> None:
         # Straight to the loggers with env steps as the x axis: self.log per step is expensive.
+        step = self.env_steps if step is None else step
         for logger in self.loggers:
-            logger.log_metrics({"env_step": self.env_steps, **metrics}, step=self.env_steps)
+            logger.log_metrics({"env_step": step, **metrics}, step=step)
 
     def on_train_end(self) -> None:
-        self._train_seconds = time.perf_counter() - self._t_train_start
-        self.log_progress()
+        self._train_seconds = self.elapsed_s()
+        if self.slots:
+            self.log_progress()
+        for slot, agent in enumerate(self.slots):
+            self.agents_net.load_member_state_dict(agent, self.net.member_state_dict(slot))
+
+    # ---- checkpoints ---------------------------------------------------------------------------
+    def _replay_worth_saving(self) -> bool:
+        if self.save_replay == "auto":
+            held = self.buffer.n_agents * len(self.buffer) * self.replay_bytes_per_transition
+            return held <= self.replay_save_max_mb * 2**20
+        return bool(self.save_replay)
+
+    def checkpoint_state(self) -> dict:
+        """Everything needed to continue this run where it is, in distribution (plain values: weights_only loads)."""
+        opt = self.optimizers().optimizer
+        scheduler = self.lr_schedulers()
+        save_replay = self._replay_worth_saving()
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "n_agents": self.n_agents, "agent_seeds": self.agent_seeds, "slots": list(self.slots),
+            "env_steps": self.env_steps, "updates": list(self.updates),
+            "episode_returns": [list(r) for r in self.episode_returns],
+            "evaluations": [[list(e) for e in ev] for ev in self.evaluations],
+            "time_to_threshold_s": list(self.time_to_threshold_s), "early_stop": list(self.early_stop),
+            "stop_step": list(self.stop_step), "stop_time_s": list(self.stop_time_s),
+            "elapsed_s": self.elapsed_s(), "last_log_step": self._last_log_step, "last_target_copy": self._last_target_copy,
+            "recent": [dict(r) for r in self._recent], "time_breakdown_s": dict(self.time_breakdown_s),
+            "net": self.net.state_dict(), "target_net": self.target_net.state_dict(), "agents_net": self.agents_net.state_dict(),
+            "optimizer": opt.state_dict(), "scheduler": scheduler.state_dict() if scheduler is not None else None,
+            "generators": [g.get_state() for g in self.generators], "rng": rng_state(),
+            "env": self._env_state(), "obs": self.obs, "episode_return": self.episode_return,
+            "replay": self.buffer.state_dict() if save_replay else None,
+        }
+
+    def _env_state(self) -> dict | None:
+        try:
+            return self.env.state_dict()
+        except NotImplementedError:  # this env's state cannot be saved: a resumed run restarts its episodes
+            return None
+
+    @property
+    def resume_step(self) -> int:
+        return self.env_steps
+
+    def load_checkpoint_state(self, state: dict) -> None:
+        """Before fit: the structure (which agents still learn) and the weights. The rest at train start."""
+        if state.get("format") != CHECKPOINT_FORMAT:
+            raise ValueError(f"checkpoint format {state.get('format')!r} is not {CHECKPOINT_FORMAT!r} (made by another version?)")
+        if list(state["agent_seeds"]) != self.agent_seeds:
+            raise ValueError(
+                f"checkpoint holds seeds {state['agent_seeds'][0]}..{state['agent_seeds'][-1]} ({state['n_agents']} agents), "
+                f"this run has {self.agent_seeds[0]}..{self.agent_seeds[-1]}; resume with the same seed and seeds_per_process"
+            )
+        slots = [int(s) for s in state["slots"]]
+        if slots and slots != self.slots:
+            self._keep_slots([self.slots.index(s) for s in slots], optimizer=False)
+        self.slots = slots
+        # With every agent stopped, only the record's weights matter (the learning nets are not used again).
+        for name in ("net", "target_net", "agents_net") if slots else ("agents_net",):
+            try:
+                getattr(self, name).load_state_dict(state[name])
+            except RuntimeError as exc:
+                raise ValueError(f"checkpoint weights do not fit this model (changed model.* since?): {str(exc).splitlines()[0]}") from None
+        self.env_steps = int(state["env_steps"])
+        self.updates = [int(u) for u in state["updates"]]
+        self.episode_returns = [list(r) for r in state["episode_returns"]]
+        self.evaluations = [[tuple(e) for e in ev] for ev in state["evaluations"]]
+        self.time_to_threshold_s = list(state["time_to_threshold_s"])
+        self.early_stop = list(state["early_stop"])
+        self.stop_step, self.stop_time_s = list(state["stop_step"]), list(state["stop_time_s"])
+        self._elapsed_before = float(state["elapsed_s"])
+        self._last_log_step, self._last_target_copy = int(state["last_log_step"]), int(state["last_target_copy"])
+        self._recent = [dict(r) for r in state["recent"]]
+        self.time_breakdown_s = dict(state.get("time_breakdown_s") or {})
+        self._resume = state
+
+    def _restore_training_state(self, state: dict) -> None:
+        opt = self.optimizers().optimizer
+        opt.load_state_dict(state["optimizer"])
+        scheduler = self.lr_schedulers()
+        if scheduler is not None and state.get("scheduler") is not None:
+            scheduler.load_state_dict(state["scheduler"])
+        if self.slots:
+            self.generators = [torch.Generator(device=self.device) for _ in self.slots]
+            for g, s in zip(self.generators, state["generators"]):
+                g.set_state(s)
+            if state["env"] is not None:
+                self.env.load_state_dict(state["env"])
+                self.obs = state["obs"].to(self.device)
+                self.episode_return = state["episode_return"].to(self.device)
+            else:
+                self.env_restarted_on_resume = True  # episodes in flight at the save start over
+            if state.get("replay") is not None:
+                self.buffer.load_state_dict(state["replay"])
+                self.replay_restored = True
+            else:
+                self.replay_restored = False  # too large to save: the resumed run refills it first
+        set_rng_state(state["rng"])
 
     # ---- the contract with run.py ------------------------------------------------------------
-    def fit_and_evaluate(self, trainer, datamodule, ckpt_path) -> dict[str, float]:
+    def fit_and_evaluate(self, trainer, datamodule, ckpt_path) -> list[dict[str, float]]:
         if trainer.precision not in ("32-true", "32"):
-            raise ValueError(f"task=dqn runs in fp32; got device.precision={trainer.precision}, use 32-true")
-        trainer.fit(self, ckpt_path=ckpt_path)
-        # Updates bypass LightningOptimizer, so Lightning's step-based checkpointing never fires: save here.
-        trainer.save_checkpoint(str(Path(trainer.default_root_dir) / "checkpoints" / "last.ckpt"))
+            raise ValueError(f"task=dqn runs in fp32; got device.precision={trainer.precision}, use device.precision=32-true")
+        if self.env_steps < self.hp["total_steps"] and self.slots:
+            trainer.fit(self)
         t0 = time.perf_counter()
-        returns = self.greedy_returns(self.hp["final_eval_episodes"], self.seed + FINAL_EVAL_SEED_OFFSET)
+        agents = list(range(self.n_agents))
+        returns = self.greedy_returns(self.agents_net, agents, self.hp["final_eval_episodes"], FINAL_EVAL_SEED_OFFSET)
         self.add_time("final_eval", time.perf_counter() - t0)
-        final = {"eval/return_mean": float(np.mean(returns)), "eval/return_std": float(np.std(returns))}
-        self._log({f"final_{k}": v for k, v in final.items()})
-        self.env.close()
-        return {**final, "train/episodes": float(len(self.episode_returns)), "train/updates": float(self.updates)}
+        self.final_metrics = []
+        for i in agents:
+            final = {"eval/return_mean": float(returns[i].mean()), "eval/return_std": float(returns[i].std())}
+            self._agent_row(i, {f"final_{k}": v for k, v in final.items()}, step=self.agent_env_steps(i))
+            self.final_metrics.append(
+                {**final, "train/episodes": float(len(self.episode_returns[i])), "train/updates": float(self.updates[i])}
+            )
+        if self.n_agents > 1:
+            self._log_shared({"batch/final_eval_return_mean": float(returns.mean())})
+        if hasattr(self, "env"):
+            self.env.close()
+        return self.final_metrics
 
-    def record_extras(self) -> dict:
-        return {
+    def agent_env_steps(self, i: int) -> int:
+        return self.stop_step[i] if self.stop_step[i] is not None else self.env_steps
+
+    def total_env_steps(self) -> int:
+        """Env steps over all agents: each stopped agent counts until its stop."""
+        return sum(self.agent_env_steps(i) for i in range(self.n_agents))
+
+    def agent_record(self, i: int) -> dict:
+        seconds = self.stop_time_s[i] if self.stop_time_s[i] is not None else self._train_seconds
+        extras = {
             "env_id": self.env_id,
-            "env_steps": self.env_steps,
-            "replay_bytes_per_transition": self.memory_per_transition_bytes,
-            "env_steps_per_s": round(self.env_steps / self._train_seconds, 1) if self._train_seconds else None,
+            "env_steps": self.agent_env_steps(i),
+            "env_steps_per_s": round(self.agent_env_steps(i) / seconds, 1) if seconds else None,
             "threshold": self.threshold,
-            "time_to_threshold_s": None if self.time_to_threshold_s is None else round(self.time_to_threshold_s, 3),
-            "early_stop": self.early_stop,
-            "evaluations": [{"env_step": s, "return_mean": m, "return_std": sd} for s, m, sd in self.evaluations],
+            "time_to_threshold_s": None if self.time_to_threshold_s[i] is None else round(self.time_to_threshold_s[i], 3),
+            "early_stop": self.early_stop[i],
+            "evaluations": [{"env_step": s, "return_mean": m, "return_std": sd} for s, m, sd in self.evaluations[i]],
+            "replay_bytes_per_transition": self.replay_bytes_per_transition,
         }
+        if self.return_bounds is not None:
+            lo, hi = self.return_bounds
+            extras["metric_bounds"] = {"eval/return_mean": [lo, hi], "train/episodic_return": [lo, hi]}
+        if self.n_agents > 1:
+            extras["batch_env_steps_per_s"] = round(self.total_env_steps() / self._train_seconds, 1) if self._train_seconds else None
+        if self.replay_restored is not None:
+            extras["replay_restored_on_resume"] = self.replay_restored
+        return extras
+
+    def agent_state_dict(self, i: int) -> dict[str, torch.Tensor]:
+        """Agent i's weights as the plain network's state_dict (what model.pt holds)."""
+        return {k: v.detach().cpu() for k, v in self.agents_net.member_state_dict(i).items()}

@@ -1,13 +1,32 @@
-"""Supervised learning on a LightningDataModule: classification, one-vs-all, or regression, chosen by the loss."""
+"""Supervised learning on a LightningDataModule for K seeds at once (K = 1 is an ordinary run).
+
+Classification, one-vs-all or regression, chosen by the loss. Agent i is seed `seed + i`: member i of
+an ensemble (`nets.ensemble.make_ensemble`) starts from the weights the network gets under
+`torch.manual_seed(seed + i)`, sees the training set in its own order (a permutation per epoch from
+its own generator) and gets exactly its own gradient: the loss is the SUM over members of each
+member's MEAN loss, so one optimizer over the stacked weights is K independent optimizers, and
+Lightning's gradient-norm clipping is replaced by a per-member one.
+
+One Lightning step is one minibatch for every member; validation and test evaluate each member on
+the whole split in one batched forward. Curves are per epoch (metrics.csv's `step` is the epoch).
+Checkpoints are Lightning's (`checkpoints/last.ckpt`, written at epoch ends by run.py's policy), with
+the members' data-order generators and the global RNG added, so a resumed run continues its curve.
+"""
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable
 
 import torch
 from torch import nn
+from torch.utils.data import DataLoader
 
+from pipeline.checkpoint import rng_state, set_rng_state
+from pipeline.nets.ensemble import clip_grad_norm_per_member_, make_ensemble
 from pipeline.tasks.base import Task, check_finite
+from pipeline.tasks.dqn import elementwise
 
 
 def target_kind(loss: nn.Module) -> str:
@@ -19,11 +38,22 @@ def target_kind(loss: nn.Module) -> str:
     return "regression"
 
 
+def split_tensors(loader: DataLoader) -> tuple[torch.Tensor, torch.Tensor]:
+    """A whole split as (inputs, targets), in its dataset's order.
+
+    Read through a sequential loader over the loader's dataset: the training loader shuffles with the
+    global RNG, and the base order must not depend on it (each member draws its own order).
+    """
+    xs, ys = zip(*(tuple(batch) for batch in DataLoader(loader.dataset, batch_size=1024, shuffle=False)))
+    return torch.cat(xs), torch.cat(ys)
+
+
 class SupervisedTask(Task):
     primary_metric = "test/acc"
     primary_curve = "val/acc"
-    # What `seeds_per_process=K` trains instead: the same recipe for K seeds in one process.
-    batched_variant = "pipeline.tasks.supervised_batched.BatchedSupervisedTask"
+    writes_curves = True
+    # Lightning owns the loop state here: run.py resumes through trainer.fit(ckpt_path=...).
+    lightning_checkpoints = True
 
     def __init__(
         self,
@@ -32,57 +62,181 @@ class SupervisedTask(Task):
         optimizer: Callable[..., torch.optim.Optimizer],
         in_features: int,
         n_classes: int,
+        seed: int = 0,
+        n_agents: int = 1,
         scheduler: Callable | None = None,
         scheduler_interval: str = "epoch",
     ):
         super().__init__()
-        self.loss_fn = loss
+        if n_agents <= 0:
+            raise ValueError(f"seeds_per_process must be positive, got {n_agents}")
+        if scheduler_interval not in ("epoch", "step"):
+            raise ValueError(f"task.scheduler_interval={scheduler_interval!r}; choose epoch or step")
+        self.n_agents = int(n_agents)
+        self.seed = int(seed)
+        self.agent_seeds = [self.seed + i for i in range(self.n_agents)]
         self.kind = target_kind(loss)
+        self.loss_fn = elementwise(loss)
         self.n_classes = int(n_classes)
         out_features = 1 if self.kind == "regression" else self.n_classes
-        self.net = net(in_features=int(in_features), out_features=out_features)
+        self.net = make_ensemble(net, self.agent_seeds, (int(in_features),), out_features)
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
         self.scheduler_interval = scheduler_interval
+        self.curves: list = []  # set by run.py: one CurveLog per agent
+        self.trial_reporter = None
+        self.final_metrics: list[dict[str, float]] = []
+        self.splits: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.batch_size = 64
+        self._epoch_sums: dict[str, torch.Tensor] = {}
+        self._resume_extra: dict | None = None
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
+    # ---- data --------------------------------------------------------------------------------
+    def attach_data(self, datamodule) -> None:
+        """Take each split as tensors from the datamodule's loaders, and its batch size."""
+        datamodule.setup("fit")
+        datamodule.setup("test")
+        loaders = {"train": datamodule.train_dataloader(), "val": datamodule.val_dataloader(), "test": datamodule.test_dataloader()}
+        self.splits = {name: split_tensors(loader) for name, loader in loaders.items()}
+        self.batch_size = int(getattr(datamodule, "batch_size", None) or loaders["train"].batch_size)
 
-    def predict_classes(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.net(x)
-        if self.kind == "regression":
-            return out.squeeze(-1).round().clamp(0, self.n_classes - 1).long()
-        return out.argmax(dim=-1)
+    def n_batches(self) -> int:
+        return math.ceil(len(self.splits["train"][1]) / self.batch_size)
 
-    def _step(self, batch, split: str) -> torch.Tensor:
-        x, y = batch
-        out = self.net(x)
+    def train_dataloader(self) -> DataLoader:
+        # Items are minibatch numbers; the members' own orders of the samples are drawn per epoch.
+        return DataLoader(range(self.n_batches()), batch_size=None, shuffle=False)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(range(1), batch_size=None)
+
+    def test_dataloader(self) -> DataLoader:
+        return DataLoader(range(1), batch_size=None)
+
+    def on_fit_start(self) -> None:
+        self.splits = {k: (x.to(self.device), y.to(self.device)) for k, (x, y) in self.splits.items()}
+        self.generators = [torch.Generator().manual_seed(s) for s in self.agent_seeds]
+
+    def on_train_start(self) -> None:
+        if self._resume_extra is not None:
+            for g, s in zip(self.generators, self._resume_extra["generators"]):
+                g.set_state(s)
+            set_rng_state(self._resume_extra["rng"])
+            self._resume_extra = None
+
+    def on_test_start(self) -> None:
+        self.splits = {k: (x.to(self.device), y.to(self.device)) for k, (x, y) in self.splits.items()}
+
+    # ---- checkpoints (Lightning's, plus what Lightning does not know about) -------------------
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["pipeline"] = {"generators": [g.get_state() for g in self.generators], "rng": rng_state(),
+                                  "agent_seeds": list(self.agent_seeds), "time_breakdown_s": dict(self.time_breakdown_s)}
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        extra = checkpoint.get("pipeline")
+        if extra is None:
+            return
+        if list(extra["agent_seeds"]) != self.agent_seeds:
+            raise ValueError(
+                f"checkpoint holds seeds {extra['agent_seeds']}, this run has {self.agent_seeds}; "
+                "resume with the same seed and seeds_per_process"
+            )
+        self.time_breakdown_s = dict(extra.get("time_breakdown_s") or {})
+        self._resume_extra = extra
+
+    # ---- the loss, per member --------------------------------------------------------------
+    def per_member(self, out: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """out [K, N, C], y [K, N] -> (each member's mean loss [K], its accuracy [K], its MAE [K] for regression)."""
+        K, N = y.shape
+        mae = None
         if self.kind == "classification":
-            loss = self.loss_fn(out, y)
-            pred = out.argmax(dim=-1)
+            loss = self.loss_fn(out.reshape(K * N, -1), y.reshape(-1)).view(K, N).mean(1)
+            pred = out.argmax(-1)
         elif self.kind == "one_vs_all":
-            loss = self.loss_fn(out, nn.functional.one_hot(y, self.n_classes).to(out.dtype))
-            pred = out.argmax(dim=-1)
+            target = nn.functional.one_hot(y, self.n_classes).to(out.dtype)
+            loss = self.loss_fn(out, target).flatten(1).mean(1)
+            pred = out.argmax(-1)
         else:
             value = out.squeeze(-1)
-            loss = self.loss_fn(value, y.to(value.dtype))
+            loss = self.loss_fn(value, y.to(value.dtype)).mean(1)
             pred = value.detach().round().clamp(0, self.n_classes - 1).long()
-            self.log(f"{split}/mae", (value.detach() - y).abs().mean(), on_step=False, on_epoch=True)
-        if split == "train":
-            check_finite(loss, self.global_step)
-        acc = (pred == y).float().mean()
-        self.log(f"{split}/loss", loss.detach(), on_step=False, on_epoch=True, prog_bar=split != "test")
-        self.log(f"{split}/acc", acc, on_step=False, on_epoch=True, prog_bar=split != "train")
-        return loss
+            mae = (value.detach() - y).abs().mean(1)
+        return loss, (pred == y).float().mean(1), mae
+
+    # ---- training ----------------------------------------------------------------------------
+    def on_train_epoch_start(self) -> None:
+        n = len(self.splits["train"][1])
+        self.order = torch.stack([torch.randperm(n, generator=g) for g in self.generators]).to(self.device)
+        self._epoch_sums = {}
 
     def training_step(self, batch, batch_idx):
-        return self._step(batch, "train")
+        x_all, y_all = self.splits["train"]
+        idx = self.order[:, batch_idx * self.batch_size : (batch_idx + 1) * self.batch_size]
+        K, n = idx.shape
+        x = x_all.index_select(0, idx.reshape(-1)).view(K, n, *x_all.shape[1:])
+        y = y_all.index_select(0, idx.reshape(-1)).view(K, n)
+        loss, acc, mae = self.per_member(self.net(x), y)
+        # Mean within each member, SUM across members: each gets exactly its own gradient.
+        total = loss.sum()
+        check_finite(total, self.global_step)
+        self._accumulate("train", loss.detach(), acc, mae, n)
+        self.log("train_loss", total.detach() / K, prog_bar=True, logger=False, on_step=False, on_epoch=True, batch_size=n)
+        return total
+
+    def _accumulate(self, split: str, loss: torch.Tensor, acc: torch.Tensor, mae: torch.Tensor | None, n: int) -> None:
+        # Sample-weighted epoch means, as Lightning's on_epoch logging computes them.
+        parts = [loss * n, acc * n, torch.full_like(loss, n)] + ([mae * n] if mae is not None else [])
+        self._epoch_sums[split] = self._epoch_sums.get(split, 0) + torch.stack(parts)
+
+    def on_train_epoch_end(self) -> None:
+        self._write_epoch("train", self.current_epoch)
+        lr = self.trainer.optimizers[0].param_groups[0]["lr"] if self.trainer.optimizers else None
+        if lr is not None:
+            for i in range(self.n_agents):
+                self._agent_row(i, self.current_epoch, {"train/lr": float(lr)})
+
+    def _write_epoch(self, split: str, step: int) -> None:
+        sums = self._epoch_sums.pop(split, None)
+        if sums is None:
+            return
+        means = (sums / sums[2]).tolist()
+        for i in range(self.n_agents):
+            row = {f"{split}/loss": means[0][i], f"{split}/acc": means[1][i]}
+            if len(means) > 3:
+                row[f"{split}/mae"] = means[3][i]
+            self._agent_row(i, step, row)
+        if split == "val" and self.trial_reporter is not None and self.trial_reporter.report(step, means[1]):
+            self.trainer.should_stop = True
+            self.pruned_at = step
+
+    def _agent_row(self, agent: int, step: int, row: dict[str, float]) -> None:
+        if self.curves:
+            self.curves[agent].log(step, row)
+        if self.n_agents == 1:  # one agent: its curves also go to TensorBoard / W&B as they happen
+            for logger in self.loggers:
+                logger.log_metrics({"epoch": float(step), **row}, step=step)
+
+    def evaluate_split(self, split: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Every member on the whole split in one forward: (loss [K], acc [K], mae [K] or None)."""
+        x, y = self.splits[split]
+        K = self.n_agents
+        out = self.net(x.unsqueeze(0).expand(K, *x.shape))
+        return self.per_member(out, y.unsqueeze(0).expand(K, -1))
 
     def validation_step(self, batch, batch_idx):
-        self._step(batch, "val")
+        loss, acc, mae = self.evaluate_split("val")
+        self._accumulate("val", loss, acc, mae, 1)
+        self.log("val_acc", acc.mean(), prog_bar=True, logger=False, on_step=False, on_epoch=True, batch_size=1)
+
+    def on_validation_epoch_end(self) -> None:
+        self._write_epoch("val", self.current_epoch)
 
     def test_step(self, batch, batch_idx):
-        self._step(batch, "test")
+        loss, acc, mae = self.evaluate_split("test")
+        self.final_metrics = [{"test/acc": a, "test/loss": v} for v, a in zip(loss.tolist(), acc.tolist())]
+        if mae is not None:
+            for metrics, m in zip(self.final_metrics, mae.tolist()):
+                metrics["test/mae"] = m
 
     def configure_optimizers(self):
         optimizer = self.optimizer_factory(self.net.parameters())
@@ -90,3 +244,36 @@ class SupervisedTask(Task):
             return optimizer
         scheduler = self.scheduler_factory(optimizer)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": self.scheduler_interval}}
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
+        # A norm over the whole stack would let one member's gradient shrink every other member's
+        # step: clip each member's norm. Value clipping is elementwise, hence per member already.
+        if gradient_clip_val is None:
+            return
+        if gradient_clip_algorithm in (None, "norm"):
+            clip_grad_norm_per_member_(list(self.net.parameters()), float(gradient_clip_val))
+        else:
+            self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
+    # ---- the contract with run.py ------------------------------------------------------------
+    def fit_and_evaluate(self, trainer, datamodule, ckpt_path) -> list[dict[str, float]]:
+        self.attach_data(datamodule)
+        t0 = time.perf_counter()
+        trainer.fit(self, ckpt_path=ckpt_path, weights_only=True if ckpt_path else None)
+        self.add_time("fit", time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        trainer.test(self, verbose=False)
+        self.add_time("test", time.perf_counter() - t0)
+        for i, metrics in enumerate(self.final_metrics):
+            self._agent_row(i, self.current_epoch, metrics)
+        return self.final_metrics
+
+    def agent_record(self, i: int) -> dict:
+        extras = {"metric_bounds": {"test/acc": [0.0, 1.0], "val/acc": [0.0, 1.0]}}
+        if getattr(self, "pruned_at", None) is not None:
+            extras["early_stop"] = {"epoch": self.pruned_at, "reason": "pruned by the tuner"}
+        return extras
+
+    def agent_state_dict(self, i: int) -> dict[str, torch.Tensor]:
+        """Member i as the plain network's state_dict (what model.pt holds)."""
+        return {k: v.detach().cpu() for k, v in self.net.member_state_dict(i).items()}

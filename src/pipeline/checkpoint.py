@@ -1,0 +1,115 @@
+"""Checkpoints a killed run can continue from: atomic writes, safe loads, RNG states, a save policy.
+
+A checkpoint is a plain nested dict of tensors, numbers, strings and lists, written with `torch.save`
+to a temp file and renamed over the previous one (so a kill during a save leaves the previous
+checkpoint usable) and read back with `weights_only=True` (no pickled code ever runs on load).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+LAST = "last.ckpt"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be used; the message is one line naming the file and the problem."""
+
+
+def checkpoint_path(run_dir: Path) -> Path:
+    return Path(run_dir) / "checkpoints" / LAST
+
+
+def save_atomic(state: dict, path: Path) -> int:
+    """Write `state` to `path` via a temp file, fsync and rename. Returns the size in bytes."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return path.stat().st_size
+
+
+def load_safely(path: Path, what: str = "checkpoint", map_location="cpu") -> dict:
+    """`torch.load(..., weights_only=True)` with one-line errors that name the file and what is wrong."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{what} {path}: no such file")
+    if path.stat().st_size == 0:
+        raise CheckpointError(f"{what} {path}: the file is empty (a save was interrupted?)")
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as exc:  # torch raises many kinds here (KeyError, UnpicklingError, RuntimeError, ...)
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if "weights only" in first.lower() or "weights_only" in first or "Unsupported global" in first:
+            reason = "it holds objects other than tensors and plain values (not a pipeline checkpoint?)"
+        elif isinstance(exc, zipfile.BadZipFile | EOFError | KeyError) or "zip" in first.lower() or "central directory" in first:
+            reason = "the file is truncated or not a torch checkpoint"
+        else:
+            reason = first[:160]
+        raise CheckpointError(f"{what} {path}: cannot be loaded: {reason}") from None
+
+
+# ---- random number generators ------------------------------------------------------------------
+def rng_state() -> dict:
+    """The global python, numpy and torch RNG states, as plain values a weights_only load accepts."""
+    py = random.getstate()
+    np_state = np.random.get_state(legacy=False)
+    np_state["state"] = {"key": [int(k) for k in np_state["state"]["key"]], "pos": int(np_state["state"]["pos"])}
+    return {
+        "python": [py[0], list(py[1]), py[2]],
+        "numpy": np_state,
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def set_rng_state(state: dict) -> None:
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    np_state = dict(state["numpy"])
+    np_state["state"] = {"key": np.asarray(np_state["state"]["key"], dtype=np.uint32), "pos": np_state["state"]["pos"]}
+    np.random.set_state(np_state)
+    torch.set_rng_state(state["torch"])
+    if state.get("cuda") and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+@dataclass
+class CheckpointPolicy:
+    """When to save: every `every_s` seconds of wall time or every `every_steps` steps, whichever comes first.
+
+    `enabled: false` turns periodic checkpoints off (the run then saves only on an interruption).
+    """
+
+    enabled: bool = True
+    every_s: float | None = 60.0
+    every_steps: int | None = None
+
+    def __post_init__(self) -> None:
+        self._last_time = time.monotonic()
+        self._last_step = 0
+
+    def start(self, step: int) -> None:
+        self._last_time, self._last_step = time.monotonic(), int(step)
+
+    def due(self, step: int) -> bool:
+        if not self.enabled:
+            return False
+        if self.every_s is not None and time.monotonic() - self._last_time >= float(self.every_s):
+            return True
+        return bool(self.every_steps) and step - self._last_step >= int(self.every_steps)
+
+    def saved(self, step: int) -> None:
+        self.start(step)

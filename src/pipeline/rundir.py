@@ -1,0 +1,124 @@
+"""A run dir has one owner, and an interruption is a request to stop cleanly, not a crash.
+
+`RunDirLock` holds an exclusive `flock` on `<run dir>/.lock` for the life of the run: a second
+process on the same dir is refused at once with one line naming the owner. The kernel releases the
+lock when its owner dies, however it dies, so a stale lock (owner killed) is simply taken over, with
+a note in run.log naming the previous owner.
+
+`StopRequests` turns SIGINT and SIGTERM into a flag the training loop polls at a safe point (the end
+of a round or a batch): the run then saves a checkpoint, records `status: interrupted` and exits
+130 / 143. A second Ctrl-C falls back to Python's default (KeyboardInterrupt) for an impatient user.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+
+log = logging.getLogger("pipeline")
+
+LOCK = ".lock"
+EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+class RunDirBusy(RuntimeError):
+    """Another live process owns the run dir."""
+
+
+class RunDirLock:
+    def __init__(self, run_dir: Path):
+        self.path = Path(run_dir) / LOCK
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = _read_owner(fd)
+            os.close(fd)
+            who = f"process {owner.get('pid')} on {owner.get('host')}" if owner else "another process"
+            raise RunDirBusy(
+                f"run dir {self.path.parent} is in use by {who}; wait for it, or choose another dir with hydra.run.dir=<dir>"
+            ) from None
+        previous = _read_owner(fd)
+        if previous and previous.get("pid") != os.getpid():
+            log.info(f"took over {self.path.parent} from process {previous.get('pid')} on {previous.get('host')}, which is gone")
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}).encode(), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> RunDirLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def _read_owner(fd: int) -> dict | None:
+    try:
+        raw = os.pread(fd, 4096, 0)
+        return json.loads(raw.decode()) if raw else None
+    except (OSError, ValueError):
+        return None
+
+
+class StopRequests:
+    """SIGINT/SIGTERM set `signal`; the loop checks `requested` at safe points."""
+
+    def __init__(self) -> None:
+        self.signal: int | None = None
+        self._previous: dict[int, object] = {}
+
+    @property
+    def requested(self) -> bool:
+        return self.signal is not None
+
+    def _handle(self, signum, frame) -> None:
+        if self.signal is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # a second Ctrl-C: stop now
+        self.signal = signum
+        log.warning(f"{signal.Signals(signum).name} received: saving a checkpoint and stopping at the next safe point")
+
+    def install(self) -> StopRequests:
+        try:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        except ValueError:  # not the main thread (e.g. a launcher's worker thread): leave signals alone
+            self._previous.clear()
+        return self
+
+    def uninstall(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES.get(self.signal, 1)
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signal).name if self.signal else ""
+
+
+class Interrupted(Exception):
+    """Raised by a task after it stopped at a safe point because a stop was requested."""
+
+    def __init__(self, step: int | None) -> None:
+        super().__init__(f"interrupted at step {step}")
+        self.step = step
