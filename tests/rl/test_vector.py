@@ -4,8 +4,10 @@ import numpy as np
 import pytest
 import torch
 
+from pipeline.rl.acrobot_tensor import TensorAcrobot
 from pipeline.rl.cartpole_tensor import TensorCartPole, episode_returns
 from pipeline.rl.envs import evaluate_greedy, make_env
+from pipeline.rl.tensor_env import tensor_episode_returns
 from pipeline.rl.vector import env_seeds, evaluate_agents, make_vector_env
 
 CARTPOLE = {"id": "CartPole-v1", "kwargs": {}, "backend": "gym"}
@@ -130,7 +132,7 @@ def test_tensor_backend_rows_are_the_tensor_env_seeded_per_agent():
 
 
 def test_bad_backend_choices_fail_with_one_line():
-    with pytest.raises(ValueError, match="no tensor form of MountainCar-v0; tensor envs: CartPole-v1"):
+    with pytest.raises(ValueError, match="no tensor form of MountainCar-v0; tensor envs: CartPole-v1, Acrobot-v1"):
         make_vector_env({"id": "MountainCar-v0", "backend": "tensor"}, [0], 1)
     with pytest.raises(ValueError, match="choose gym or tensor"):
         make_vector_env({"id": "CartPole-v1", "backend": "jax"}, [0], 1)
@@ -201,3 +203,16 @@ def test_atari_evaluation_matches_evaluate_greedy():
     expected = evaluate_greedy(lambda obs: torch.zeros(obs.shape[0], dtype=torch.int64), "ALE/Pong-v5", 1, seed=8,
                                env_kwargs=env["kwargs"])
     assert returns.tolist() == [expected]
+
+
+def test_acrobot_on_the_tensor_backend():
+    env = make_vector_env({"id": "Acrobot-v1", "backend": "tensor", "dtype": "float64"}, [1, 2], envs_per_agent=2)
+    assert (env.num_envs, env.observation_shape, env.n_actions, env.return_bounds) == (4, (6,), 3, (-500.0, 0.0))
+    assert env.reset().shape == (4, 6) and env.step(torch.tensor([0, 1, 2, 1])).reward.tolist() == [-1.0] * 4
+
+    def swing(obs: torch.Tensor) -> torch.Tensor:
+        return torch.where(obs[..., 4] + 0.5 * obs[..., 5] > 0, 2, 0)
+
+    returns = evaluate_agents(swing, {"id": "Acrobot-v1", "backend": "tensor"}, [1, 2], n_episodes=3, seed_offset=50)
+    expected = tensor_episode_returns(TensorAcrobot, swing, [51, 52, 53, 52, 53, 54])
+    assert torch.equal(returns, expected.double().view(2, 3)) and (returns > -500).any()

@@ -26,10 +26,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from pipeline.rl.cartpole_tensor import TensorCartPole, TensorStep, episode_returns
+from pipeline.rl.acrobot_tensor import TensorAcrobot
+from pipeline.rl.cartpole_tensor import TensorCartPole
 from pipeline.rl.envs import batch_to_tensor, env_threshold, make_env, play_episodes
+from pipeline.rl.tensor_env import TensorStep, tensor_episode_returns
 
-TENSOR_ENVS: dict[str, type] = {"CartPole-v1": TensorCartPole}
+TENSOR_ENVS: dict[str, type] = {"CartPole-v1": TensorCartPole, "Acrobot-v1": TensorAcrobot}
 
 # Per-step reward bounds of envs whose every step is worth a fixed amount: an episode's return lies
 # in [steps * low, steps * high] for at most `max_episode_steps` steps.
@@ -264,7 +266,7 @@ def _tensor_returns(policy, env: dict, seeds: list[int], K: int, n: int, device)
     def flat_policy(obs: torch.Tensor) -> torch.Tensor:
         return policy(obs.view(K, n, *obs.shape[1:])).reshape(-1)
 
-    returns = episode_returns(flat_policy, seeds, device=device, dtype=env.get("dtype", "float64"), max_episode_steps=limit, env_cls=env_cls)
+    returns = tensor_episode_returns(env_cls, flat_policy, seeds, device, env.get("dtype", "float64"), limit)
     return returns.to("cpu", torch.float64)
 
 
