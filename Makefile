@@ -9,7 +9,7 @@ TORCH := torch==2.13.0
 EXPERIMENT ?= dqn_cartpole
 ARGS ?=
 
-.PHONY: help setup run test test-fast bench lint clean
+.PHONY: help setup run test test-fast mutate bench lint clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -28,8 +28,11 @@ run: $(STAMP) ## run the main job (EXPERIMENT=dqn_cartpole, ARGS="seed=1 ...")
 test: $(STAMP) ## run the test suite
 	$(PY) -m pytest -q $(ARGS)
 
-test-fast: $(STAMP) ## the suite without the slow learning tests
+test-fast: $(STAMP) ## the suite without the tests marked slow (each over ~5 s)
 	$(PY) -m pytest -q -m "not slow" $(ARGS)
+
+mutate: $(STAMP) ## mutation score of the core modules (mutmut; ARGS="rl/replay.py" or "--all")
+	$(PY) tools/mutate.py $(ARGS)
 
 bench: $(STAMP) ## speed benchmarks, as ratios against a reference run in the same invocation
 	$(PY) benchmarks/run.py $(ARGS)

@@ -55,8 +55,20 @@ MODULES: dict[str, list[str]] = {
 # Measured by default: the modules nobody is rewriting right now.
 STABLE = ["rl/schedules.py", "rl/targets.py", "report/stats.py"]
 
-STATUS = {1: "killed", 3: "killed", 0: "survived", 36: "timeout", 24: "timeout", -24: "timeout", 152: "timeout",
-          255: "timeout", 5: "no tests", 33: "no tests", 34: "skipped", None: "not checked"}
+STATUS = {
+    1: "killed",
+    3: "killed",
+    0: "survived",
+    36: "timeout",
+    24: "timeout",
+    -24: "timeout",
+    152: "timeout",
+    255: "timeout",
+    5: "no tests",
+    33: "no tests",
+    34: "skipped",
+    None: "not checked",
+}
 
 
 def load_equivalent(path: Path = EQUIVALENT_FILE) -> dict[str, str]:
@@ -86,11 +98,17 @@ def _setup_cfg(module: str, tests: list[str]) -> str:
     )
 
 
+def _work_dir(module: str) -> Path:
+    return OUT / "work" / module.replace("/", "_").removesuffix(".py")
+
+
 def run_module(module: str, max_children: int) -> dict:
     tests = [t for t in MODULES[module] if (ROOT / t).exists()]
     if not tests:
-        raise SystemExit(f"no tests exist for {module} (expected {MODULES[module]}); write them or drop the module")
-    work = OUT / "work" / module.replace("/", "_").removesuffix(".py")
+        raise SystemExit(
+            f"no tests exist for {module} (expected {MODULES[module]}); write them or drop the module"
+        )
+    work = _work_dir(module)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     for name in ("src", "tests", "pyproject.toml"):
@@ -99,13 +117,20 @@ def run_module(module: str, max_children: int) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
     start = time.perf_counter()
     proc = subprocess.run(
-        [str(MUTMUT), "run", "--max-children", str(max_children)], cwd=work, env=env, capture_output=True, text=True
+        [str(MUTMUT), "run", "--max-children", str(max_children)],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     (work / "mutmut.log").write_text(proc.stdout + proc.stderr)
     meta = work / "mutants" / "src" / "pipeline" / (module + ".meta")
     if proc.returncode != 0 or not meta.exists():
         tail = (proc.stdout + proc.stderr).strip().splitlines()[-15:]
-        raise SystemExit(f"mutmut failed on {module} (exit {proc.returncode}); log: {work / 'mutmut.log'}\n" + "\n".join(tail))
+        raise SystemExit(
+            f"mutmut failed on {module} (exit {proc.returncode}); log: {work / 'mutmut.log'}\n"
+            + "\n".join(tail)
+        )
     codes = json.loads(meta.read_text())["exit_code_by_key"]
     return {"codes": codes, "wall_s": round(time.perf_counter() - start, 1), "tests": tests}
 
@@ -128,7 +153,9 @@ def summarize(results: dict[str, dict], equivalent: dict[str, str]) -> dict:
             "survived": counts["survived"],
             "timed_out": counts["timeout"],
             "equivalent": counts["equivalent"],
-            "other": {k: v for k, v in counts.items() if k not in ("killed", "survived", "timeout", "equivalent")},
+            "other": {
+                k: v for k, v in counts.items() if k not in ("killed", "survived", "timeout", "equivalent")
+            },
             "score": (counts["killed"] + counts["timeout"]) / scored if scored else None,
             "survivors": survivors,
             "tests": result["tests"],
@@ -151,7 +178,9 @@ def summarize(results: dict[str, dict], equivalent: dict[str, str]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("modules", nargs="*", help=f"modules under src/pipeline/ (default: {' '.join(STABLE)})")
+    parser.add_argument(
+        "modules", nargs="*", help=f"modules under src/pipeline/ (default: {' '.join(STABLE)})"
+    )
     parser.add_argument("--all", action="store_true", help="every configured module")
     parser.add_argument("--max-children", type=int, default=2, help="parallel test processes (default 2)")
     args = parser.parse_args(argv)
@@ -169,9 +198,18 @@ def main(argv: list[str] | None = None) -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     for module, m in summary["modules"].items():
-        survivors = ", ".join(s["mutant"].rsplit(".", 1)[-1] for s in m["survivors"]) or "-"
-        print(f"  {module}: {m['killed'] + m['timed_out']} killed, {m['equivalent']} equivalent, "
-              f"{len(m['survivors'])} left ({survivors})")
+        names = [s["mutant"].rsplit(".", 1)[-1] for s in m["survivors"]]
+        shown = ", ".join(names[:8]) + (
+            f", ... ({len(names) - 8} more in summary.json)" if len(names) > 8 else ""
+        )
+        print(
+            f"  {module}: {m['killed'] + m['timed_out']} killed, {m['equivalent']} equivalent, "
+            f"{len(names)} left{': ' + shown if names else ''}"
+        )
+        if names:
+            print(
+                f"    see one: (cd {_work_dir(module).relative_to(ROOT)} && {MUTMUT} show <full mutant name>)"
+            )
     pct = 100 * summary["score"] if summary["score"] is not None else 0.0
     print(f"summary: {OUT / 'summary.json'}")
     print(f"mutation score: {summary['killed_or_timed_out']}/{summary['non_equivalent']} killed ({pct:.1f}%)")
