@@ -1,4 +1,7 @@
-"""IQM and its bootstrap interval on generated score lists: invariances, rliable's own interval, a known answer."""
+"""IQM and its bootstrap interval on generated score lists (invariances, rliable's own interval, a known
+answer), then the group statistics the report is built from, against numbers worked out by hand."""
+
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -7,6 +10,7 @@ from hypothesis import strategies as st
 from rliable import library, metrics
 
 from pipeline.report import stats
+from pipeline.report.collect import RunRecord
 
 # Scores of a realistic size: returns and accuracies, not 1e300 (whose sums overflow for any IQM).
 finite = st.floats(-1e4, 1e4, allow_nan=False, allow_infinity=False)
@@ -109,3 +113,203 @@ def test_empty_lists_are_refused_with_a_reason():
         stats.interval_estimates([])
     with pytest.raises(ValueError, match="at least one score"):
         stats.probability_of_improvement([], [1.0])
+
+
+# ---- Known answers for the parts the report builds on: exact values, keys and messages. ----
+
+def test_messages_are_exact():
+    for call, message in (
+        (lambda: stats.iqm([]), "IQM of an empty list is undefined"),
+        (lambda: stats.interval_estimates([]), "interval estimates of an empty list are undefined"),
+        (lambda: stats.probability_of_improvement([1.0], []), "probability of improvement needs at least one score on each side"),
+    ):
+        with pytest.raises(ValueError) as error:
+            call()
+        assert str(error.value) == message
+    assert stats.ci_note(1) == (
+        "1 seed: every bootstrap resample is that seed, so the CI collapses to the point; it says nothing"
+    )
+    assert stats.ci_note(3) == (
+        "3 seeds: nothing is trimmed, so the IQM equals the mean, and the bootstrap CI only mixes 3 values; "
+        "treat it as indicative"
+    )
+
+
+def test_integer_scores_are_averaged_as_floats():
+    # int64 sums of these overflow; the statistics must convert to float first.
+    big = [2**62, 2**62, 2**62, 2**62, 2**62]
+    assert stats.fast_iqm(np.array(big)) == pytest.approx(2.0**62)
+    assert stats.iqm(big) == pytest.approx(2.0**62)
+    estimates = stats.interval_estimates(big, reps=20)
+    assert estimates["iqm_ci"] == pytest.approx([2.0**62, 2.0**62]) and estimates["mean_ci"] == pytest.approx([2.0**62] * 2)
+    assert stats.describe(big)["mean"] == pytest.approx(2.0**62) and stats.describe(big)["min"] == pytest.approx(2.0**62)
+    assert stats.describe(["1.5", "2.5"])["mean"] == 2.0  # numbers read from text
+    assert stats.probability_of_improvement([2**62, 2**62], [1.0], reps=20) == {"p": 1.0, "ci": [1.0, 1.0]}
+
+
+def test_probability_of_improvement_on_several_tasks_is_rliables():
+    x = np.array([[1.0, 5.0], [2.0, 6.0], [3.0, 7.0]])
+    y = np.array([[2.0, 0.0], [2.0, 9.0]])
+    assert stats.fast_probability_of_improvement(x, y) == pytest.approx(float(metrics.probability_of_improvement(x, y)))
+    # Against a single score on one side (one pair per task): 3 > 2 wins, 2 = 2 ties, 1 loses.
+    assert stats.probability_of_improvement([1.0, 2.0, 3.0], [2.0], reps=20)["p"] == pytest.approx(0.5)
+
+
+def test_describe_known_values_and_empty():
+    assert stats.describe([1.0, 3.0]) == {"mean": 2.0, "std": pytest.approx(2**0.5), "median": 2.0, "min": 1.0, "max": 3.0}
+    assert stats.describe([]) == {"mean": None, "std": None, "median": None, "min": None, "max": None}
+
+
+def test_performance_profile_counts_ties_as_not_better_and_matches_rliable():
+    taus = np.array([1.0, 2.0, 4.0])
+    values = [1.0, 2.0, 3.0, 4.0]
+    up = stats.performance_profile({"a": values}, taus, reps=50, seed=3)
+    down = stats.performance_profile({"a": values}, taus, higher_is_better=False, reps=50, seed=3)
+    # Strictly better than tau: a seed equal to tau does not count, in either direction.
+    assert up["profiles"] == {"a": [0.75, 0.5, 0.0]} and up["direction"] == "score > tau"
+    assert down["profiles"] == {"a": [0.0, 0.25, 0.75]} and down["direction"] == "score < tau"
+    assert up["taus"] == [1.0, 2.0, 4.0] and set(up) == {"taus", "direction", "profiles", "ci_low", "ci_high"}
+    # The bands are rliable's, on the same draws.
+    with stats.seeded_global_numpy(3):
+        _, cis = library.create_performance_profile({"a": np.array(values).reshape(-1, 1)}, taus, reps=50)
+    assert up["ci_low"]["a"] == pytest.approx(list(cis["a"][0])) and up["ci_high"]["a"] == pytest.approx(list(cis["a"][1]))
+    assert stats.performance_profile({"a": values}, taus, reps=50, seed=3) == up
+
+
+def test_profile_thresholds_span_all_scores_and_pad_a_constant():
+    assert stats.profile_thresholds([[3.0, 1.0], [2.0, 5.0]], points=5).tolist() == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert stats.profile_thresholds([[100.0], [100.0]], points=3).tolist() == [95.0, 100.0, 105.0]
+    assert stats.profile_thresholds([[0.0]], points=3).tolist() == [-1.0, 0.0, 1.0]
+    assert len(stats.profile_thresholds([[0.0, 1.0]])) == stats.PROFILE_POINTS == 101
+
+
+ROOT = Path("/sweep")
+
+
+def _run(name: str, seed, value=None, status="ok", metric="test/acc", group="a", **result) -> RunRecord:
+    metrics_ = {} if value is None else {metric: value}
+    return RunRecord(
+        dir=ROOT / name, input_root=ROOT,
+        result={"group": group, "experiment": f"exp_{group}", "task": "supervised", "seed": seed, "status": status,
+                "primary_metric": metric, "metrics": metrics_, **result},
+    )
+
+
+def test_group_stats_of_a_mixed_group_by_hand():
+    runs = [
+        _run("a/2", 2, 0.5, wall_time_s=10.0),
+        _run("a/1b", 1, 0.9, wall_time_s=40.0),
+        _run("a/0", 0, 0.7, wall_time_s=20.0, primary_curve="val/acc"),
+        _run("a/1a", 1, 0.6, wall_time_s=30.0),
+        _run("a/3", 3, status="failed", error="boom"),
+        _run("a/4", 4),  # ok, but no value
+        _run("a/5", 5, 0.1, metric="test/loss"),
+        _run("a/x", "x", status="failed"),
+    ]
+    g = stats.group_stats("a", runs, reps=50, seed=1)
+    # Seeds in numeric order, ties by directory, non-numeric seeds last; a repeated seed gets #2.
+    assert list(g["per_seed"]) == ["0", "1", "1#2", "2"]
+    assert g["per_seed"]["1#2"] == {"seed": 1, "value": 0.9, "wall_time_s": 40.0, "dir": "/sweep/a/1b", "relative_dir": "a/1b"}
+    assert g["values"] == [0.7, 0.6, 0.9, 0.5]
+    assert (g["n_runs"], g["n_ok"], g["n_failed"], g["n_excluded"]) == (8, 4, 2, 2)
+    assert (g["group"], g["experiment"], g["task"], g["primary_metric"]) == ("a", "exp_a", "supervised", "test/acc")
+    assert g["higher_is_better"] is True and g["threshold"] is None and g["primary_curve"] == "val/acc"
+    assert g["mean"] == pytest.approx(0.675) and g["median"] == pytest.approx(0.65)
+    assert (g["min"], g["max"]) == (0.5, 0.9) and g["std"] == pytest.approx(np.std([0.7, 0.6, 0.9, 0.5], ddof=1))
+    assert g["iqm"] == pytest.approx(0.65)  # 4 seeds: drop 0.5 and 0.9
+    estimates = stats.interval_estimates([0.7, 0.6, 0.9, 0.5], reps=50, seed=1)
+    assert (g["iqm_ci"], g["mean_ci"], g["ci_note"]) == (estimates["iqm_ci"], estimates["mean_ci"], None)
+    assert g["wall_time_s_mean"] == pytest.approx(25.0)
+    assert g["failed"] == [
+        {"seed": 3, "error": "boom", "dir": "/sweep/a/3", "relative_dir": "a/3"},
+        {"seed": "x", "error": "status='failed' and no error message", "dir": "/sweep/a/x", "relative_dir": "a/x"},
+    ]
+    assert g["excluded"] == [
+        {"seed": 4, "reason": "ok run without a finite value for test/acc", "dir": "/sweep/a/4", "relative_dir": "a/4"},
+        {"seed": 5, "reason": "primary metric test/loss differs from the group's test/acc", "dir": "/sweep/a/5",
+         "relative_dir": "a/5"},
+    ]
+    assert g["warnings"] == [
+        "group a mixes primary metrics ['test/acc', 'test/loss']; only test/acc (the most common) is summarised",
+        "group a has seed 1 2 times (a/1a, a/1b); each counts as a sample, so the spread is understated if they are re-runs",
+        "group a, seed 4 (a/4) excluded: ok run without a finite value for test/acc",
+        "group a, seed 5 (a/5) excluded: primary metric test/loss differs from the group's test/acc",
+        "group a has only 4 ok seeds; with fewer than 5 the CIs are wide and a comparison is anecdotal, "
+        "run more seeds (e.g. seed='range(0,10)')",
+        "group a has 2 failed runs",
+    ]
+
+
+def test_group_stats_of_one_seed_and_of_nothing():
+    one = stats.group_stats("b", [_run("b/0", 0, 3.0, higher_is_better=False)], reps=20)
+    assert one["higher_is_better"] is False and one["iqm_ci"] == [3.0, 3.0] and one["ci_note"] == stats.ci_note(1)
+    assert one["warnings"] == [
+        "group b has only 1 ok seed; with fewer than 5 the CIs are wide and a comparison is anecdotal, "
+        "run more seeds (e.g. seed='range(0,10)')"
+    ]
+    none = stats.group_stats("c", [_run("c/0", 0, status="failed", error="x")], reps=20)
+    assert (none["values"], none["iqm"], none["iqm_ci"], none["mean"], none["primary_metric"]) == ([], None, None, None, "test/acc")
+    assert none["warnings"][-1] == "group c has 1 failed run" and none["wall_time_s_mean"] is None
+    five = stats.group_stats("d", [_run(f"d/{s}", s, float(s)) for s in range(5)], reps=20)
+    assert five["warnings"] == [] and five["n_ok"] == 5
+
+
+def test_threshold_stats_count_seeds_that_never_reached_it():
+    rl = dict(threshold=475.0, env_steps=1000, env_steps_per_s=50.0)
+    runs = [_run(f"r/{s}", s, 500.0, time_to_threshold_s=t, **rl) for s, t in ((0, 10.0), (1, None), (2, 30.0))]
+    t = stats.threshold_stats(runs)
+    assert t == {
+        "threshold": 475.0, "n_seeds": 3, "n_reached": 2, "reached_fraction": pytest.approx(2 / 3),
+        "per_seed_s": {"0": 10.0, "1": None, "2": 30.0}, "median_reached_s": 20.0, "min_reached_s": 10.0,
+        "max_reached_s": 30.0, "median_all_s": 30.0,  # [10, 30, never]: the middle seed took 30 s
+    }
+    mostly_never = stats.threshold_stats(runs[1:2] * 2 + runs[:1])
+    assert mostly_never["median_all_s"] is None and mostly_never["median_reached_s"] == 10.0
+    assert stats.threshold_stats([runs[0], _run("r/9", 9, 1.0, time_to_threshold_s=1.0, threshold=200.0)])["threshold"] == [
+        200.0, 475.0]
+    assert stats.threshold_stats([_run("r/8", 8, 1.0, time_to_threshold_s=1.0)])["threshold"] is None
+    never = stats.threshold_stats([runs[1]])
+    assert never["median_reached_s"] is None and never["min_reached_s"] is None and never["max_reached_s"] is None
+    g = stats.group_stats("r", runs, reps=20)
+    assert g["threshold"] == t
+    assert g["per_seed"]["1"] == {"seed": 1, "value": 500.0, "wall_time_s": None, "dir": "/sweep/r/1",
+                                  "relative_dir": "r/1", "time_to_threshold_s": None, "env_steps": 1000.0,
+                                  "env_steps_per_s": 50.0}
+
+
+def test_compare_groups_and_summarize_by_hand():
+    runs = [_run(f"a/{s}", s, v, group="a") for s, v in enumerate([3.0, 4.0, 5.0])]
+    runs += [_run(f"b/{s}", s, v, group="b") for s, v in enumerate([1.0, 2.0, 3.0])]
+    runs += [_run("c/0", 0, 0.1, group="c", metric="test/loss")]
+    report = stats.summarize(runs, reps=50, seed=2)
+    assert list(report["groups"]) == ["a", "b", "c"]
+    assert list(report["comparisons"]) == ["test/acc"]  # c has no partner on its metric
+    comparison = report["comparisons"]["test/acc"]
+    assert comparison["groups"] == ["a", "b"] and comparison["higher_is_better"] is True
+    forward, backward = comparison["probability_of_improvement"]
+    # a beats b in 8 of 9 pairs and ties one (3 vs 3): (8 + 0.5) / 9.
+    assert (forward["x"], forward["y"], forward["p"]) == ("a", "b", pytest.approx(8.5 / 9))
+    assert (backward["x"], backward["y"], backward["p"]) == ("b", "a", pytest.approx(0.5 / 9))
+    assert backward["ci"] == pytest.approx([1 - forward["ci"][1], 1 - forward["ci"][0]])
+    profile = comparison["performance_profile"]
+    assert profile["taus"] == pytest.approx(np.linspace(1.0, 5.0, stats.PROFILE_POINTS).tolist())
+    assert profile == stats.performance_profile(
+        {"a": [3.0, 4.0, 5.0], "b": [1.0, 2.0, 3.0]}, np.linspace(1.0, 5.0, stats.PROFILE_POINTS), reps=50, seed=2
+    )
+    expected_warnings = [w for name in ("a", "b", "c") for w in report["groups"][name]["warnings"]]
+    assert report["warnings"] == expected_warnings and len(expected_warnings) == 3
+
+
+def test_compare_groups_turns_lower_is_better_around_and_notes_disagreement():
+    low = {"primary_metric": "loss", "values": [1.0, 2.0], "higher_is_better": False}
+    high = {"primary_metric": "loss", "values": [3.0, 4.0], "higher_is_better": False}
+    comparisons, notes = stats.compare_groups({"low": low, "high": high}, reps=20)
+    first = comparisons["loss"]["probability_of_improvement"][0]
+    assert (first["x"], first["p"]) == ("low", 1.0) and notes == []
+    assert comparisons["loss"]["higher_is_better"] is False
+    assert comparisons["loss"]["performance_profile"]["direction"] == "score < tau"
+    mixed, notes = stats.compare_groups({"low": low, "high": {**high, "higher_is_better": True}}, reps=20)
+    assert notes == ["groups on loss disagree on higher_is_better; comparing as higher is better"]
+    assert mixed["loss"]["probability_of_improvement"][0]["p"] == 0.0
+    empty = {"primary_metric": "loss", "values": [], "higher_is_better": True}
+    assert stats.compare_groups({"low": low, "empty": empty}, reps=20) == ({}, [])
