@@ -1,5 +1,7 @@
 """make_vector_env and evaluate_agents against the single-env paths they replace."""
 
+import io
+
 import numpy as np
 import pytest
 import torch
@@ -7,6 +9,7 @@ import torch
 from pipeline.rl.acrobot_tensor import TensorAcrobot
 from pipeline.rl.cartpole_tensor import TensorCartPole, episode_returns
 from pipeline.rl.envs import evaluate_greedy, make_env
+from pipeline.rl.gym_state import derived_seed
 from pipeline.rl.tensor_env import tensor_episode_returns
 from pipeline.rl.vector import env_seeds, evaluate_agents, make_vector_env
 
@@ -216,3 +219,74 @@ def test_acrobot_on_the_tensor_backend():
     returns = evaluate_agents(swing, {"id": "Acrobot-v1", "backend": "tensor"}, [1, 2], n_episodes=3, seed_offset=50)
     expected = tensor_episode_returns(TensorAcrobot, swing, [51, 52, 53, 52, 53, 54])
     assert torch.equal(returns, expected.double().view(2, 3)) and (returns > -500).any()
+
+
+ACROBOT_TENSOR = {"id": "Acrobot-v1", "kwargs": {}, "backend": "tensor", "dtype": "float64"}
+
+
+def through_a_checkpoint(state: dict) -> dict:
+    """The state as a resumed run gets it back: saved by torch.save, loaded with weights_only=True."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=True)
+
+
+def assert_same_steps(env, twin, actions: torch.Tensor) -> None:
+    for t in range(actions.shape[0]):
+        for a, b in zip(env.step(actions[t]), twin.step(actions[t])):
+            assert torch.equal(a, b), t
+
+
+@pytest.mark.parametrize(
+    "env_cfg,n_agents", [(CARTPOLE, 1), (CARTPOLE, 3), (ACROBOT, 2), (CARTPOLE_TENSOR, 2), (ACROBOT_TENSOR, 2)],
+    ids=["cartpole-1", "cartpole-3", "acrobot", "cartpole-tensor", "acrobot-tensor"],
+)
+def test_state_dict_round_trip_continues_the_same_trajectory(env_cfg, n_agents):
+    seeds = list(range(10, 10 + n_agents))
+    env = make_vector_env(env_cfg, seeds, envs_per_agent=1)
+    env.reset()
+    actions = torch.randint(0, env.n_actions, (150, n_agents), generator=torch.Generator().manual_seed(3))
+    for t in range(50):
+        env.step(actions[t])
+    resumed = make_vector_env(env_cfg, seeds, envs_per_agent=1)
+    resumed.load_state_dict(through_a_checkpoint(env.state_dict()))
+    assert torch.equal(resumed.observation(), env.observation())
+    # Random CartPole episodes end every ~20 steps: the restarts after the resume come from the restored generators.
+    assert_same_steps(env, resumed, actions[50:])
+    assert getattr(resumed, "restarted", []) == []
+
+
+def test_atari_state_dict_restores_the_emulator():
+    env = make_vector_env(ATARI, [4], envs_per_agent=1)
+    env.reset()
+    actions = torch.randint(0, 6, (30, 1), generator=torch.Generator().manual_seed(4))
+    for t in range(6):
+        env.step(actions[t])
+    resumed = make_vector_env(ATARI, [4], envs_per_agent=1)
+    resumed.load_state_dict(through_a_checkpoint(env.state_dict()))
+    assert resumed.restarted == [] and torch.equal(resumed.observation(), env.observation())
+    # 24 steps: sticky actions (ALE's generator), frame stacks, and restarts with no-ops (the env's generator).
+    assert_same_steps(env, resumed, actions[6:])
+    assert env.episodes[0] >= 2
+
+
+def test_envs_without_a_saved_state_restart_from_a_derived_seed():
+    lake = {"id": "FrozenLake-v1", "kwargs": {}, "backend": "gym"}
+    env = make_vector_env(lake, [0, 1], envs_per_agent=1)
+    env.reset()
+    env.step(torch.tensor([1, 2]))
+    state = through_a_checkpoint(env.state_dict())
+    resumed, again = make_vector_env(lake, [0, 1], 1), make_vector_env(lake, [0, 1], 1)
+    resumed.load_state_dict(state)
+    again.load_state_dict(state)
+    assert resumed.restarted == [0, 1] and resumed.episodes.tolist() == [1, 1]
+    expected = [make_env("FrozenLake-v1").reset(seed=derived_seed(s, 1))[0] for s in (0, 1)]
+    assert resumed.observation().tolist() == expected and torch.equal(again.observation(), resumed.observation())
+
+
+def test_a_state_for_other_envs_does_not_load():
+    env = make_vector_env(CARTPOLE, [0, 1], envs_per_agent=1)
+    env.reset()
+    with pytest.raises(ValueError, match="cannot load into 3 x CartPole-v1"):
+        make_vector_env(CARTPOLE, [0, 1, 2], envs_per_agent=1).load_state_dict(env.state_dict())

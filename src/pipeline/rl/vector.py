@@ -13,6 +13,10 @@ is where the action led, `obs` what the agent sees next).
   SyncVectorEnv with same-step auto-reset; each copy is reset with its seed once and then continues
   its own generator, exactly as the single-seed loop does.
 
+`state_dict()` / `load_state_dict()` carry the envs across a resume: tensor envs and gymnasium's
+classic-control and Atari envs continue exactly (pipeline.rl.gym_state); any other gymnasium env
+restarts on a new episode from a seed derived from its own. `observation()` is what the agents see now.
+
 `evaluate_agents` plays greedy episodes for K agents side by side on separate, separately seeded envs.
 """
 
@@ -29,6 +33,7 @@ from torch import nn
 from pipeline.rl.acrobot_tensor import TensorAcrobot
 from pipeline.rl.cartpole_tensor import TensorCartPole
 from pipeline.rl.envs import batch_to_tensor, env_threshold, make_env, play_episodes
+from pipeline.rl.gym_state import derived_seed, restore_env, snapshot_env
 from pipeline.rl.tensor_env import TensorStep, tensor_episode_returns
 
 TENSOR_ENVS: dict[str, type] = {"CartPole-v1": TensorCartPole, "Acrobot-v1": TensorAcrobot}
@@ -47,6 +52,7 @@ class VectorEnv(Protocol):
     return_bounds: tuple[float, float] | None  # range of an episode's undiscounted return, when known
 
     def reset(self) -> torch.Tensor: ...
+    def observation(self) -> torch.Tensor: ...
     def step(self, actions: torch.Tensor) -> TensorStep: ...
     def keep_envs_(self, rows: torch.Tensor) -> None: ...
     def state_dict(self) -> dict: ...
@@ -106,6 +112,9 @@ class TensorVectorEnv:
         self.env.keep_envs_(rows)
         self.seeds = self.seeds.index_select(0, rows.cpu())
 
+    def observation(self) -> torch.Tensor:
+        return self.env.observation()
+
     def state_dict(self) -> dict:
         return self.env.state_dict()
 
@@ -163,7 +172,12 @@ class GymVectorEnv:
 
     def reset(self) -> torch.Tensor:
         self.episodes[:] = 0
-        return self._obs(np.stack([env.reset(seed=seed)[0] for env, seed in zip(self.envs, self.seeds)]))
+        self._current = self._obs(np.stack([env.reset(seed=seed)[0] for env, seed in zip(self.envs, self.seeds)]))
+        return self._current
+
+    def observation(self) -> torch.Tensor:
+        """What the agents see now (after reset, a step or load_state_dict)."""
+        return self._current
 
     def step(self, actions: torch.Tensor) -> TensorStep:
         if self._vector is None:
@@ -176,8 +190,9 @@ class GymVectorEnv:
             final[ended] = np.stack(infos["final_obs"][ended])
         done = terminated | truncated
         self.episodes += done
+        self._current = self._obs(obs)
         return TensorStep(
-            self._obs(obs), self._tensor(rewards.astype(np.float32)), self._tensor(terminated),
+            self._current, self._tensor(rewards.astype(np.float32)), self._tensor(terminated),
             self._tensor(truncated), self._obs(final), self._tensor(done),
         )
 
@@ -189,6 +204,7 @@ class GymVectorEnv:
         final_t = self._obs(final[None])
         obs_t = self._obs(env.reset()[0][None]) if done else final_t
         self.episodes[0] += done
+        self._current = obs_t
         tensor = self._tensor
         return TensorStep(
             obs_t, tensor(np.array([reward], dtype=np.float32)), tensor(np.array([terminated])), tensor(np.array([truncated])),
@@ -202,13 +218,38 @@ class GymVectorEnv:
         self.envs = [self.envs[i] for i in keep]
         self.seeds = [self.seeds[i] for i in keep]
         self.episodes = self.episodes[keep]
+        self._current = self._current.index_select(0, rows.to(self._current.device))
         self._vector = self._batch(self.envs)
 
     def state_dict(self) -> dict:
-        raise NotImplementedError("gym vector env state is not saved yet")
+        """Every env mid-episode (see pipeline.rl.gym_state), loadable with torch.load(weights_only=True)."""
+        return {
+            "env_id": self.env_id,
+            "seeds": torch.tensor(self.seeds, dtype=torch.int64),
+            "episodes": torch.from_numpy(self.episodes.copy()),
+            "obs": self._current.cpu().clone(),
+            "envs": [snapshot_env(env) for env in self.envs],
+        }
 
     def load_state_dict(self, state: dict) -> None:
-        raise NotImplementedError("gym vector env state is not restored yet")
+        """Continue where `state_dict` was taken: exactly for classic control and Atari envs. Any other
+        env starts a new episode from `derived_seed(its seed, its next episode)`; `self.restarted`
+        lists those rows."""
+        if state["env_id"] != self.env_id or len(state["envs"]) != self.num_envs:
+            raise ValueError(
+                f"env state of {len(state['envs'])} x {state['env_id']} cannot load into {self.num_envs} x {self.env_id}; "
+                "build the vector env with the same env and seeds first"
+            )
+        self.seeds = [int(s) for s in state["seeds"].tolist()]
+        self.episodes = state["episodes"].numpy().copy()
+        obs = state["obs"].numpy().copy()
+        self.restarted = []
+        for i, (env, saved) in enumerate(zip(self.envs, state["envs"])):
+            if not restore_env(env, saved, obs[i]):
+                self.episodes[i] += 1
+                obs[i] = env.reset(seed=derived_seed(self.seeds[i], int(self.episodes[i])))[0]
+                self.restarted.append(i)
+        self._current = self._obs(obs)
 
     def close(self) -> None:
         for env in self.envs:
