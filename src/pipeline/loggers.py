@@ -17,6 +17,27 @@ def wandb_mode(requested: str | None) -> str:
     return str(requested or os.environ.get("WANDB_MODE") or "offline")
 
 
+SWEEP_ENV = "PIPELINE_SWEEP_UID"
+# What a run's W&B summary holds besides the final metrics (result.json's values, not the last logged ones).
+RECORD_SUMMARY_KEYS = ("status", "time_to_threshold_s", "env_steps", "wall_time_s")
+
+
+def sweep_id() -> str | None:
+    """The id the CLI gives one sweep invocation (cli._sweep_uid), or None outside a sweep."""
+    return os.environ.get(SWEEP_ENV) or None
+
+
+def wandb_tags(seed, extra) -> list[str]:
+    """Seed and sweep as tags: two sweeps of one config share a W&B group and stay apart by their sweep tag."""
+    sweep = sweep_id()
+    return [f"seed={seed}", *([f"sweep={sweep}"] if sweep else []), *[str(t) for t in extra or []]]
+
+
+def wandb_config(config: dict) -> dict:
+    sweep = sweep_id()
+    return {**config, "sweep_id": sweep} if sweep else dict(config)
+
+
 def build_loggers(
     spec: Mapping[str, Any] | None,
     run_dir: Path,
@@ -37,14 +58,16 @@ def build_loggers(
     if "tensorboard" in spec:
         opts = dict(spec["tensorboard"] or {})
         loggers.append(
-            TensorBoardLogger(save_dir=str(run_dir), name="tensorboard", version="", log_graph=bool(opts.get("log_graph", False)))
+            # No hp_metric placeholder (-1 at step 0): publish_record writes the real final metrics to HParams.
+            TensorBoardLogger(save_dir=str(run_dir), name="tensorboard", version="", log_graph=bool(opts.get("log_graph", False)),
+                              default_hp_metric=False)
         )
     if "wandb" in spec:
         from lightning.pytorch.loggers import WandbLogger
 
         opts = dict(spec["wandb"] or {})
         os.environ.setdefault("WANDB_SILENT", "true")
-        tags = [f"seed={seed}", *[str(t) for t in opts.get("tags") or []]]
+        tags = wandb_tags(seed, opts.get("tags"))
         loggers.append(
             WandbLogger(
                 project=opts.get("project", "pipeline"),
@@ -55,7 +78,7 @@ def build_loggers(
                 tags=tags,
                 save_dir=str(run_dir),
                 mode=wandb_mode(opts.get("mode")),
-                config=config,
+                config=wandb_config(config),
                 # Each run is its own process's run: no reinit surprises under joblib.
                 settings=_wandb_settings(),
             )
@@ -94,15 +117,83 @@ def log_records_to_wandb(records: list[dict], run_dirs: list[Path], wandb_cfg: d
         run = wandb.init(
             project=wandb_cfg.get("project", "pipeline"), entity=wandb_cfg.get("entity"), group=record["group"],
             job_type=record["task"], name=f"{record['experiment']}-seed{record['seed']}",
-            tags=[f"seed={record['seed']}", *[str(t) for t in wandb_cfg.get("tags") or []]],
-            config={**config, "seed": record["seed"]}, dir=str(run_dir), mode=wandb_mode(wandb_cfg.get("mode")),
+            tags=wandb_tags(record["seed"], wandb_cfg.get("tags")),
+            config=wandb_config({**config, "seed": record["seed"]}), dir=str(run_dir), mode=wandb_mode(wandb_cfg.get("mode")),
             settings=_wandb_settings(), reinit="create_new",
         )
+        rows: dict[int, dict[str, float]] = {}
         with open(Path(run_dir) / "metrics.csv", newline="") as f:
             for row in csv.DictReader(f):
-                values = {k: float(v) for k, v in row.items() if k != "step" and v not in ("", None)}
-                values = {k: v for k, v in values.items() if math.isfinite(v)}
-                if values:
-                    run.log(values, step=int(float(row["step"])))
-        run.summary.update({k: v for k, v in record["metrics"].items() if v is not None})
+                x = next((c for c in ("step", "env_step") if row.get(c) not in ("", None)), None)
+                if x is None:
+                    continue
+                values = {k: float(v) for k, v in row.items() if k not in ("step", "env_step") and v not in ("", None)}
+                rows.setdefault(int(float(row[x])), {}).update({k: v for k, v in values.items() if math.isfinite(v)})
+        for step, values in sorted(rows.items()):
+            # Committed now: an open last row would reach W&B after the summary and overwrite it.
+            if values:
+                run.log(values, step=step, commit=True)
+        publish_to_wandb(run, record, Path(run_dir))
         run.finish()
+
+
+def record_summary(record: dict) -> dict:
+    """What the W&B summary must hold: result.json's final metrics plus status, time to threshold, env steps, wall time."""
+    final = {k: v for k, v in (record.get("metrics") or {}).items() if v is not None}
+    final.update({k: record.get(k) for k in RECORD_SUMMARY_KEYS})
+    return final
+
+
+def publish_to_wandb(run, record: dict, run_dir: Path) -> None:
+    """Summary = ``record_summary(record)`` exactly (a stale last-logged number would contradict result.json),
+    and model.pt as a `model` artifact when the run wrote one."""
+    import wandb
+
+    final = record_summary(record)
+    for key in list(run.summary.keys()):
+        if not key.startswith("_") and key not in final and isinstance(run.summary[key], int | float):
+            del run.summary[key]
+    run.summary.update(final)
+    model = Path(run_dir) / "model.pt"
+    if model.is_file():
+        artifact = wandb.Artifact(
+            f"model-{run.id}", type="model",
+            metadata={"experiment": record.get("experiment"), "seed": record.get("seed"), "status": record.get("status"),
+                      "sweep_id": sweep_id(), "metrics": final},
+        )
+        artifact.add_file(str(model), name="model.pt")
+        run.log_artifact(artifact)
+
+
+def _hparam_value(value):
+    # TensorBoard's HParams tab takes numbers, strings and booleans; a list or None becomes its text.
+    return value if isinstance(value, bool | int | float | str) else str(value)
+
+
+def publish_to_tensorboard(logger: TensorBoardLogger, record: dict) -> None:
+    """HParams tab: the record's config (minus keys that do not change results) against its final metrics.
+
+    The metrics go under ``final/<name>``, so the training curves keep only what was logged during training.
+    """
+    from lightning.pytorch.core.saving import save_hparams_to_yaml
+
+    from pipeline.grouping import semantic_config
+
+    params = {"experiment": record.get("experiment"), "seed": record.get("seed"), "status": record.get("status"),
+              **({"sweep_id": sweep_id()} if sweep_id() else {}), **semantic_config(record.get("config") or {})}
+    params = {k: _hparam_value(v) for k, v in params.items()}
+    metrics = {f"final/{k}": float(v) for k, v in record_summary(record).items()
+               if isinstance(v, int | float) and not isinstance(v, bool)}
+    logger.log_hyperparams(params, metrics=metrics or None, step=0)
+    logger.experiment.flush()
+    # Lightning writes hparams.yaml only when it does not exist yet (often still empty then): write it now.
+    save_hparams_to_yaml(Path(logger.log_dir) / TensorBoardLogger.NAME_HPARAMS_FILE, params)
+
+
+def publish_record(loggers: list[Logger], record: dict, run_dir: Path) -> None:
+    """Once the record is final and before ``finish_loggers``: W&B summary and model artifact, TensorBoard HParams."""
+    for logger in loggers:
+        if isinstance(logger, TensorBoardLogger):
+            publish_to_tensorboard(logger, record)
+        elif type(logger).__name__ == "WandbLogger":
+            publish_to_wandb(logger.experiment, record, run_dir)
