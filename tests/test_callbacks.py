@@ -6,7 +6,7 @@ import lightning as L
 import pytest
 import torch
 from hydra import compose, initialize_config_module
-from lightning.pytorch.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint, RichModelSummary
+from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from lightning.pytorch.demos.boring_classes import BoringModel
 
 from pipeline.callbacks import build_callbacks, trainer_kwargs
@@ -34,17 +34,18 @@ def test_default_group_builds_the_template_set_and_replaces_our_checkpoint(tmp_p
     own = [ModelCheckpoint(dirpath=str(tmp_path / "own"), save_last=True)]
     callbacks = build_callbacks(cfg, tmp_path, own=own)
     kinds = [type(c) for c in callbacks]
-    assert sorted(k.__name__ for k in kinds) == ["LearningRateMonitor", "ModelCheckpoint", "RichModelSummary"]
+    assert sorted(k.__name__ for k in kinds) == ["ModelCheckpoint", "RichModelSummary"]
     (checkpoint,) = [c for c in callbacks if isinstance(c, ModelCheckpoint)]
-    assert checkpoint is not own[0] and checkpoint.dirpath == str((tmp_path / "checkpoints").resolve())
-    assert trainer_kwargs(cfg)["enable_model_summary"] is True  # else Lightning refuses a summary callback
+    assert checkpoint is not own[0] and checkpoint.dirpath == str((tmp_path / "checkpoints" / "lightning").resolve())
+    kwargs = trainer_kwargs(cfg)  # else Lightning refuses a summary or checkpoint callback
+    assert kwargs["enable_model_summary"] is True and kwargs["enable_checkpointing"] is True
 
 
 def test_none_group_keeps_only_our_callbacks(tmp_path):
     cfg = compose_with("experiment=supervised_digits")
     own = [ModelCheckpoint(dirpath=str(tmp_path))]
     assert build_callbacks(cfg, tmp_path, own=own) == own
-    assert trainer_kwargs(cfg)["enable_model_summary"] is False
+    assert trainer_kwargs(cfg)["enable_model_summary"] is False and trainer_kwargs(cfg)["enable_checkpointing"] is False
 
 
 def test_users_own_callback_from_config_dir_runs_in_a_real_fit(tmp_path, monkeypatch):
@@ -69,7 +70,7 @@ def test_users_own_callback_from_config_dir_runs_in_a_real_fit(tmp_path, monkeyp
     )
     callbacks = build_callbacks(cfg, tmp_path)
     counter = next(c for c in callbacks if type(c).__name__ == "CountEpochs")
-    trainer = L.Trainer(callbacks=callbacks, logger=False, enable_checkpointing=False, default_root_dir=tmp_path, **trainer_kwargs(cfg))
+    trainer = L.Trainer(callbacks=callbacks, logger=False, default_root_dir=tmp_path, **trainer_kwargs(cfg))
     trainer.fit(LoggingBoringModel())
     # min_delta=1e9 never counts as an improvement: with patience 0 early stopping ends the fit after epoch 2.
     assert any(isinstance(c, EarlyStopping) for c in callbacks)
@@ -113,12 +114,12 @@ def test_bad_callback_entries_are_one_line(tmp_path, override, name):
 def test_callbacks_from_the_command_line(tmp_path):
     """End to end through run.py: a configured early stopping ends a 60-epoch preset early."""
     proc = run_cli(
-        "experiment=supervised_digits", "callbacks=[default,early_stopping]", "callbacks.early_stopping.patience=0",
+        "experiment=supervised_digits", "logger=tensorboard", "callbacks=[default,early_stopping,lr_monitor]", "callbacks.early_stopping.patience=0",
         "callbacks.early_stopping.min_delta=1.0", "trainer.limit_train_batches=2", "trainer.enable_progress_bar=false",
         f"hydra.run.dir={tmp_path}",
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert read_result(tmp_path)["status"] == "ok"
     # min_delta=1.0 of accuracy is never met: patience 0 stops after the second validation, far from 60 epochs.
-    checkpoint = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)
-    assert checkpoint["epoch"] < 5
+    (saved,) = (tmp_path / "checkpoints" / "lightning").glob("*.ckpt")  # model_checkpoint keeps the latest
+    assert torch.load(saved, weights_only=False)["epoch"] < 5

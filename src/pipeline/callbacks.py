@@ -25,10 +25,10 @@ OWNED = {
     "callbacks": "callbacks=default or +callbacks.<name>._target_=...",
     "default_root_dir": "hydra.run.dir=<dir>",
     "deterministic": "seeding=deterministic",
-    "enable_checkpointing": "callbacks=model_checkpoint (its options) or checkpoint.enabled=false",
+    "enable_checkpointing": "callbacks=model_checkpoint (Lightning's checkpoints) or checkpoint.enabled=false (the pipeline's)",
 }
 # Defaults of the pipeline that a user may still override with trainer.<key>.
-PIPELINE_DEFAULTS = {"num_sanity_val_steps": 0, "enable_model_summary": False}
+PIPELINE_DEFAULTS = {"num_sanity_val_steps": 0, "enable_model_summary": False, "enable_checkpointing": False}
 SUMMARY_CALLBACKS = ("ModelSummary", "RichModelSummary")
 # Keys of conf/trainer/*.yaml that are no Trainer arguments (read by pipeline.debug).
 NOT_TRAINER_ARGS = ("debug",)
@@ -66,8 +66,8 @@ def _targets(cfg: DictConfig) -> list[str]:
 def trainer_kwargs(cfg: DictConfig) -> dict:
     """cfg.trainer as Lightning Trainer keyword arguments (null values left to Lightning's defaults).
 
-    Includes the pipeline's own defaults (no sanity validation, no model summary unless a summary
-    callback is configured) unless the user set them. A key the pipeline sets from another group, or a
+    Includes the pipeline's own defaults (no sanity validation, no model summary and no Lightning
+    checkpointing unless such a callback is configured) unless the user set them. A key the pipeline sets from another group, or a
     key that is no Trainer argument, is a ConfigError naming what to use instead.
     """
     given = OmegaConf.to_container(cfg.trainer, resolve=True) if cfg.get("trainer") is not None else {}
@@ -81,8 +81,12 @@ def trainer_kwargs(cfg: DictConfig) -> dict:
             hint = f"did you mean trainer.{close[0]}?" if close else "see lightning.pytorch.Trainer's arguments"
             raise ConfigError(f"trainer.{key} is not a Lightning Trainer argument; {hint}")
     kwargs = dict(PIPELINE_DEFAULTS)
-    if any(t.rsplit(".", 1)[-1] in SUMMARY_CALLBACKS for t in _targets(cfg)):
+    names = [t.rsplit(".", 1)[-1] for t in _targets(cfg)]
+    # Lightning refuses a summary or checkpoint callback when its switch is off.
+    if any(n in SUMMARY_CALLBACKS for n in names):
         kwargs["enable_model_summary"] = True
+    if any("Checkpoint" in n for n in names):
+        kwargs["enable_checkpointing"] = True
     kwargs.update({k: v for k, v in given.items() if v is not None})
     return kwargs
 
@@ -98,8 +102,8 @@ def build_callbacks(cfg: DictConfig, run_dir: Path | str | None = None, own: Ite
     """The pipeline's own callbacks (`own`) plus those in cfg.callbacks; a configured callback replaces an
     own one of the same class (e.g. callbacks=model_checkpoint replaces the pipeline's checkpoint).
 
-    A ModelCheckpoint with `dirpath: null` writes to <run_dir>/checkpoints, where ckpt_path=last looks.
-    A bad entry is a ConfigError naming it.
+    A ModelCheckpoint with `dirpath: null` writes to <run_dir>/checkpoints/lightning (beside, never over,
+    the pipeline's own last.ckpt). A bad entry is a ConfigError naming it.
     """
     from hydra.utils import instantiate
     from lightning.pytorch.callbacks import Callback, ModelCheckpoint
@@ -114,7 +118,7 @@ def build_callbacks(cfg: DictConfig, run_dir: Path | str | None = None, own: Ite
         if not isinstance(callback, Callback):
             raise ConfigError(f"callbacks.{name}: {entry._target_} is not a lightning.pytorch Callback")
         if isinstance(callback, ModelCheckpoint) and callback.dirpath is None and run_dir is not None:
-            callback.dirpath = os.path.realpath(Path(run_dir) / "checkpoints")
+            callback.dirpath = os.path.realpath(Path(run_dir) / "checkpoints" / "lightning")
         built.append(callback)
     replaced = {type(c) for c in built}
     return [c for c in own if type(c) not in replaced] + built
