@@ -52,7 +52,7 @@ def test_plot_from_several_seeds(tmp_path):
 def test_plot_from_a_real_table_without_truth(tmp_path):
     generator = torch.Generator().manual_seed(0)
     bids, _ = simulate_first_price_bids(500, generator=generator)
-    table = counterfactual_table(bids, 2, RESERVES, [0.005], n_iters=30, point_iters=100, generator=generator)
+    table = counterfactual_table(bids, 2, RESERVES, [0.005], n_iters=30, point_iters=100)
     path = plot_revenue_vs_reserve([table], tmp_path / "real.png", title=None)
     assert path.stat().st_size > 1000
 

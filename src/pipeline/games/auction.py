@@ -28,6 +28,7 @@ and play the new game's equilibrium; the logged bidding rule ``k`` does not carr
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -61,8 +62,9 @@ def simulate_first_price_bids(
     k: float | None = None,
     grid: float | None = 0.01,
     generator: torch.Generator | None = None,
+    value_scale: float = 1.0,
 ) -> SimulatedBids:
-    """Bids ``k * v`` (rounded to ``grid``; None keeps them exact) for ``n_bids`` values ``v ~ U[0, 1]``.
+    """Bids ``k * v`` (rounded to ``grid``; None keeps them exact) for ``n_bids`` values ``v ~ U[0, value_scale]``.
 
     ``k`` defaults to the equilibrium ``(n_bidders - 1) / n_bidders``. The values come back too, so
     a test can measure how far the logged play is from a best response (see
@@ -73,7 +75,7 @@ def simulate_first_price_bids(
     if n_bids < 1:
         raise ValueError(f"n_bids={n_bids}: need at least one bid")
     shade = equilibrium_shading(n_bidders) if k is None else float(k)
-    values = torch.rand(n_bids, generator=generator, dtype=torch.float64)
+    values = value_scale * torch.rand(n_bids, generator=generator, dtype=torch.float64)
     bids = shade * values
     if grid:
         bids = torch.round(bids / grid) * grid
@@ -123,10 +125,7 @@ def parse_rule(name: str | Rule) -> Rule:
         if m is None:
             continue
         if kind == "second_price":
-            reserve = float(m.group(1))
-            if not 0.0 <= reserve <= 1.0:
-                raise ValueError(f"rule {name!r}: the reserve must lie in [0, 1] (values are U[0, 1])")
-            return Rule(kind, reserve=reserve)
+            return Rule(kind, reserve=float(m.group(1)))
         n = int(m.group(1))
         if n < 1:
             raise ValueError(f"rule {name!r}: a first-price auction needs at least 1 bidder")
@@ -137,15 +136,31 @@ def parse_rule(name: str | Rule) -> Rule:
     )
 
 
-def default_rules(reserves: int = 11, max_bidders: int = 5) -> list[str]:
-    """Second price with reserves 0, 0.1, ..., 1.0 then first price with 1..5 bidders."""
-    second = [Rule("second_price", reserve=round(i / (reserves - 1), 10)).name for i in range(reserves)]
+def default_rules(reserves: int = 11, max_bidders: int = 5, top: float = 1.0) -> list[str]:
+    """Second price with reserves 0, top/10, ..., top (0, 0.1, ..., 1.0) then first price with 1..5 bidders.
+
+    For logged data in other units pass ``top`` from `reserve_top` (the observed bid range).
+    """
+    second = [Rule("second_price", reserve=round(i * top / (reserves - 1), 10)).name for i in range(reserves)]
     first = [Rule("first_price", n_bidders=n).name for n in range(1, max_bidders + 1)]
     return second + first
 
 
+def reserve_top(bids: Tensor, reserves: int = 11) -> float:
+    """A round top for the default reserves over the observed bid range: (reserves - 1) round steps.
+
+    The step is the largest bid / (reserves - 1) rounded up to two significant digits, so that
+    reserve names stay short (bids up to 0.5 give 0, 0.05, ..., 0.5; up to 73.2 give 0, 7.4, ..., 74).
+    """
+    step = float(bids.max()) / (reserves - 1)
+    if step <= 0:
+        return 1.0
+    digits = 10.0 ** (math.floor(math.log10(step)) - 1)
+    return round(math.ceil(step / digits - 1e-9) * digits * (reserves - 1), 10)
+
+
 # ---------------------------------------------------------------------------------------------------
-# Closed-form truths (values U[0, 1], symmetric equilibrium of the new game)
+# Closed-form truths (values U[0, value_scale], symmetric equilibrium of the new game)
 
 
 def second_price_revenue(n_bidders: int, reserve: float = 0.0) -> float:
@@ -164,14 +179,19 @@ def welfare(n_bidders: int, reserve: float = 0.0) -> float:
     return n / (n + 1) * (1 - reserve ** (n + 1))
 
 
-def truth(rule: str | Rule, n_bidders: int, statistic: str = "revenue") -> float:
-    """The new game's equilibrium statistic under the true values (see the module docstring)."""
+def truth(rule: str | Rule, n_bidders: int, statistic: str = "revenue", value_scale: float = 1.0) -> float:
+    """The new game's equilibrium statistic under true values U[0, value_scale] (see the module docstring).
+
+    Values s * U[0, 1] scale every price and value by s, and a reserve r acts like r / s on U[0, 1]
+    (a reserve at or above the top value sells nothing).
+    """
     if statistic not in STATISTICS:
         raise ValueError(f"statistic={statistic!r}; choose one of {STATISTICS}")
     rule = parse_rule(rule)
     n = rule.bidders(n_bidders)
+    r = min(rule.reserve / value_scale, 1.0)
     if statistic == "welfare":
-        return welfare(n, rule.reserve)
+        return value_scale * welfare(n, r)
     if rule.kind == "second_price":
-        return second_price_revenue(n, rule.reserve)
-    return first_price_revenue(n)
+        return value_scale * second_price_revenue(n, r)
+    return value_scale * first_price_revenue(n)

@@ -6,16 +6,24 @@ run record, sweeps and reports like every other task. The numerics live in `pipe
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from pipeline.games.auction import default_rules, parse_rule
+from pipeline.games.auction import default_rules, parse_rule, reserve_top
 from pipeline.games.plots import plot_revenue_vs_reserve
-from pipeline.games.rmac import counterfactual_table, realised_regret, truth_table
+from pipeline.games.rmac import choose_value_scale, predict_counterfactuals, realised_regret, truth_table
+from pipeline.games.symmetry import symmetry_test
 from pipeline.tasks.base import Task
+
+log = logging.getLogger(__name__)
+
+
+class AsymmetricBiddersError(ValueError):
+    """The logged bidders are (or are declared) asymmetric, which the symmetric estimator must not pool."""
 
 
 class CounterfactualTask(Task):
@@ -42,34 +50,90 @@ class CounterfactualTask(Task):
         self.seed = int(seed)
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.compute_device = data_device or torch.device("cpu")
-        self.rules = [parse_rule(r).name for r in (rules or default_rules())]
+        # Default reserves span the data's own units: the simulated value range, or the observed bids.
+        self.rules = [parse_rule(r).name for r in (rules or default_rules(top=self._reserve_top(datamodule)))]
+        second = [parse_rule(r) for r in self.rules if r.startswith("second_price")]
+        if second:  # the reserve nearest the middle of the range: r = 0.5 on [0, 1] values
+            middle = max(r.reserve for r in second) / 2
+            self.primary_metric = f"cf/{min(second, key=lambda r: abs(r.reserve - middle)).name}/point"
+        else:
+            self.primary_metric = f"cf/{self.rules[0]}/point"
         self.epsilons = [float(e) for e in epsilons]
         self.statistics = list(statistics)
         self.n_iters, self.point_iters, self.grid = int(n_iters), int(point_iters), float(grid)
         self.extras: dict = {}
+
+    @staticmethod
+    def _reserve_top(datamodule) -> float:
+        loaded = getattr(datamodule, "_file", None)
+        if loaded is not None:
+            return reserve_top(loaded.flat)
+        return float(getattr(datamodule, "value_scale", 1.0))
+
+    def _check_symmetry(self, logged) -> dict:
+        """The pooling decision, for the record; asymmetric bidders stop the run (no estimator for them yet)."""
+        declared = getattr(self.data, "symmetric", None)
+        if logged.by_bidder is None:
+            return {"decision": "symmetric (assumed: the data do not name bidders)"}
+        if declared is True:
+            return {"decision": "symmetric (declared by data.symmetric=true, not tested)"}
+        result = symmetry_test(logged.by_bidder, getattr(self.data, "symmetry_level", 0.01))
+        fix = "set data.symmetric=true to pool them anyway (the bounds are then not valid for asymmetric bidders)"
+        if declared is False:
+            raise AsymmetricBiddersError(
+                f"data.symmetric=false: the asymmetric estimator (each bidder's values from its own highest "
+                f"competing bid) is not implemented yet, and no bound is reported; {fix}")
+        result["decision"] = "asymmetric" if result["rejected"] else "symmetric (not rejected)"
+        self.extras["symmetry"] = result
+        if result["rejected"]:
+            raise AsymmetricBiddersError(
+                f"bidders' bid distributions differ (KS p={result['min_p_value']:.2g} for bidders "
+                f"{result['least_alike_pair']}, level {result['level']} Bonferroni-corrected); pooling them would "
+                f"give wrong estimates and the asymmetric estimator is not implemented yet; {fix}")
+        return result
 
     def fit_and_evaluate(self, trainer, datamodule, ckpt_path) -> dict[str, float]:
         generator = torch.Generator().manual_seed(self.seed)
         t0 = time.perf_counter()
         logged = self.data.load(generator)
         self.add_time("data", time.perf_counter() - t0)
+        self.extras = {"n_bids": int(logged.bids.numel()), "n_bidders": logged.n_bidders,
+                       "simulated": logged.values is not None, "k": logged.k, "rules": self.rules,
+                       "epsilons": self.epsilons}
         metrics: dict[str, float] = {}
+        if logged.rows is not None:
+            metrics |= logged.rows.metrics()
+            self.extras["data_rows"] = {"read": logged.rows.read, "used": logged.rows.used,
+                                        "rejected": dict(logged.rows.rejected), "blank_lines": logged.rows.blank_lines}
+        self.extras["symmetry"] = self._check_symmetry(logged)
+        t0 = time.perf_counter()
+        scale = choose_value_scale(logged.bids, logged.n_bidders, self.grid, self.compute_device)
+        self.add_time("value_grid", time.perf_counter() - t0)
+        clamps: list[str] = []
         for statistic in self.statistics:
             t0 = time.perf_counter()
-            table = counterfactual_table(
+            found = predict_counterfactuals(
                 logged.bids, logged.n_bidders, self.rules, self.epsilons, statistic=statistic, n_iters=self.n_iters,
-                point_iters=self.point_iters, generator=generator, device=self.compute_device, grid=self.grid,
+                point_iters=self.point_iters, device=self.compute_device, grid=self.grid, scale=scale,
             )
             self.add_time(f"bounds_{statistic}", time.perf_counter() - t0)
+            table = found.table
             if logged.values is not None:
-                table |= truth_table(logged.n_bidders, self.rules, statistic)
+                table |= truth_table(logged.n_bidders, self.rules, statistic, logged.value_scale)
             metrics |= table
+            clamps += found.clamps
+        # A clamp that fires means the bound optimiser fell short: count it, name it, never hide it.
+        metrics["cf/bound_clamps"] = float(len(clamps))
+        self.extras["bound_clamps"] = clamps
+        if clamps:
+            log.warning(f"{len(clamps)} robust bound(s) clamped to the point or a smaller epsilon's bound; "
+                        f"first: {clamps[0]}")
+        self.extras["value_grid"] = {"step": scale.unit * self.grid, "top": scale.unit * scale.top,
+                                     "rough_top_value": scale.estimated_top_value, "widened": scale.widened}
         if logged.values is not None:
             errors = [abs(metrics[f"cf/{r}/point"] - metrics[f"cf/{r}/truth"]) for r in self.rules]
             metrics["cf/max_abs_point_error"] = float(max(errors))
             metrics["data/worst_realised_regret"] = float(realised_regret(logged.values, logged.bids, logged.n_bidders).max())
-        self.extras = {"n_bids": int(logged.bids.numel()), "n_bidders": logged.n_bidders, "simulated": logged.values is not None,
-                       "k": logged.k, "rules": self.rules, "epsilons": self.epsilons}
         if self.run_dir is not None and any(parse_rule(r).kind == "second_price" for r in self.rules):
             t0 = time.perf_counter()
             figure = plot_revenue_vs_reserve([metrics], self.run_dir / "revenue_vs_reserve.png",
