@@ -139,6 +139,10 @@ def test_bad_backend_choices_fail_with_one_line():
         make_vector_env({"id": "MountainCar-v0", "backend": "tensor"}, [0], 1)
     with pytest.raises(ValueError, match="choose gym or tensor"):
         make_vector_env({"id": "CartPole-v1", "backend": "jax"}, [0], 1)
+    with pytest.raises(ValueError, match=r"takes only env.kwargs.max_episode_steps; got \['render_mode'\]"):
+        make_vector_env({**CARTPOLE_TENSOR, "kwargs": {"render_mode": "human"}}, [0], 1)
+    with pytest.raises(ValueError, match="needs a discrete action space"):
+        make_vector_env({"id": "Pendulum-v1"}, [0], 1)
 
 
 def test_evaluate_agents_matches_evaluate_greedy_per_agent():
@@ -290,3 +294,11 @@ def test_a_state_for_other_envs_does_not_load():
     env.reset()
     with pytest.raises(ValueError, match="cannot load into 3 x CartPole-v1"):
         make_vector_env(CARTPOLE, [0, 1, 2], envs_per_agent=1).load_state_dict(env.state_dict())
+
+
+def test_one_env_with_integer_observations():
+    # K * E = 1 takes the direct path; FrozenLake's observations are plain ints.
+    env = make_vector_env({"id": "FrozenLake-v1", "kwargs": {"is_slippery": False}}, [0], envs_per_agent=1)
+    assert env.reset().tolist() == [0.0] and env.observation_shape == ()
+    step = env.step(torch.tensor([2]))  # right
+    assert step.obs.tolist() == [1.0] and step.obs.dtype == torch.float32 and not step.done.any()

@@ -170,6 +170,10 @@ class GymVectorEnv:
         # astype copies: the vector env reuses its observation buffer.
         return self._tensor(np.asarray(obs).astype(self.np_dtype))
 
+    def _obs_row(self, obs) -> torch.Tensor:
+        """One env's observation as a batch of one (a copy: an env may reuse its array)."""
+        return self._tensor(np.array(obs, dtype=self.np_dtype)[None])
+
     def reset(self) -> torch.Tensor:
         self.episodes[:] = 0
         self._current = self._obs(np.stack([env.reset(seed=seed)[0] for env, seed in zip(self.envs, self.seeds)]))
@@ -183,17 +187,17 @@ class GymVectorEnv:
         if self._vector is None:
             return self._step_one(actions.item())
         obs, rewards, terminated, truncated, infos = self._vector.step(actions.cpu().numpy())
-        final = obs
+        self._current = final_t = self._obs(obs)
         if "_final_obs" in infos:
             ended = infos["_final_obs"]
             final = np.array(obs)
             final[ended] = np.stack(infos["final_obs"][ended])
+            final_t = self._obs(final)
         done = terminated | truncated
         self.episodes += done
-        self._current = self._obs(obs)
         return TensorStep(
             self._current, self._tensor(rewards.astype(np.float32)), self._tensor(terminated),
-            self._tensor(truncated), self._obs(final), self._tensor(done),
+            self._tensor(truncated), final_t, self._tensor(done),
         )
 
     def _step_one(self, action: int) -> TensorStep:
@@ -201,8 +205,8 @@ class GymVectorEnv:
         env = self.envs[0]
         final, reward, terminated, truncated, _ = env.step(action)
         done = terminated or truncated
-        final_t = self._obs(final[None])
-        obs_t = self._obs(env.reset()[0][None]) if done else final_t
+        final_t = self._obs_row(final)
+        obs_t = self._obs_row(env.reset()[0]) if done else final_t
         self.episodes[0] += done
         self._current = obs_t
         tensor = self._tensor
