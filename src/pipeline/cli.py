@@ -12,6 +12,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from pipeline import config_checks
 from pipeline.config_checks import ConfigError, check_group_overrides
 
 log = logging.getLogger("pipeline")
@@ -44,10 +45,12 @@ def hydra_entry(cfg: DictConfig) -> list[dict]:
     from pipeline.debug import apply_debug
 
     apply_debug(cfg)  # trainer=debug wins over the preset's own lengths (idempotent: run.py may call it too)
+    multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+    if not multirun:
+        _check_before_running(cfg)
     # pipeline.job is light: Lightning is imported by the process that trains (a sweep's child, or this one).
     from pipeline.job import hydra_job
 
-    multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     try:
         records = hydra_job(cfg)
     except Exception as exc:
@@ -77,12 +80,31 @@ def hydra_entry(cfg: DictConfig) -> list[dict]:
     return records
 
 
+def _check_before_running(cfg: DictConfig) -> None:
+    """A bad value is one line and exit 2 before Lightning loads (seconds) and before any record is written.
+
+    Single runs only: in a sweep each job checks in its own process and its record says what was wrong.
+    """
+    try:
+        config_checks.check_missing(cfg)
+        choices = config_checks.runtime_choices(cfg)
+        config_checks.check_types(cfg, choices)
+        config_checks.check_values(cfg, choices)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
 def _user_config_dirs(argv: list[str]) -> bool:
     return any(a in ("--config-dir", "-cd", "--config-path", "-cp") or "searchpath" in a for a in argv)
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
+    # The `pipeline` console script imports the user's modules (a model or callback named by _target_)
+    # from the current folder, as `python -m pipeline` does.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     # W&B never waits for a server unless the user chose a mode.
     os.environ.setdefault("WANDB_MODE", "offline")
     if not _user_config_dirs(argv):

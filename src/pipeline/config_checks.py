@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from functools import cache
 from pathlib import Path
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 
 class ConfigError(ValueError):
@@ -54,7 +54,12 @@ def check_group_overrides(overrides: Iterable[str]) -> None:
             continue
         key, value = item.split("=", 1)
         key = key.lstrip("+~").removeprefix("override ").strip()
-        if key not in groups or key.startswith("hydra/") or value.strip() in ("", "null"):
+        if key not in groups or key.startswith("hydra/") or item.startswith("~"):
+            continue
+        if value.strip() in ("", "null") and key != "experiment":
+            fix = f"{key}=none" if "none" in groups[key] else f"one of {', '.join(groups[key])}"
+            raise ConfigError(f"{key}={value.strip() or 'null'} does not choose an option of config group {key!r}; use {fix}")
+        if value.strip() in ("", "null"):
             continue
         for option in _options_in(value):
             if option not in groups[key]:
@@ -116,3 +121,99 @@ def check_missing(cfg: DictConfig) -> None:
     missing = [m for m in missing if not m.startswith("hydra")]
     if missing:
         raise ConfigError(f"missing required value {missing[0]!r}; set it on the command line, e.g. {missing[0]}=...")
+
+
+# ---- values that make no sense: refused at start-up, before any record is written -----------------------
+
+SEED_MAX = 2**32 - 1  # numpy's and Lightning's seed range; negative seeds are refused by every task alike
+# Groups the pipeline always reads: removing one (`~device`) is an error; any other group removed (`~scheduler`)
+# means its `none` option.
+REQUIRED_GROUPS = ("task", "device", "seeding", "logger", "trainer")
+# Groups that are read key by key (not instantiated): a key the shipped option lacks would be silently ignored.
+CLOSED_GROUPS = ("device", "seeding")
+# Trainer arguments the pipeline sets from another group (pipeline.callbacks.OWNED has the full list).
+TRAINER_OWNED = {"precision": "device.precision", "accelerator": "device.accelerator (device=cpu|cuda|mps|auto)"}
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_seed(cfg: DictConfig) -> None:
+    seed = cfg.get("seed")
+    if not _is_int(seed) or not 0 <= seed <= SEED_MAX:
+        raise ConfigError(f"seed={seed}: a seed is a whole number from 0 to {SEED_MAX}; e.g. seed=0, or -m seed='range(0,10)'")
+    k = cfg.get("seeds_per_process", 1)
+    if not _is_int(k) or k < 1:
+        raise ConfigError(f"seeds_per_process={k}: the number of seeds trained in one process is a whole number >= 1")
+
+
+def fill_removed_groups(cfg: DictConfig) -> None:
+    """`~scheduler` removes the group: it then reads as `scheduler=none`; `~device` (needed) is an error."""
+    options = group_options()
+    for group in sorted(g for g in options if "/" not in g and g != "experiment"):
+        if group in cfg:
+            continue
+        if group in REQUIRED_GROUPS or "none" not in options[group]:
+            raise ConfigError(f"~{group} removes a group every run needs; choose an option: {group}={'|'.join(options[group])}")
+        with open_dict(cfg):
+            cfg[group] = {}
+
+
+def _check_numbers(cfg: DictConfig) -> None:
+    gamma = OmegaConf.select(cfg, "task.gamma", default=None)
+    if isinstance(gamma, int | float) and not isinstance(gamma, bool) and not 0 <= gamma <= 1:
+        raise ConfigError(f"task.gamma={gamma}: a discount factor lies in [0, 1]; e.g. task.gamma=0.99")
+    model = cfg.get("model") or {}
+    for key, widths in model.items():
+        if not str(key).endswith("hidden") or not isinstance(widths, ListConfig | list):
+            continue
+        bad = [w for w in widths if not _is_int(w) or w < 1]
+        if bad:
+            raise ConfigError(f"model.{key}={list(widths)}: layer widths are whole numbers >= 1; e.g. model.{key}=[128,128]")
+
+
+def _check_closed_groups(cfg: DictConfig, choices: Mapping[str, str | None]) -> None:
+    root = conf_root()
+    for group in CLOSED_GROUPS:
+        path = root / group / f"{choices.get(group)}.yaml"
+        node = cfg.get(group)
+        if not path.is_file() or not isinstance(node, DictConfig):
+            continue  # the user's own option: nothing shipped to compare with
+        known = set(OmegaConf.load(path).keys())
+        for key in node:
+            if key not in known:
+                raise ConfigError(f"{group}.{key} is not a setting of {group}={choices.get(group)} (it would be ignored); "
+                                  f"its settings: {', '.join(sorted(known))}")
+    trainer = cfg.get("trainer") or {}
+    for key, instead in TRAINER_OWNED.items():
+        if key in trainer:
+            raise ConfigError(f"trainer.{key} is set by the pipeline; use {instead} instead")
+
+
+def runtime_choices(cfg: DictConfig) -> dict:
+    """The option chosen in each group, from the config's hydra node or the running Hydra app ({} outside both)."""
+    node = OmegaConf.select(cfg, "hydra.runtime.choices", default=None)
+    if node is None:
+        try:
+            from hydra.core.hydra_config import HydraConfig
+
+            node = HydraConfig.get().runtime.choices
+        except ValueError:
+            return {}
+    return {str(k): (None if v is None else str(v)) for k, v in node.items()}
+
+
+def check_values(cfg: DictConfig, choices: Mapping[str, str | None] | None = None) -> None:
+    """Refuse, with one line naming the key and the fix, values no run could use: a seed that is not a whole
+    number in [0, 2^32), seeds_per_process < 1, task.gamma outside [0, 1], a layer width < 1, a key a group
+    would silently ignore (`+device.x=1`, `+callbacks.x=1`), a trainer key the pipeline sets from another group.
+    Also fills a removed optional group (`~scheduler`) with its `none` option."""
+    from pipeline.callbacks import check_callback_entries
+
+    choices = runtime_choices(cfg) if choices is None else choices
+    _check_seed(cfg)
+    fill_removed_groups(cfg)
+    _check_numbers(cfg)
+    _check_closed_groups(cfg, choices)
+    check_callback_entries(cfg)
