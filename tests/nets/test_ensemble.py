@@ -241,6 +241,8 @@ def test_member_state_dict_loads_into_the_plain_net_and_round_trips(model, tmp_p
     for k, v in ensemble.member_state_dict(2).items():
         assert torch.equal(other.member_state_dict(0)[k], v)
     assert not torch.equal(other.member_state_dict(1)[k], v)  # only member 0 was overwritten
+    with pytest.raises(ValueError, match="no place for"):
+        other.load_member_state_dict(0, {**ensemble.member_state_dict(2), "extra.weight": v})
 
 
 def test_every_tensor_has_the_member_axis_first_and_none_is_shared(model):
@@ -360,3 +362,11 @@ def test_make_ensemble_names_what_it_cannot_stack():
 def test_atari_cnn_ensemble_checks_the_frame_shape():
     with pytest.raises(ValueError, match=r"AtariCNN takes frames shaped \(in_channels=4, 84, 84\)"):
         make_ensemble(AtariCNN, SEEDS, (3, 84, 84), N_ACTIONS)
+
+
+def test_a_state_dict_of_another_model_is_refused():
+    mlp, dueling = (make_ensemble(MODELS[m][0], SEEDS, (2, 3), N_ACTIONS) for m in ("mlp", "dueling"))
+    with pytest.raises(ValueError, match="no place for"):
+        mlp.load_member_state_dict(0, dueling.member_state_dict(0))
+    with pytest.raises(KeyError, match="lacks 'bias'"):
+        mlp.load_member_state_dict(0, {k: v for k, v in mlp.member_state_dict(0).items() if k != "net.0.bias"})

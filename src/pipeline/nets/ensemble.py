@@ -219,7 +219,12 @@ class Ensemble(nn.Module):
         return {f"{path}.{name}": value for path, layer in self.stacked_layers() for name, value in layer.member_state(i).items()}
 
     def load_member_state_dict(self, i: int, state: dict[str, torch.Tensor]) -> None:
-        for path, layer in self.stacked_layers():
+        """Member i from the ordinary network's state_dict (strict: every key used, none missing)."""
+        layers = self.stacked_layers()
+        unknown = sorted(k for k in state if not any(k.startswith(path + ".") for path, _ in layers))
+        if unknown:
+            raise ValueError(f"{type(self).__name__} has no place for {unknown}: is this state_dict from another model?")
+        for path, layer in layers:
             prefix = path + "."
             layer.load_member(i, {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})
 
