@@ -10,10 +10,12 @@ import torch
 
 from pipeline.games.auction import Rule, default_rules, parse_rule, simulate_first_price_bids, truth
 from pipeline.games.rmac import (
+    clamp_bounds,
     counterfactual_table,
     eps_label,
     fit_logged_auction,
     invert_types,
+    predict_counterfactuals,
     realised_regret,
     result_key,
     solve_bounds,
@@ -36,16 +38,22 @@ def _bids(n_bids, k=None, seed=0):
 
 
 @pytest.fixture(scope="module")
-def equilibrium_table():
-    """The default experiment on 5,000 equilibrium bids, with the truth merged in."""
+def equilibrium_run():
+    """The default experiment on 5,000 equilibrium bids."""
     (bids, _), generator = _bids(5000)
     start = time.perf_counter()
-    table = counterfactual_table(bids, 2, RULES, EPSILONS)
+    found = predict_counterfactuals(bids, 2, RULES, EPSILONS)
     print(
         f"\nfull default table, N=5000, {len(RULES)} rules x {len(EPSILONS)} epsilons: "
         f"{time.perf_counter() - start:.1f} s"
     )
-    return table | truth_table(2, RULES)
+    return found
+
+
+@pytest.fixture(scope="module")
+def equilibrium_table(equilibrium_run):
+    """The reported table with the truth merged in."""
+    return equilibrium_run.table | truth_table(2, RULES)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -168,6 +176,48 @@ def test_bounds_contain_the_point_and_widen_with_epsilon(equilibrium_table):
     interval = [equilibrium_table[f"cf/second_price_r0.0/{side}_eps0.001"] for side in ("lower", "upper")]
     print("\nsecond_price_r0.0, eps 0.001:", interval)
     assert interval[1] - interval[0] < 0.25
+
+
+def test_raw_bounds_are_ordered_and_widen_with_epsilon_before_any_clamp(equilibrium_run):
+    """The optimiser's own numbers, not the clamped ones: a clamp that fires would hide its failure."""
+    raw, table = equilibrium_run.raw, equilibrium_run.table
+    for rule in RULES:
+        point = table[f"cf/{rule}/point"]
+        lower = [raw[f"cf/{rule}/lower_eps{eps_label(e)}"] for e in EPSILONS]
+        upper = [raw[f"cf/{rule}/upper_eps{eps_label(e)}"] for e in EPSILONS]
+        assert all(lo <= point <= hi for lo, hi in zip(lower, upper)), (rule, lower, point, upper)
+        assert lower == sorted(lower, reverse=True) and upper == sorted(upper), (rule, lower, upper)
+    assert equilibrium_run.clamps == []
+
+
+def test_a_clamp_that_fires_is_listed():
+    point = 0.30
+    lower = torch.tensor([0.31, 0.25, 0.27], dtype=torch.float64)
+    upper = torch.tensor([0.35, 0.33, 0.40], dtype=torch.float64)
+    reported_lower, reported_upper = clamp_bounds(point, lower, upper)
+    assert reported_lower.tolist() == [0.30, 0.25, 0.25] and reported_upper.tolist() == [0.35, 0.35, 0.40]
+    # Bounds stopped after one iteration can fall short; whatever they do, the table's numbers equal
+    # the raw ones exactly where no clamp is listed, and differ exactly where one is.
+    (bids, _), _ = _bids(1000)
+    found = predict_counterfactuals(bids, 2, ["second_price_r0.3", "first_price_n3"], EPSILONS, n_iters=1)
+    clamped = {line.split(":")[0] for line in found.clamps}
+    for key, raw_value in found.raw.items():
+        assert (found.table[key] != raw_value) == (key in clamped), key
+
+
+@pytest.mark.parametrize("scale", [2.0, 100.0])
+def test_estimates_scale_with_the_data_units(scale):
+    """Bids x s (s = 2, 100) give every number x s: the grid step follows the data (0.01 s), reserves and
+    epsilons are read in the data's units."""
+    (bids, _), _ = _bids(2000)
+    rules = ["second_price_r0.0", "second_price_r0.6", "first_price_n3"]
+    base = predict_counterfactuals(bids, 2, rules, [0.005], n_iters=40, point_iters=200)
+    scaled_rules = ["second_price_r0.0", f"second_price_r{format(0.6 * scale, '.1f')}", "first_price_n3"]
+    scaled = predict_counterfactuals(bids * scale, 2, scaled_rules, [0.005 * scale], n_iters=40, point_iters=200)
+    assert scaled.scale.unit == pytest.approx(scale * base.scale.unit)
+    assert scaled.scale.top == pytest.approx(base.scale.top)
+    for (key, value), (scaled_key, scaled_value) in zip(base.table.items(), scaled.table.items()):
+        assert scaled_value == pytest.approx(scale * value, rel=1e-9, abs=1e-12), (key, scaled_key)
 
 
 def test_bounds_cover_the_truth_on_equilibrium_data(equilibrium_table):

@@ -14,6 +14,7 @@ FAST = ("experiment=rmac_auction", "task.rules=[second_price_r0.0,second_price_r
         "task.statistics=[revenue]", "data.n_bids=2000")
 
 
+@pytest.mark.slow
 def test_default_experiment_point_estimates_within_003(tmp_path):
     proc = run_cli("experiment=rmac_auction", f"hydra.run.dir={tmp_path}")
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -27,15 +28,21 @@ def test_default_experiment_point_estimates_within_003(tmp_path):
             assert m[f"cf/{rule}/lower_eps{eps}"] <= m[f"cf/{rule}/point"] <= m[f"cf/{rule}/upper_eps{eps}"]
         assert "cfw/" + rule + "/point" in m
     assert m["cf/max_abs_point_error"] <= 0.03
+    # Raw bounds needed no clamp on equilibrium data; a clamp would be counted and listed.
+    assert m["cf/bound_clamps"] == 0 and record["bound_clamps"] == []
+    assert record["value_grid"]["step"] == pytest.approx(0.01)
     assert (tmp_path / "revenue_vs_reserve.png").stat().st_size > 10_000
 
 
 def test_user_csv_has_no_truth_and_bad_csv_is_one_line(tmp_path, make_cfg):
     bids = simulate_first_price_bids(1000, 2, generator=torch.Generator().manual_seed(3)).bids
     path = save_bids_csv(tmp_path / "bids.csv", bids, 2)
-    record = run(make_cfg(*FAST, f"data.path={path}"), tmp_path / "ok")
+    (record,) = run(make_cfg(*FAST, f"data.path={path}"), tmp_path / "ok")
     assert record["status"] == "ok", record["error"]
     assert not record["simulated"] and not any(k.endswith("/truth") for k in record["metrics"])
+    m = record["metrics"]
+    assert (m["data/rows_read"], m["data/rows_used"], m["data/rows_rejected"]) == (1000, 1000, 0)
+    assert record["symmetry"]["decision"].startswith("symmetric (assumed")
 
     bad = tmp_path / "bad.csv"
     bad.write_text("price\n0.3\n0.4\n")
@@ -49,7 +56,7 @@ def test_user_csv_has_no_truth_and_bad_csv_is_one_line(tmp_path, make_cfg):
 def test_sweep_report_has_coverage(tmp_path, make_cfg, k):
     for seed in range(3):
         overrides = [*FAST, f"seed={seed}"] + ([f"data.k={k}"] if k is not None else [])
-        assert run(make_cfg(*overrides), tmp_path / f"s{seed}")["status"] == "ok"
+        assert run(make_cfg(*overrides), tmp_path / f"s{seed}")[0]["status"] == "ok"
     report = build_report([tmp_path], tmp_path / "report", reps=200)
     (section,) = report["counterfactual"].values()
     assert section["n_seeds"] == 3
@@ -57,3 +64,61 @@ def test_sweep_report_has_coverage(tmp_path, make_cfg, k):
     assert (tmp_path / "report" / section["figure"]).is_file()
     assert "Counterfactual coverage" in (tmp_path / "report" / "report.md").read_text()
     assert json.loads((tmp_path / "report" / "report.json").read_text())["counterfactual"]
+
+
+def _wide_csv(path, columns):
+    """One auction per row; ``columns`` (auctions, bidders)."""
+    header = ",".join(f"bid_{i}" for i in range(columns.shape[1]))
+    path.write_text(header + "\n" + "\n".join(",".join(f"{b:.6g}" for b in row) for row in columns.tolist()) + "\n")
+    return path
+
+
+def test_one_column_layout_loads_with_data_n_bidders(tmp_path, make_cfg):
+    bids = simulate_first_price_bids(900, 3, generator=torch.Generator().manual_seed(0)).bids
+    path = tmp_path / "bids.csv"
+    path.write_text("bid\n" + "".join(f"{b:.4f}\n" for b in bids.tolist()))
+    (record,) = run(make_cfg(*FAST, f"data.path={path}", "data.n_bidders=3"), tmp_path / "run")
+    assert record["status"] == "ok", record["error"]
+    assert record["n_bidders"] == 3 and record["metrics"]["data/rows_used"] == 900
+
+
+def test_bad_rows_are_an_error_or_dropped_and_counted(tmp_path, make_cfg):
+    auctions = simulate_first_price_bids(1000, 2, generator=torch.Generator().manual_seed(1)).bids.view(-1, 2)
+    path = _wide_csv(tmp_path / "bids.csv", auctions)
+    path.write_text(path.read_text() + "0.2,0.3,0.4\n1.0\n0.1,-3\n")
+    (failed,) = run(make_cfg(*FAST, f"data.path={path}"), tmp_path / "strict")
+    assert failed["status"] == "failed"
+    assert "bids.csv" in failed["error"] and "line 502" in failed["error"] and "on_bad_rows=drop" in failed["error"]
+    (record,) = run(make_cfg(*FAST, f"data.path={path}", "data.on_bad_rows=drop"), tmp_path / "drop")
+    assert record["status"] == "ok", record["error"]
+    m = record["metrics"]
+    assert (m["data/rows_read"], m["data/rows_used"], m["data/rows_rejected"]) == (503, 500, 3)
+    assert m["data/rows_rejected/wrong_field_count"] == 2 and m["data/rows_rejected/negative"] == 1
+    assert record["data_rows"]["rejected"] == {"wrong_field_count": 2, "negative": 1}
+
+
+def test_asymmetric_bidders_are_detected_and_not_pooled(tmp_path, make_cfg):
+    """Values U[0, 1] and U[0, 2]: the pooled symmetric estimate would be wrong, so the run says so and stops."""
+    generator = torch.Generator().manual_seed(2)
+    values = torch.rand(1500, 2, generator=generator, dtype=torch.float64) * torch.tensor([1.0, 2.0])
+    path = _wide_csv(tmp_path / "asym.csv", values / 2)
+    (record,) = run(make_cfg(*FAST, f"data.path={path}"), tmp_path / "auto")
+    assert record["status"] == "failed" and "asymmetric estimator is not implemented" in record["error"]
+    assert "KS p=" in record["error"] and "data.symmetric=true" in record["error"]
+    assert not any(k.startswith("cf/") for k in record.get("metrics") or {})
+    (pooled,) = run(make_cfg(*FAST, f"data.path={path}", "data.symmetric=true"), tmp_path / "pooled")
+    assert pooled["status"] == "ok" and "declared" in pooled["symmetry"]["decision"]
+
+
+def test_value_scale_other_than_one(tmp_path, make_cfg):
+    """Values U[0, 2]: reserves, truths and estimates in those units (truth at reserve r: 2 * R(r / 2))."""
+    rules = "task.rules=[second_price_r0.0,second_price_r1.0,second_price_r1.8,first_price_n3]"
+    (record,) = run(make_cfg(*FAST, rules, "data.value_scale=2.0", "data.n_bids=4000"), tmp_path / "run")
+    assert record["status"] == "ok", record["error"]
+    m = record["metrics"]
+    assert m["cf/second_price_r1.0/truth"] == pytest.approx(2 * 5 / 12)
+    for rule in ("second_price_r0.0", "second_price_r1.0", "second_price_r1.8", "first_price_n3"):
+        assert abs(m[f"cf/{rule}/point"] - m[f"cf/{rule}/truth"]) < 0.04, rule
+        assert m[f"cf/{rule}/lower_eps0.02"] <= m[f"cf/{rule}/truth"] <= m[f"cf/{rule}/upper_eps0.02"], rule
+    assert record["value_grid"]["step"] == pytest.approx(0.02)
+    assert record["primary_metric"] == "cf/second_price_r1.0/point"

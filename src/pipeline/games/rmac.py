@@ -651,8 +651,7 @@ def predict_counterfactuals(
             continue
         lower, upper = solve_bounds(logged, start, inside, n_new, internal_eps, statistic, n_iters, point_mask)
         lower, upper = lower * unit, upper * unit
-        reported_lower = torch.cummin(lower.clamp(max=point), 0).values
-        reported_upper = torch.cummax(upper.clamp(min=point), 0).values
+        reported_lower, reported_upper = clamp_bounds(point, lower, upper)
         for i, eps in enumerate(epsilons):
             for side, raw_value, value in (("lower", lower, reported_lower), ("upper", upper, reported_upper)):
                 key = result_key(rule, f"{side}_eps{eps_label(eps)}", statistic)
@@ -660,6 +659,11 @@ def predict_counterfactuals(
                 if table[key] != raw[key]:
                     clamps.append(f"{key}: raw {raw[key]:.6g} reported {table[key]:.6g} (point {point:.6g})")
     return Counterfactuals(table, raw, clamps, scale)
+
+
+def clamp_bounds(point: float, lower: Tensor, upper: Tensor) -> tuple[Tensor, Tensor]:
+    """Bounds (ordered by increasing epsilon) forced around the point and monotone in epsilon."""
+    return torch.cummin(lower.clamp(max=point), 0).values, torch.cummax(upper.clamp(min=point), 0).values
 
 
 def counterfactual_table(bids, n_bidders: int, rules: Sequence[str], *args, **kwargs) -> dict[str, float]:
