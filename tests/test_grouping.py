@@ -28,6 +28,8 @@ def test_keys_that_do_not_change_results_do_not_split_groups(resolved):
     cosmetic = resolved("experiment=dqn_cartpole", "seed=7", "trainer.enable_progress_bar=false",
                         "device.num_threads=2", "logger=many", "resume=true", "ckpt_path=last")
     assert semantic_config(base) == semantic_config(cosmetic)
+    durable = {**base, "checkpoint": {"enabled": False, "every_s": 5}, "isolate_jobs": False}
+    assert config_id(durable) == config_id(base)
     assert config_id(base) == config_id(cosmetic)
 
 

@@ -15,7 +15,9 @@ Keys that never change what a run computes (``IGNORED``), each dropped with ever
 - ``seeds_per_process``: K seeds in one process are K ordinary runs of their seeds;
 - ``trainer.enable_progress_bar``, ``trainer.enable_model_summary``, ``callbacks.rich_progress_bar``,
   ``callbacks.model_summary``: what the console shows;
-- ``run_dir``, ``sweep_dir``: where a run writes.
+- ``run_dir``, ``sweep_dir``: where a run writes;
+- ``checkpoint``, ``isolate_jobs``, ``task.save_replay``, ``task.replay_save_max_mb``: how often and what a
+  run saves to survive being killed, and whether sweep jobs run in their own processes (durability, not results).
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ IGNORED = (
     "callbacks.model_summary",
     "run_dir",
     "sweep_dir",
+    "checkpoint",
+    "isolate_jobs",
+    "task.save_replay",
+    "task.replay_save_max_mb",
 )
 # Hydra choices of these groups say nothing about the result (see IGNORED); `experiment` is the name.
 IGNORED_CHOICES = ("logger", "experiment", "callbacks/rich_progress_bar", "callbacks/model_summary")

@@ -69,7 +69,7 @@ def plot_learning_curves(
                 ax.plot(steps, values, color=color, alpha=0.3, linewidth=0.8)
                 if steps[-1] < end:
                     any_held = True
-                    ax.plot([steps[-1], end], [values[-1], values[-1]], color=color, alpha=0.3, linewidth=0.8,
+                    ax.plot([steps[-1], end], [values[-1], values[-1]], color=color, alpha=0.5, linewidth=0.9,
                             linestyle="--")
             steps = np.asarray(curve["steps"], dtype=float)
             ax.plot(steps, curve["iqm"], color=color, linewidth=2.2, label=f"{_label(name, len(curve_seeds[name]))} IQM")
