@@ -19,19 +19,71 @@ def test_unknown_option_inside_a_sweep_list():
     assert proc.returncode != 0 and "adamz" in proc.stderr and "'optimizer'" in proc.stderr
 
 
-def test_wrong_type_names_the_key(tmp_path):
-    proc = run_cli("experiment=supervised_digits", "optimizer.lr=abc", f"hydra.run.dir={tmp_path}")
-    assert proc.returncode != 0
-    error_lines = [line for line in proc.stdout.splitlines() + proc.stderr.splitlines() if "failed" in line]
-    assert len(error_lines) == 1 and "optimizer.lr" in error_lines[0] and "number" in error_lines[0]
-    record = read_result(tmp_path)
-    assert record["status"] == "failed" and "optimizer.lr" in record["error"]
+@pytest.mark.parametrize(
+    ("override", "names", "fix"),
+    [
+        ("optimizer.lr=abc", "optimizer.lr", "optimizer.lr=0.001"),
+        ("+data.extra=???", "data.extra", "data.extra="),
+        ("seed=abc", "seed", "seed=0"),
+        ("seed=1.5", "seed=1.5", "seed=0"),
+        ("seed=-1", "seed=-1", "seed=0"),
+        ("seeds_per_process=0", "seeds_per_process=0", ">= 1"),
+        ("task.gamma=1.5", "task.gamma=1.5", "task.gamma=0.99"),
+        ("model.hidden=[64,0]", "model.hidden", "model.hidden=[128,128]"),
+        ("+callbacks.x=1", "callbacks.x", "_target_"),
+        ("+device.foo=1", "device.foo", "num_threads"),
+        ("+trainer.precision=16-mixed", "trainer.precision", "device.precision"),
+        ("model=null", "model=null", "model=none"),
+        ("~device", "~device", "device=auto|cpu"),
+    ],
+)
+def test_bad_value_is_one_line_and_no_record(tmp_path, override, names, fix):
+    """Refused at start-up: exit 2, one line on stderr naming the key and the fix, no traceback, no result.json."""
+    proc = run_cli("experiment=dqn_cartpole", "trainer=debug", override, f"hydra.run.dir={tmp_path}")
+    assert proc.returncode == 2, proc.stdout[-1000:] + proc.stderr[-1000:]
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1, proc.stderr
+    assert names in err[0] and fix in err[0]
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert not (tmp_path / "result.json").exists()
 
 
-def test_missing_required_value_names_the_key(tmp_path):
-    proc = run_cli("experiment=supervised_digits", "+data.extra=???", f"hydra.run.dir={tmp_path}")
-    assert proc.returncode != 0
-    assert "data.extra" in read_result(tmp_path)["error"]
+@pytest.mark.slow
+def test_removing_an_optional_group_reads_as_none(tmp_path):
+    proc = run_cli("experiment=supervised_digits", "trainer=debug", "~scheduler", f"hydra.run.dir={tmp_path}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert read_result(tmp_path)["status"] == "ok"
+
+
+def test_check_values_directly(make_cfg):
+    """The checks run.py calls before writing a record, on configs composed as the CLI does."""
+    from pipeline.config_checks import ConfigError, check_values
+
+    check_values(make_cfg("experiment=dqn_cartpole", "seed=4294967295", "task.gamma=0", "model.hidden=[1]"))
+    for bad in ("seed=true", "task.gamma=-0.01", "model.hidden=[8,-2]", "seeds_per_process=1.5"):
+        with pytest.raises(ConfigError):
+            check_values(make_cfg("experiment=dqn_cartpole", bad))
+
+
+@pytest.mark.slow
+def test_console_script_imports_modules_from_the_current_folder(tmp_path):
+    """`pipeline` (the installed script) finds a user's module in the current folder like `python -m pipeline`."""
+    import subprocess
+    from pathlib import Path
+
+    (tmp_path / "my_callbacks.py").write_text(
+        "from pathlib import Path\nfrom lightning.pytorch.callbacks import Callback\n\n"
+        "class Touch(Callback):\n    def on_train_end(self, trainer, pl_module):\n        Path('touched').write_text('yes')\n"
+    )
+    script = Path(sys.executable).parent / "pipeline"
+    proc = subprocess.run(
+        [str(script), "experiment=supervised_digits", "trainer=debug", "+callbacks.touch._target_=my_callbacks.Touch",
+         f"hydra.run.dir={tmp_path / 'run'}"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert read_result(tmp_path / "run")["status"] == "ok"
+    assert (tmp_path / "touched").read_text() == "yes"
 
 
 def test_help_lists_groups_and_options():
