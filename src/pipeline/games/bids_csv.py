@@ -148,10 +148,8 @@ def _parse_numbers(tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
                 values[i] = float(stripped)
             except ValueError:
                 reasons[i] = _REASONS.index("not_a_number")
-    ok = reasons == 0
-    reasons[ok & np.isnan(values)] = _REASONS.index("empty_or_nan")
-    reasons[ok & np.isinf(values)] = _REASONS.index("not_finite")
-    reasons[ok & (values < 0)] = _REASONS.index("negative")
+    for name, bad in (("empty_or_nan", np.isnan(values)), ("not_finite", np.isinf(values)), ("negative", values < 0)):
+        reasons[(reasons == 0) & bad] = _REASONS.index(name)
     return values, reasons
 
 
