@@ -87,7 +87,7 @@ class EpochCheckpointer(Callback):
         if self.policy.due(trainer.current_epoch) or trainer.current_epoch + 1 >= (trainer.max_epochs or 0):
             t0 = time.perf_counter()
             tmp = self.path.with_name(self.path.name + ".tmp")
-            trainer.save_checkpoint(str(tmp))
+            trainer.save_checkpoint(str(tmp), weights_only=False)
             tmp.replace(self.path)
             self.saved_epoch = trainer.current_epoch
             self.policy.saved(trainer.current_epoch)

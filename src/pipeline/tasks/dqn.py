@@ -260,7 +260,7 @@ class DQNTask(Task):
     def greedy_actions(self, obs: torch.Tensor) -> torch.Tensor:
         K, E = len(self.slots), self.envs_per_agent
         if self.fast_greedy is not None:
-            return torch.from_numpy(self.fast_greedy(obs.view(K, E, -1).numpy())).view(-1)
+            return torch.from_numpy(self.fast_greedy(obs.view(K, E, -1).to(torch.float32).numpy())).view(-1)
         with torch.inference_mode():
             return self.net(obs.view(K, E, *self.obs_shape)).argmax(2).view(-1)
 

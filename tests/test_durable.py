@@ -1,0 +1,194 @@
+"""Fault injection with real processes and real signals: a killed, interrupted or repeated run never loses work."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from pipeline_testing import ROOT, read_result, run_cli
+
+pytestmark = pytest.mark.slow
+
+
+def start(*args: str) -> subprocess.Popen:
+    env = {**os.environ, "WANDB_MODE": "offline"}
+    return subprocess.Popen([sys.executable, "-m", "pipeline", *args], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def wait_for(predicate, timeout: float = 240.0, proc: subprocess.Popen | None = None) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"process ended early ({proc.returncode}): {proc.stdout.read()[-2000:]}")
+        time.sleep(0.2)
+    raise AssertionError("timed out")
+
+
+def checkpoint_step(run_dir: Path) -> int | None:
+    try:
+        record = json.loads((run_dir / "result.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return (record.get("checkpoint") or {}).get("step")
+
+
+DQN = ("experiment=dqn_cartpole", "task.stop_at_return=null", "trainer.enable_progress_bar=false")
+
+
+def test_kill_9_then_ckpt_path_last_continues_a_dqn_run(tmp_path):
+    budget = 12_288
+    args = (*DQN, f"task.total_steps={budget}", "checkpoint.every_steps=4096", f"hydra.run.dir={tmp_path}")
+    proc = start(*args)
+    wait_for(lambda: (checkpoint_step(tmp_path) or 0) >= 4096, proc=proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    killed = read_result(tmp_path)
+    assert killed["status"] == "failed" and killed["checkpoint"]["replay_saved"] is True
+    saved_at = killed["checkpoint"]["step"]
+    rows_before = pd.read_csv(tmp_path / "metrics.csv")
+    assert rows_before["step"].max() >= saved_at
+    resumed = run_cli(*args, "ckpt_path=last")
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    record = read_result(tmp_path)
+    assert record["status"] == "ok" and record["env_steps"] == budget
+    assert [s.get("from_step") for s in record["segments"]] == [None, saved_at]
+    assert record["segments"][0]["end"] == "killed" and record["wall_time_s"] >= record["segments"][1]["wall_time_s"]
+    curve = pd.read_csv(tmp_path / "metrics.csv")
+    steps = curve["step"].tolist()
+    assert steps == sorted(set(steps)) and steps[-1] == budget  # monotone, no duplicated step
+    kept = rows_before[rows_before["step"] <= saved_at]
+    # The rows up to the checkpoint are the killed segment's own, unchanged.
+    pd.testing.assert_frame_equal(curve[curve["step"] <= saved_at][kept.columns].reset_index(drop=True), kept.reset_index(drop=True))
+    # Rounds after the checkpoint were redone: the curve has every logged step of an uninterrupted run.
+    assert {1024 * i for i in range(1, budget // 1024 + 1)} <= set(steps)
+
+
+def test_sigint_records_interrupted_and_the_printed_command_finishes_the_run(tmp_path):
+    args = (*DQN, "task.total_steps=60000", f"hydra.run.dir={tmp_path}")
+    proc = start(*args)
+    wait_for(lambda: (tmp_path / "metrics.csv").exists(), proc=proc)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out[-2000:]
+    record = read_result(tmp_path)
+    assert record["status"] == "interrupted" and record["interrupted"]["signal"] == "SIGINT"
+    step = record["interrupted"]["step"]
+    assert record["checkpoint"]["step"] == step > 0
+    command = record["interrupted"]["resume"]
+    assert f"continue with: {command}" in out and "Traceback" not in out
+    assert command.endswith("ckpt_path=last") and f"hydra.run.dir={tmp_path}" in command
+    # Finish it with what the line said (shorter budget, so the test stays quick: same dir, same checkpoint).
+    finish = run_cli(*[a for a in command.split()[3:] if not a.startswith("task.total_steps")], f"task.total_steps={step + 1024}")
+    assert finish.returncode == 0, finish.stdout[-2000:]
+    assert read_result(tmp_path)["env_steps"] == step + 1024
+
+
+def test_a_second_process_on_a_busy_run_dir_refuses(tmp_path):
+    proc = start(*DQN, "task.total_steps=60000", f"hydra.run.dir={tmp_path}")
+    try:
+        wait_for(lambda: (tmp_path / "result.json").exists(), proc=proc)
+        second = run_cli(*DQN, f"hydra.run.dir={tmp_path}")
+        assert second.returncode != 0
+        message = (second.stdout + second.stderr).strip().splitlines()
+        assert any("is in use by process" in line and str(proc.pid) in line for line in message), message
+        assert "Traceback" not in second.stdout + second.stderr
+    finally:
+        proc.kill()
+        proc.wait()
+    # The owner was killed: the lock is stale now and a new run takes the dir over.
+    third = run_cli(*DQN, "task.total_steps=512", f"hydra.run.dir={tmp_path}")
+    assert third.returncode == 0, third.stdout[-2000:]
+    assert "took over" in (tmp_path / "run.log").read_text()
+
+
+def test_a_finished_record_is_never_overwritten_and_a_failed_resume_keeps_the_earlier_one(tmp_path):
+    args = (*DQN, "task.total_steps=1024", "checkpoint.every_steps=512", f"hydra.run.dir={tmp_path}")
+    assert run_cli(*args).returncode == 0
+    finished = (tmp_path / "result.json").read_text()
+    again = run_cli(*args)
+    assert again.returncode != 0 and "already holds a finished run" in again.stdout + again.stderr
+    assert (tmp_path / "result.json").read_text() == finished
+    # A killed run whose checkpoint is damaged: the resume refuses in one line and changes nothing.
+    record = json.loads(finished)
+    record["status"] = "failed"
+    (tmp_path / "result.json").write_text(json.dumps(record))
+    ckpt = tmp_path / "checkpoints" / "last.ckpt"
+    ckpt.write_bytes(ckpt.read_bytes()[:1000])
+    curve = (tmp_path / "metrics.csv").read_text()
+    resumed = run_cli(*args, "ckpt_path=last")
+    assert resumed.returncode != 0
+    text = resumed.stdout + resumed.stderr
+    assert "cannot resume" in text and "truncated" in text and "Traceback" not in text and "weights_only=False" not in text
+    assert json.loads((tmp_path / "result.json").read_text()) == record
+    assert (tmp_path / "metrics.csv").read_text() == curve
+    changed = run_cli(*args, "ckpt_path=last", "model.hidden=[8]")
+    assert changed.returncode != 0 and "cannot resume" in changed.stdout + changed.stderr
+
+
+def test_a_killed_supervised_run_resumes_and_keeps_its_earlier_rows(tmp_path):
+    args = ("experiment=supervised_digits", "trainer.max_epochs=30", "checkpoint.every_s=0", "trainer.enable_progress_bar=false",
+            f"hydra.run.dir={tmp_path}")
+    proc = start(*args)
+    wait_for(lambda: (checkpoint_step(tmp_path) or 0) >= 8, proc=proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    before = pd.read_csv(tmp_path / "metrics.csv")
+    saved = read_result(tmp_path)["checkpoint"]["step"]
+    resumed = run_cli(*args, "ckpt_path=last")
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    record = read_result(tmp_path)
+    assert record["status"] == "ok" and len(record["segments"]) == 2
+    curve = pd.read_csv(tmp_path / "metrics.csv")
+    val = curve.dropna(subset=["val/acc"])
+    assert val["step"].tolist() == list(range(30))  # every epoch once, in order
+    kept = before[before["step"] <= saved].dropna(subset=["val/acc"])
+    assert val[val["step"] <= saved]["val/acc"].tolist() == kept["val/acc"].tolist()
+    assert record["metrics"]["test/acc"] > 0.9
+    assert record["wall_time_s"] > record["segments"][1]["wall_time_s"]
+    model = torch.load(tmp_path / "model.pt", weights_only=True)
+    assert "net.0.weight" in model
+
+
+@pytest.mark.parametrize("launcher", ["basic", "joblib"])
+def test_kill_9_of_one_sweep_job_never_takes_down_the_sweep(tmp_path, launcher):
+    sweep = tmp_path / "sweep"
+    args = ("-m", *DQN, "seed=0,1,2", "task.total_steps=6144", f"hydra/launcher={launcher}", f"hydra.sweep.dir={sweep}")
+    if launcher == "joblib":
+        args = (*args, "hydra.launcher.n_jobs=2")
+    proc = start(*args)
+    victim: dict = {}
+
+    def job1_running() -> bool:
+        for path in sweep.glob("1_*/result.json"):
+            try:
+                victim["pid"] = json.loads(path.read_text())["pid"]
+            except (OSError, ValueError, KeyError):
+                return False
+            return victim["pid"] is not None and (path.parent / "metrics.csv").exists()
+        return False
+
+    wait_for(job1_running, proc=proc, timeout=400)
+    os.kill(victim["pid"], signal.SIGKILL)
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode != 0
+    lines = [line for line in out.strip().splitlines() if line.strip()]
+    assert lines[-1].startswith("finish the sweep with: python -m pipeline -m") and lines[-1].endswith("resume=true"), lines[-5:]
+    assert "Traceback" not in out
+    records = {r["seed"]: r for r in (json.loads(p.read_text()) for p in sweep.glob("*/result.json"))}
+    assert records[0]["status"] == records[2]["status"] == "ok"
+    assert records[1]["status"] == "failed" and "SIGKILL" in records[1]["error"]
+    report = json.loads((sweep / "report" / "report.json").read_text())
+    (group,) = report["groups"].values()
+    assert group["n_ok"] == 2 and group["n_failed"] == 1
+    assert [f["seed"] for f in group["failed"]] == [1]  # the failed seed is listed
