@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
+
+import numpy as np
 
 import pytest
 from report_runs import OTHER_GROUP, RL_GROUP, write_two_group_sweep
@@ -46,7 +49,15 @@ def test_offline_report_run(tmp_path, monkeypatch):
     assert len(offline_runs) == 1
     assert list(offline_runs[0].glob("run-*.wandb"))
     media = offline_runs[0] / "files" / "media"
-    assert len(list((media / "images" / "plots").glob("*.png"))) == len(report["images"]) == 6
+    logged = sorted((media / "images" / "plots").glob("*.png"))
+    assert len(logged) == len(report["images"]) == 6
+    from PIL import Image
+
+    for image in report["images"]:
+        # W&B names a logged file <key>_<step>_<hash>.png; its pixels are the report's PNG's.
+        (copy,) = [p for p in logged if p.name.rsplit("_", 2)[0] == Path(image["file"]).stem]
+        assert np.array_equal(np.asarray(Image.open(copy).convert("RGB")),
+                              np.asarray(Image.open(report_dir / image["file"]).convert("RGB")))
     (table_file,) = (media / "table").glob("per_seed_*.table.json")
     table = json.loads(table_file.read_text())
     assert table["columns"][:5] == ["group", "seed", "status", "primary_metric", "primary_value"]
