@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from pipeline_testing import run_cli
 
 from pipeline.report import build_report
+from pipeline_testing import run_cli
 
 SEEDS = 4
 

@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 
 import numpy as np
-
 import pytest
 from report_runs import OTHER_GROUP, RL_GROUP, write_two_group_sweep
 
