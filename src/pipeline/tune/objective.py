@@ -94,7 +94,7 @@ def collect(run_dir: Path, seeds: list[int], objective: str) -> SeedDistribution
             dist.higher_is_better = bool(record.get("higher_is_better", True))
         stop = (record or {}).get("early_stop") or {}
         if stop.get("reason") == "pruned by the tuner":
-            dist.pruned_at_step = int(stop.get("env_step") or 0)
+            dist.pruned_at_step = int(stop.get("env_step", stop.get("epoch")) or 0)  # RL: env steps; supervised: epochs
         score = seed_score(record, objective, horizon)
         if score is None:
             why = "no run record" if record is None else (record.get("error") or f"no value for objective {objective}")

@@ -42,17 +42,24 @@ def make_sampler(name: str, seed: int | None, space: Sequence[Param]):
     raise TuneError(f"hydra.sweeper.sampler={name}: unknown sampler; choose one of: {', '.join(SAMPLERS)}")
 
 
-def open_storage(url: str):
+def open_storage(url: str, attempts: int = 4):
+    import time
+
     import optuna
 
-    try:
-        return optuna.storages.RDBStorage(url)
-    except Exception as exc:  # SQLAlchemy's errors differ per database; the user needs the URL and the cause
-        cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise TuneError(
-            f"hydra.sweeper.storage={url}: cannot open it ({cause}); give a SQLAlchemy URL that this machine can "
-            "reach, e.g. sqlite:///path/optuna.db or postgresql://user:pass@host/db"
-        ) from None
+    for attempt in range(attempts):
+        try:
+            return optuna.storages.RDBStorage(url)
+        except Exception as exc:  # SQLAlchemy's errors differ per database; the user needs the URL and the cause
+            # Workers that start together race to create the schema of a new database: the loser retries.
+            if attempt < attempts - 1:
+                time.sleep(0.25 * 2**attempt)
+                continue
+            cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise TuneError(
+                f"hydra.sweeper.storage={url}: cannot open it ({cause}); give a SQLAlchemy URL that this machine can "
+                "reach, e.g. sqlite:///path/optuna.db or postgresql://user:pass@host/db"
+            ) from None
 
 
 def load_trial(storage_url: str, study_name: str, number: int, pruner_name: str, n_startup_trials: int, n_warmup_steps: int):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,8 @@ from pipeline.tune.objective import collect, read_records, trial_value
 from pipeline.tune.space import format_value
 
 # Overrides that describe where or how a run ran, not what it is: best.yaml leaves them out.
-_NOT_CONFIG = ("experiment", "seed", "resume", "logger", "hydra", "device.num_threads", "trial", "ckpt_path", "seeds_per_process")
+_NOT_CONFIG = ("experiment", "seed", "resume", "logger", "hydra", "device.num_threads", "trial", "ckpt_path", "seeds_per_process",
+               "isolate_jobs", "checkpoint", "trainer.enable_progress_bar")
 
 
 def _finite(x: float | None) -> float | None:
@@ -160,7 +160,9 @@ def write_tune(search, confirm_dirs: dict[str, Path]) -> Path:
 
     summary["plots"] = write_plots(study, candidates, preset, out, warnings)
     (out / "tune.md").write_text(markdown(summary, out))
-    _log_to_wandb(search, summary, out)
+    wandb_cfg = (search.config.get("logger") or {}).get("wandb")
+    if wandb_cfg is not None:
+        log_tune_to_wandb(summary, out, str(search.config.name), dict(wandb_cfg))
     return out
 
 
@@ -240,23 +242,31 @@ def markdown(summary: dict, out: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _log_to_wandb(search, summary: dict, out: Path) -> None:
-    wandb_cfg = (search.config.get("logger") or {}).get("wandb")
-    if wandb_cfg is None:
-        return
+def log_tune_to_wandb(summary: dict, out: Path, group: str, wandb_cfg: dict) -> dict:
+    """The tune summary as one W&B run (job_type="tune") in the experiment's group, offline unless asked."""
+    import os
+
     import wandb
 
-    flat = {k: v for k, v in summary.items() if isinstance(v, int | float | str | bool)}
+    mode = wandb_cfg.get("mode") or os.environ.get("WANDB_MODE") or "offline"
+    flat: dict[str, Any] = {f"trials/{k}": v for k, v in summary["trials"].items()}
+    flat.update(best_tuned_value=summary["best_tuned_value"], preset_wins=summary["preset_wins"])
     for c in summary["candidates"]:
         flat[f"{c['label']}/confirmed_value"] = c["value"]
         flat[f"{c['label']}/optimism_gap"] = c["optimism_gap"]
     if summary["preset"]:
         flat["preset/confirmed_value"] = summary["preset"]["value"]
-    run = wandb.init(project=wandb_cfg.get("project", "pipeline"), entity=wandb_cfg.get("entity"),
-                     mode=wandb_cfg.get("mode") or None, group=str(search.config.name), job_type="tune",
-                     name=f"tune-{search.name}", dir=str(out), config={"best_params": summary["best_params"]}, reinit=True)
-    run.summary.update(flat)
-    for name, path in (summary.get("plots") or {}).items():
-        run.log({name: wandb.Image(str(out / path))})
-    run.summary["tune_json"] = json.dumps(summary)[:100_000]
-    run.finish()
+    run = wandb.init(project=wandb_cfg.get("project", "pipeline"), entity=wandb_cfg.get("entity"), mode=mode,
+                     group=group, job_type="tune", name=f"tune-{summary['study_name']}", dir=str(out),
+                     config={"best_params": summary["best_params"], "objective": summary["objective"]},
+                     reinit="create_new")  # a trial's run may still be open in this process
+    try:
+        run.summary.update(flat)
+        run.log({f"plots/{Path(p).stem}": wandb.Image(str(out / p)) for p in (summary.get("plots") or {}).values()})
+        artifact = wandb.Artifact(f"tune-{summary['study_name']}".replace(" ", "_"), type="tune")
+        artifact.add_file(str(out / "tune.json"))
+        run.log_artifact(artifact)
+        info = {"id": run.id, "mode": mode, "sync_dir": str(getattr(run.settings, "sync_dir", ""))}
+    finally:
+        run.finish()
+    return info

@@ -1,0 +1,114 @@
+"""`python -m pipeline -m ... hydra/sweeper=optuna` end to end, as a user runs it."""
+
+import json
+import sqlite3
+import subprocess
+import sys
+
+import optuna
+import pytest
+import yaml
+from pipeline_testing import ROOT, read_result, run_cli
+
+pytestmark = pytest.mark.slow
+
+SMALL = ["experiment=supervised_digits", "trainer.max_epochs=2", "trainer.enable_progress_bar=false", "hydra/sweeper=optuna"]
+
+
+def _study(sweep_dir, name="supervised_digits"):
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{sweep_dir}/optuna.db")
+
+
+def test_tune_supervised_digits_bad_lr_loses_and_best_yaml_runs(tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = run_cli(
+        # isolate_jobs=false: the trials run in the sweeper's process (a process per job is the default; slower here)
+        "-m", *SMALL, "isolate_jobs=false", "optimizer.lr=tag(log, interval(1e-3, 10.0))", "hydra.sweeper.n_trials=3",
+        "hydra.sweeper.seeds=3", "hydra.sweeper.confirm_top=2", "hydra.sweeper.confirm_seeds=3",
+        "hydra.sweeper.pruner_startup_trials=1", "hydra.sweeper.enqueue=[{optimizer.lr: 0.003}, {optimizer.lr: 10.0}]",
+        f"hydra.sweep.dir={sweep}",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    tune = json.loads((sweep / "tune" / "tune.json").read_text())
+    study = _study(sweep)
+    trials = {t.number: t for t in study.trials}
+    states = [t.state for t in trials.values()]
+
+    # tune.json and optuna.db agree
+    assert tune["trials"] == {"total": 3, "completed": states.count(optuna.trial.TrialState.COMPLETE),
+                              "pruned": states.count(optuna.trial.TrialState.PRUNED), "failed": 0}
+    best = trials[tune["best_trial"]]
+    assert tune["best_params"] == {"optimizer.lr": repr(best.params["optimizer.lr"])}
+    assert tune["best_tuned_value"] == pytest.approx(best.value)
+    assert tune["tuning_seeds"] == [0, 1, 2] and tune["confirm_seeds"] == [3, 4, 5]  # fresh, disjoint
+
+    # lr 10.0 loses: the median pruner stops it at its first validation (its seeds' records say so)
+    bad = trials[1]
+    assert bad.params["optimizer.lr"] == 10.0
+    assert bad.state == optuna.trial.TrialState.PRUNED and bad.user_attrs["pruned_at_step"] == 0
+    assert bad.value < 0.5 < best.value
+    for seed in (0, 1, 2):
+        stop = read_result(sweep / "trials" / "1" / f"seed{seed}")["early_stop"]
+        assert stop["reason"] == "pruned by the tuner"
+    assert tune["best_params"]["optimizer.lr"] != "10.0"
+    assert all(c["params"]["optimizer.lr"] != "10.0" for c in tune["candidates"])
+    assert tune["preset"]["primary"]["iqm"] > 0.5
+    assert tune["best_confirmed"]["optimism_gap"] == pytest.approx(tune["best_tuned_value"] - tune["best_confirmed"]["value"])
+    for name in ("tune.md", "best.yaml", "experiment/best.yaml", "confirmed.png", "optimization_history.png"):
+        assert (sweep / "tune" / name).is_file(), name
+
+    # best.yaml is a preset that runs as it is, with the tuned value
+    preset = yaml.safe_load((sweep / "tune" / "best.yaml").read_text())
+    assert preset["optimizer"]["lr"] == best.params["optimizer.lr"]
+    run_dir = tmp_path / "best_run"
+    proc = run_cli("--config-dir", str(sweep / "tune"), "experiment=best", f"hydra.run.dir={run_dir}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert read_result(run_dir)["status"] == "ok"
+    ran = yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text())
+    assert ran["optimizer"]["lr"] == best.params["optimizer.lr"] and ran["trainer"]["max_epochs"] == 2
+
+
+def test_bad_input_is_one_line(tmp_path):
+    for args, message in [
+        (["optimizer.lrr=interval(1e-3, 1e-1)"], "search space: unknown parameter 'optimizer.lrr'"),
+        (["optimizer.lr=interval(1e-3, 1e-1)", "hydra.sweeper.seeds=0"], "hydra.sweeper.seeds=0: a trial needs at least one seed"),
+    ]:
+        proc = run_cli("-m", *SMALL, *args, f"hydra.sweep.dir={tmp_path / 'sweep'}")
+        assert proc.returncode != 0
+        lines = [line for line in proc.stderr.splitlines() if message in line]
+        assert len(lines) == 1, proc.stderr[-2000:]
+
+
+def _worker(tmp_path, i, url):
+    return subprocess.Popen(
+        # isolate_jobs=false: trials in the worker's process (a fresh process per trial is the default; slower here)
+        [sys.executable, "-m", "pipeline", "-m", *SMALL, "trainer=debug", "isolate_jobs=false", "optimizer.lr=tag(log, interval(1e-4, 1e-1))",
+         "hydra.sweeper.n_trials=6", "hydra.sweeper.seeds=1", "hydra.sweeper.confirm_top=0",
+         f"hydra.sweeper.storage={url}", "hydra.sweeper.study_name=shared", f"hydra.sweep.dir={tmp_path / f'worker{i}'}"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def test_two_workers_share_one_sqlite_study(tmp_path):
+    url = f"sqlite:///{tmp_path}/shared.db"
+    workers = [_worker(tmp_path, i, url) for i in range(2)]
+    outputs = [w.communicate(timeout=600) for w in workers]
+    for w, (_, err) in zip(workers, outputs):
+        assert w.returncode == 0, err[-3000:]
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    trials = optuna.load_study(study_name="shared", storage=url).trials
+    # Every trial finished, and each was run by exactly one worker (its folder exists in one sweep dir only).
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    owners = {t.number: [i for i in range(2) if (tmp_path / f"worker{i}" / "trials" / str(t.number) / "result.json").is_file()]
+              for t in trials}
+    assert all(len(o) == 1 for o in owners.values()), owners
+    assert {len([n for n, o in owners.items() if o == [i]]) for i in range(2)} != {0}  # both workers worked
+    # A worker checks the count before asking, so two may each start one last trial: never fewer than asked.
+    assert 6 <= len(trials) <= 7
+    assert len({t.params["optimizer.lr"] for t in trials}) == len(trials)  # no parameters drawn twice
+    for t in trials:  # each trial's value is its own run's score
+        record = read_result(tmp_path / f"worker{owners[t.number][0]}" / "trials" / str(t.number))
+        assert record["metrics"]["test/acc"] == pytest.approx(t.value)
+    with sqlite3.connect(tmp_path / "shared.db") as db:
+        assert db.execute("select count(*) from trials").fetchone()[0] == len(trials)
