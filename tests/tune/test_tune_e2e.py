@@ -8,6 +8,7 @@ import sys
 import optuna
 import pytest
 import yaml
+
 from pipeline_testing import ROOT, read_result, run_cli
 
 pytestmark = pytest.mark.slow
