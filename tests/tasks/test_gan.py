@@ -173,7 +173,7 @@ def test_a_corrupt_cached_classifier_is_rebuilt_with_a_note(digits, tmp_path, ca
 
 
 def test_scoring_with_a_supervised_runs_classifier(make_cfg, tmp_path, digits):
-    sup = run(make_cfg("experiment=supervised_digits", "trainer.max_epochs=3", "trainer.enable_progress_bar=false"), tmp_path)
+    (sup,) = run(make_cfg("experiment=supervised_digits", "trainer.max_epochs=3", "trainer.enable_progress_bar=false"), tmp_path)
     assert sup["status"] == "ok", sup["error"]
     q = gan_metrics.build_quality(
         "classifier", (1, 8, 8), lambda: (digits.real_images("train"), digits.real_labels("train")), 10,
@@ -249,7 +249,7 @@ def test_both_optimizers_step_and_gradients_stay_in_their_net(tmp_path, digits, 
 
 def test_run_writes_record_curves_and_pictures(make_cfg, tmp_path):
     cfg = make_cfg(*SHORT, "trainer.max_epochs=4", "task.eval_every_n_epochs=2", "task.sample_every_n_epochs=2")
-    record = run(cfg, tmp_path)
+    (record,) = run(cfg, tmp_path)
     assert record["status"] == "ok", record["error"]
     assert read_result(tmp_path)["primary_metric"] == "eval/inception_score" and record["higher_is_better"]
     m = record["metrics"]
@@ -287,7 +287,7 @@ def test_tensorboard_and_wandb_get_pictures_histograms_and_graph(make_cfg, tmp_p
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     cfg = make_cfg(*SHORT, "logger=many", "trainer.max_epochs=2", "task.sample_every_n_epochs=1", "task.histogram_every_n_steps=10")
-    record = run(cfg, tmp_path)
+    (record,) = run(cfg, tmp_path)
     assert record["status"] == "ok", record["error"]
     events = EventAccumulator(str(tmp_path / "tensorboard"), size_guidance={"images": 0, "histograms": 0}).Reload()
     tags = events.Tags()
@@ -324,30 +324,30 @@ def _assert_wandb_images_match_disk(run_dir) -> None:
 
 
 def test_resume_continues_counters_and_keeps_start_scores(make_cfg, tmp_path):
-    first = run(make_cfg(*SHORT, "trainer.max_epochs=1"), tmp_path)
+    (first,) = run(make_cfg(*SHORT, "trainer.max_epochs=1"), tmp_path)
     assert first["status"] == "ok", first["error"]
-    second = run(make_cfg(*SHORT, "trainer.max_epochs=2", "ckpt_path=last"), tmp_path)
+    (second,) = run(make_cfg(*SHORT, "trainer.max_epochs=2", "ckpt_path=last"), tmp_path)
     assert second["status"] == "ok", second["error"]
     assert second["iterations"] == 2 * PER_EPOCH
     assert second["metrics"]["eval/inception_score_start"] == first["metrics"]["eval/inception_score_start"]
 
 
 def test_dcgan_and_least_squares_compose_and_run(make_cfg, tmp_path):
-    record = run(make_cfg(*SHORT, "model=gan_dcgan", "model.generator_channels=16", "model.discriminator_channels=16",
+    (record,) = run(make_cfg(*SHORT, "model=gan_dcgan", "model.generator_channels=16", "model.discriminator_channels=16",
                           "loss=mse", "trainer.max_epochs=1"), tmp_path)
     assert record["status"] == "ok", record["error"]
     assert np.isfinite(record["metrics"]["eval/inception_score"])
 
 
 def test_probability_losses_are_refused_with_the_fix(make_cfg, tmp_path):
-    record = run(make_cfg(*SHORT, "loss=cross_entropy"), tmp_path)
+    (record,) = run(make_cfg(*SHORT, "loss=cross_entropy"), tmp_path)
     # The one-line error is the task's own message (not Hydra's instantiation wrapper), fix included.
     assert record["status"] == "failed" and "loss=bce" in record["error"] and "CrossEntropyLoss" in record["error"]
 
 
 @pytest.mark.slow
 def test_digits_score_rises_well_above_its_start(make_cfg, tmp_path):
-    record = run(make_cfg(*SHORT, "trainer.max_epochs=25", "task.sample_every_n_epochs=0", "task.log_every_n_steps=50"), tmp_path)
+    (record,) = run(make_cfg(*SHORT, "trainer.max_epochs=25", "task.sample_every_n_epochs=0", "task.log_every_n_steps=50"), tmp_path)
     assert record["status"] == "ok", record["error"]
     m = record["metrics"]
     # An untrained generator scores ~1 (one blurry blob). Measured after 25 epochs on seeds 0-2: 6.3-6.4
