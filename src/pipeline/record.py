@@ -153,7 +153,9 @@ class RunRecord:
         return cls(**typed, extras=extras)
 
     def write(self, run_dir: Path | None = None) -> None:
-        write_json(Path(run_dir or self.run_dir) / RESULT, self.to_dict())
+        # `file`: result.json, or (while a finished run is being extended) a side file, so result.json
+        # keeps the finished record until the extension has finished too.
+        write_json(Path(run_dir or self.run_dir) / getattr(self, "file", RESULT), self.to_dict())
 
 
 def read_record(run_dir: Path) -> RunRecord | None:

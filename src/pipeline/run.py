@@ -270,14 +270,20 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
     previous = [read_record(d) for d in dirs]
     ckpt_file = checkpoint_path(run_dir)
     wants_resume = bool(cfg.get("ckpt_path")) or bool(cfg.get("resume"))
-    if all(p is not None and p.status == "ok" for p in previous):
-        if wants_resume:
-            log.info(f"{run_dir} already finished ok; nothing to continue")
-            return [p.to_dict() for p in previous]
-        raise RunRefused(
-            f"{run_dir} already holds a finished run (status ok); choose a new dir (hydra.run.dir=<dir>) to run it again"
-        )
+    extending = all(p is not None and p.status == "ok" for p in previous)
+    if extending:
+        if not cfg.get("ckpt_path"):
+            if wants_resume:
+                log.info(f"{run_dir} already finished ok; nothing to continue")
+                return [p.to_dict() for p in previous]
+            raise RunRefused(
+                f"{run_dir} already holds a finished run (status ok); choose a new dir (hydra.run.dir=<dir>) to run it "
+                "again, or continue it to a larger budget with ckpt_path=last"
+            )
+        log.info(f"{run_dir} finished ok; continuing it from its checkpoint (result.json keeps the finished record until this ends ok)")
     ckpt = _resolve_ckpt(cfg, ckpt_file, any(p is not None for p in previous))
+    if extending and ckpt is None:
+        raise RunRefused(f"{run_dir} finished ok and has no checkpoint to continue from; choose a new dir to run it again")
 
     t_start = time.perf_counter()
     stop = StopRequests().install()
@@ -320,7 +326,7 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
         records = _start_records(cfg, ctx, dirs, seeds, previous, None)
         return _fail(records, exc, run_dir, t_start, StopRequests(), loggers, curves)
 
-    records = _start_records(cfg, ctx, dirs, seeds, previous, resume_step)
+    records = _start_records(cfg, ctx, dirs, seeds, previous, resume_step, EXTENDING if extending else None)
     for r in records:
         r.update(task=type(task).__name__, primary_metric=task.primary_metric, primary_curve=task.primary_curve,
                  higher_is_better=task.higher_is_better, device=str(device))
@@ -436,12 +442,12 @@ def _state_checkpointer(task, path: Path, policy: CheckpointPolicy, stop: StopRe
         policy.saved(task.resume_step)
         note_save(step=task.resume_step, seconds=time.perf_counter() - t0, size=size, replay_saved=state.get("replay") is not None)
 
-    def hook() -> None:
-        if stop.requested:
+    def hook(final: bool = False) -> None:
+        if stop.requested and not final:
             save()
             raise Interrupted(task.resume_step)
-        if policy.due(task.resume_step):
-            save()
+        if policy.due(task.resume_step) or (final and policy.enabled):
+            save()  # the final one lets ckpt_path=last continue a finished run to a larger budget
 
     return hook
 
@@ -455,7 +461,10 @@ def _attach_trial(task, cfg: DictConfig) -> None:
     task.trial_reporter = TrialReporter.from_config(trial)
 
 
-def _start_records(cfg, ctx: JobContext, dirs, seeds, previous, resume_step) -> list[RunRecord]:
+EXTENDING = "result.extending.json"
+
+
+def _start_records(cfg, ctx: JobContext, dirs, seeds, previous, resume_step, side_file: str | None = None) -> list[RunRecord]:
     """Fresh records that say the run has not finished; a resumed run carries its earlier segments."""
     import os
 
@@ -476,6 +485,8 @@ def _start_records(cfg, ctx: JobContext, dirs, seeds, previous, resume_step) -> 
         )
         if resume_step is None:
             (d / "error.log").unlink(missing_ok=True)
+        if side_file is not None:
+            r.file = side_file
         r.write()
         records.append(r)
     return records
@@ -493,7 +504,11 @@ def _finish(records, t_start, stop, loggers, curves, cfg, dirs) -> list[dict]:
     for c in curves:
         c.flush()
     for r in records:
+        side = getattr(r, "file", None)
+        r.file = "result.json"
         r.write()
+        if side and side != "result.json":
+            (Path(r.run_dir) / side).unlink(missing_ok=True)
     _publish(loggers, records)
     finish_loggers(loggers, "ok")
     stop.uninstall()

@@ -102,7 +102,7 @@ def test_gan_atari_runs_end_to_end_and_the_distance_falls(make_cfg, tmp_path, ca
         "model.generator_channels=32", "model.discriminator_channels=32", "trainer.max_epochs=15",
         "task.eval_every_n_epochs=5", "task.sample_every_n_epochs=5", "task.log_every_n_steps=5",
     )
-    record = run(cfg, tmp_path)
+    (record,) = run(cfg, tmp_path)
     assert record["status"] == "ok", record["error"]
     assert record["primary_metric"] == "eval/frechet_distance" and record["higher_is_better"] is False
     m = record["metrics"]

@@ -502,6 +502,8 @@ class DQNTask(Task):
             self.log_progress()
         for slot, agent in enumerate(self.slots):
             self.agents_net.load_member_state_dict(agent, self.net.member_state_dict(slot))
+        if self.checkpoint_hook is not None:
+            self.checkpoint_hook(final=True)
 
     # ---- checkpoints ---------------------------------------------------------------------------
     def _replay_worth_saving(self) -> bool:
