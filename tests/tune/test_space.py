@@ -5,7 +5,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 
 from pipeline.config_checks import group_options
 from pipeline.tune.space import TuneError, format_value, parse_space
-from pipeline.tune.study import make_sampler, open_storage
+from pipeline.tune.study import make_sampler, open_storage, tell
 
 
 def _space(make_cfg, *args, params=None):
@@ -72,3 +72,18 @@ def test_format_value_reads_back_as_hydra_parses_it():
     for value in (1e-05, 0.0023, 16, True, "adam", [128, 128], None):
         parsed = parser.parse_override(f"k={format_value(value)}").value()
         assert parsed == value
+
+
+def test_grid_sampler_visits_every_point_once(make_cfg):
+    import optuna
+
+    _, space = _space(make_cfg, "task.gradient_steps=choice(16, 32)", "task.batch_size=range(32, 97, 32)")
+    study = optuna.create_study(sampler=make_sampler("grid", 0, space))
+    dists = {p.name: p.distribution() for p in space}
+    seen = []
+    for _ in range(6):
+        trial = study.ask(dists)
+        seen.append((trial.params["task.gradient_steps"], trial.params["task.batch_size"]))
+        tell(study, trial, 0.0)  # the last one ends the grid: Optuna's study.stop() must not escape
+    assert sorted(seen) == [(g, b) for g in (16, 32) for b in (32, 64, 96)]
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)

@@ -113,3 +113,20 @@ def test_two_workers_share_one_sqlite_study(tmp_path):
         assert record["metrics"]["test/acc"] == pytest.approx(t.value)
     with sqlite3.connect(tmp_path / "shared.db") as db:
         assert db.execute("select count(*) from trials").fetchone()[0] == len(trials)
+
+
+def test_resume_reruns_a_trial_left_running(tmp_path):
+    sweep = tmp_path / "sweep"
+    args = ["-m", *SMALL, "trainer=debug", "isolate_jobs=false", "optimizer.lr=tag(log, interval(1e-4, 1e-1))",
+            "hydra.sweeper.seeds=1", "hydra.sweeper.confirm_top=0", f"hydra.sweep.dir={sweep}"]
+    assert run_cli(*args, "hydra.sweeper.n_trials=2").returncode == 0
+    study = _study(sweep)
+    killed = study.ask({"optimizer.lr": optuna.distributions.FloatDistribution(1e-4, 1e-1, log=True)})  # a worker died here
+
+    proc = run_cli(*args, "hydra.sweeper.n_trials=3", "resume=true")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    trials = _study(sweep).trials
+    assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE", "FAIL", "COMPLETE"]
+    assert trials[2].user_attrs["interrupted"] is True
+    assert trials[3].params == killed.params  # its parameters ran again, as a new trial
+    assert json.loads((sweep / "tune" / "tune.json").read_text())["trials"]["total"] == 4

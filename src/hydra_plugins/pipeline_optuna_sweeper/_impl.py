@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from pipeline.config_checks import group_options
 from pipeline.tune.objective import OBJECTIVES, collect, maximize, trial_value
 from pipeline.tune.space import Param, TuneError, format_value, parse_space
+from pipeline.tune.study import tell
 
 log = logging.getLogger("pipeline.tune")
 
@@ -90,6 +91,8 @@ class SeedDistributionSearch:
         from pipeline.tune.study import make_pruner, make_sampler, open_storage, quiet_optuna
 
         self._check_settings()
+        self.sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, self.sweep_dir / "multirun.yaml")  # as Hydra's own sweeper does; resume compares it
         fixed, self.space = parse_space(arguments, self.s.get("params"), self.config, group_options())
         self.fixed = [f for f in fixed if f.split("=", 1)[0] not in ("seed", "hydra.sweep.subdir")]
         self.batched = str(self.config.task._target_).endswith(BATCHABLE)
@@ -152,7 +155,7 @@ class SeedDistributionSearch:
         for t in trials:
             if t.state == TrialState.RUNNING:
                 self.study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
-                self.study.tell(t.number, state=TrialState.FAIL)
+                tell(self.study, t.number, state=TrialState.FAIL)
                 self.study.enqueue_trial(t.params)
                 print(f"[trial {t.number}] interrupted earlier: its parameters run again", flush=True)
 
@@ -191,11 +194,11 @@ class SeedDistributionSearch:
             steps = sorted(self.study._storage.get_trial(trial._trial_id).intermediate_values)
             at = dist.pruned_at_step or (steps[-1] if steps else 0)
             trial.set_user_attr("pruned_at_step", at)
-            self.study.tell(trial, state=TrialState.PRUNED)
+            tell(self.study, trial, state=TrialState.PRUNED)
             print(f"[trial {trial.number}] {shown} -> pruned at step {at}", flush=True)
             return
         value = trial_value(dist, str(self.s.objective), self.maximize)
-        self.study.tell(trial, value)
+        tell(self.study, trial, value)
         note = f", failed seeds {dist.failed} (worst value)" if dist.failed else ""
         print(f"[trial {trial.number}] {shown} -> {self.s.objective}={value:.4g} over {len(dist.seeds)} seeds{note}", flush=True)
 

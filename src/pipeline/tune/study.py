@@ -71,3 +71,13 @@ def load_trial(storage_url: str, study_name: str, number: int, pruner_name: str,
                               pruner=make_pruner(pruner_name, n_startup_trials, n_warmup_steps))
     trial_id = study._storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
     return optuna.trial.Trial(study, trial_id)
+
+
+def tell(study, trial, *args, **kwargs) -> None:
+    """`study.tell`, outside `study.optimize`: the grid sampler calls `study.stop()` once the grid is done,
+    which raises there after the trial's result is already stored (the sweeper stops on its own count)."""
+    try:
+        study.tell(trial, *args, **kwargs)
+    except RuntimeError as exc:
+        if "Study.stop" not in str(exc):
+            raise
