@@ -3,6 +3,10 @@
 import json
 from pathlib import Path
 
+import numpy as np
+import pytest
+from matplotlib.image import imread
+
 from pipeline_testing import run_cli
 
 
@@ -12,6 +16,7 @@ def _sweep_dir(root: Path) -> Path:
     return dirs[0]
 
 
+@pytest.mark.slow
 def test_joblib_sweep_with_wandb_writes_report_and_offline_runs(tmp_path):
     proc = run_cli(
         "-m", "experiment=supervised_digits", "trainer=debug", "seed=range(0,3)", "hydra/launcher=joblib",
@@ -22,18 +27,32 @@ def test_joblib_sweep_with_wandb_writes_report_and_offline_runs(tmp_path):
     jobs = sorted(p for p in sweep.iterdir() if (p / "result.json").is_file())
     assert [p.name for p in jobs] == ["0_seed=0,trainer=debug", "1_seed=1,trainer=debug", "2_seed=2,trainer=debug"]
     assert proc.stdout.count("[job ") == 3 and "report:" in proc.stdout
+    results = [json.loads((job / "result.json").read_text()) for job in jobs]
+    assert [r["seed"] for r in results] == [0, 1, 2] and {r["status"] for r in results} == {"ok"}
     report = json.loads((sweep / "report" / "report.json").read_text())
     (group,) = report["groups"].values()
     assert group["n_ok"] == 3 and group["n_failed"] == 0
+    # The report summarises exactly these three runs' final accuracies (3 seeds: the IQM is their mean).
+    accuracies = [r["metrics"]["test/acc"] for r in results]
+    assert sorted(group["values"]) == sorted(accuracies)
+    assert group["iqm"] == pytest.approx(np.mean(accuracies))
     assert any("fewer than 5" in w or "only 3" in w for w in report["warnings"])
-    assert list((sweep / "report").glob("*.png"))
-    # One offline W&B run per seed, in the experiment's group, and one summary run for the report.
-    for job in jobs:
-        runs = list((job / "wandb").glob("offline-run-*"))
-        assert len(runs) == 1, job
-    assert list((sweep / "report").rglob("offline-run-*"))
+    plots = sorted((sweep / "report").glob("*.png"))
+    assert plots
+    for plot in plots:  # real, non-blank images
+        image = imread(plot)
+        assert min(image.shape[:2]) >= 100 and image[..., :3].std() > 0.01, plot.name
+    # One offline W&B run per seed holding that seed's record, and one summary run for the report.
+    for job, result in zip(jobs, results):
+        (run_dir,) = (job / "wandb").glob("offline-run-*")
+        log = next(run_dir.glob("run-*.wandb")).read_bytes()
+        assert f'"seed":{result["seed"]},'.encode() in log, job
+        assert f'"test/acc":{result["metrics"]["test/acc"]!r}'.encode() in log, job
+    (summary_run,) = (sweep / "report").rglob("offline-run-*")
+    assert b"IQM and mean of test/acc" in next(summary_run.glob("run-*.wandb")).read_bytes()
 
 
+@pytest.mark.slow
 def test_failed_run_is_reported_and_resume_reruns_only_it(tmp_path):
     args = ["-m", "experiment=supervised_digits", "trainer=debug", "seed=0,1", "optimizer=sgd", "optimizer.lr=0.05,1e30"]
     proc = run_cli(*args, cwd=tmp_path)

@@ -92,6 +92,7 @@ def test_frame_metric_gives_held_out_frames_a_low_distance_and_noise_a_high_one(
     assert real["pixel_mean"] == pytest.approx(reference["pixel_mean_real"], abs=0.02)
 
 
+@pytest.mark.slow
 def test_gan_atari_runs_end_to_end_and_the_distance_falls(make_cfg, tmp_path, cache_dir):
     cfg = make_cfg(
         "experiment=gan_atari", "trainer.enable_progress_bar=false", f"data.cache_dir={cache_dir}",
@@ -110,4 +111,10 @@ def test_gan_atari_runs_end_to_end_and_the_distance_falls(make_cfg, tmp_path, ca
                 "pixel_mean_real", "pixel_mean_map_error"):
         assert np.isfinite(m[f"eval/{key}"]), key
     assert m["eval/frechet_distance"] < 0.1 * m["eval/frechet_distance_start"]
-    assert (tmp_path / "samples.png").is_file() and (tmp_path / "samples" / "epoch_0005.png").is_file()
+    # The sample grids are real images of generated frames, and the generator changed between them.
+    from matplotlib.image import imread
+
+    final, early = imread(tmp_path / "samples.png"), imread(tmp_path / "samples" / "epoch_0005.png")
+    assert final.shape == early.shape and min(final.shape[:2]) >= 16
+    assert final[..., :3].std() > 0.05 and early[..., :3].std() > 0.05
+    assert np.abs(final - early).mean() > 1e-3
