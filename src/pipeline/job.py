@@ -42,6 +42,11 @@ class JobContext:
     num_threads: int | None = None
     sweep_dir: str | None = None
     job_num: int | None = None
+    # True in a sweep job's own process: SIGUSR2 (SLURM's warning before preemption or the time
+    # limit, as submitit asks for it) then also means "checkpoint and stop".
+    isolated: bool = False
+    # The sweep's own overrides (`seed=0,1,2`, not this job's `seed=1`): what its resume command repeats.
+    sweep_overrides: list[str] = field(default_factory=list)
 
     @classmethod
     def from_hydra(cls, cfg: DictConfig) -> JobContext:
@@ -58,6 +63,7 @@ class JobContext:
             num_threads=threads_for_this_job(cfg.device.num_threads, hc, multirun),
             sweep_dir=str(hc.sweep.dir) if multirun else None,
             job_num=int(hc.job.num) if multirun and hc.job.get("num") is not None else None,
+            sweep_overrides=_sweep_overrides(str(hc.sweep.dir)) if multirun else [],
         )
 
     def group(self, experiment: str) -> str:
@@ -67,10 +73,19 @@ class JobContext:
 
     def resume_command(self) -> str:
         """The one command that continues this run (or, in a sweep, finishes the sweep)."""
-        args = " ".join(shlex.quote(o) for o in self.overrides if not o.startswith(("ckpt_path=", "resume=", "hydra.run.dir=", "hydra.sweep.dir=")))
+        given = self.sweep_overrides if (self.multirun and self.sweep_overrides) else self.overrides
+        args = " ".join(shlex.quote(o) for o in given if not o.startswith(("ckpt_path=", "resume=", "hydra.run.dir=", "hydra.sweep.dir=")))
         if self.multirun and self.sweep_dir:
             return f"python -m pipeline -m {args} hydra.sweep.dir={shlex.quote(self.sweep_dir)} resume=true".replace("  ", " ")
         return f"python -m pipeline {args} hydra.run.dir={shlex.quote(self.run_dir)} ckpt_path=last".replace("  ", " ")
+
+
+def _sweep_overrides(sweep_dir: str) -> list[str]:
+    saved = Path(sweep_dir) / "multirun.yaml"
+    try:
+        return [str(o) for o in OmegaConf.load(saved).hydra.overrides.task]
+    except (OSError, ValueError, AttributeError):
+        return []
 
 
 def threads_for_this_job(requested, hydra_cfg, multirun: bool) -> int | None:
@@ -107,8 +122,9 @@ def run_in_child(cfg: DictConfig, ctx: JobContext) -> list[dict]:
     job_dir = Path(ctx.run_dir) / JOB_DIR
     job_dir.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(cfg, job_dir / "config.yaml", resolve=True)
-    (job_dir / "context.json").write_text(json.dumps(asdict(ctx), indent=2))
-    child = subprocess.Popen([sys.executable, "-m", "pipeline.job", str(job_dir)])
+    (job_dir / "context.json").write_text(json.dumps({**asdict(ctx), "isolated": True}, indent=2))
+    # Its own process group: a terminal's Ctrl-C reaches this process only, which forwards it once.
+    child = subprocess.Popen([sys.executable, "-m", "pipeline.job", str(job_dir)], start_new_session=True)
     received: list[int] = []
 
     def forward(signum, frame):  # Ctrl-C / SIGTERM reach the child, which saves and stops cleanly
@@ -118,8 +134,8 @@ def run_in_child(cfg: DictConfig, ctx: JobContext) -> list[dict]:
 
     previous = {}
     try:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.signal(sig, forward)
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2):
+            previous[sig] = signal.signal(sig, _chain(forward, signal.getsignal(sig)) if sig == signal.SIGUSR2 else forward)
     except ValueError:  # not the main thread: the launcher handles signals
         previous = {}
     try:
@@ -132,9 +148,22 @@ def run_in_child(cfg: DictConfig, ctx: JobContext) -> list[dict]:
         how = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exited with code {rc}"
         records = [_record_death(r, how, ctx) for r in records]
         print(f"[job {ctx.job_num}] seed={cfg.seed}: the training process was {how}; finish with: {ctx.resume_command()}", flush=True)
-    if received:
-        raise KeyboardInterrupt  # stop the sweep; its jobs' records say where each one stopped
+    if received and signal.SIGUSR2 not in received:
+        # Stop the sweep; its jobs' records say where each one stopped.
+        print(f"sweep stopped by {signal.Signals(received[0]).name}; finish it with: {ctx.resume_command()}", flush=True)
+        raise SystemExit(130 if received[0] == signal.SIGINT else 143)
     return records
+
+
+def _chain(first, second):
+    """Call our handler, then the one that was there (submitit's requeue on SIGUSR2)."""
+
+    def handler(signum, frame):
+        first(signum, frame)
+        if callable(second):
+            second(signum, frame)
+
+    return handler
 
 
 def read_job_records(run_dir: Path, k: int, seed: int) -> list[dict]:

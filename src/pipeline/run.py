@@ -20,6 +20,8 @@ arguments and can be made by hand in a notebook.
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import time
 import traceback
 import warnings
@@ -286,7 +288,8 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
         raise RunRefused(f"{run_dir} finished ok and has no checkpoint to continue from; choose a new dir to run it again")
 
     t_start = time.perf_counter()
-    stop = StopRequests().install()
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2) if ctx.isolated else (signal.SIGINT, signal.SIGTERM)
+    stop = StopRequests(signals).install()
     loggers: list = []
     records: list[RunRecord] = []
     curves: list[CurveLog] = []
@@ -403,8 +406,10 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
 
 def _resolve_ckpt(cfg: DictConfig, last: Path, has_previous: bool) -> Path | None:
     requested = cfg.get("ckpt_path")
-    if not requested and cfg.get("resume") and has_previous:
-        requested = "last"  # a sweep resumed with resume=true continues its unfinished jobs
+    requeued = os.environ.get("SLURM_RESTART_COUNT", "0") not in ("", "0")
+    if not requested and (cfg.get("resume") or requeued) and has_previous:
+        # A sweep resumed with resume=true, or a SLURM job requeued after preemption, continues its jobs.
+        requested = "last"
     if not requested:
         return None
     if requested == "last":
@@ -466,7 +471,6 @@ EXTENDING = "result.extending.json"
 
 def _start_records(cfg, ctx: JobContext, dirs, seeds, previous, resume_step, side_file: str | None = None) -> list[RunRecord]:
     """Fresh records that say the run has not finished; a resumed run carries its earlier segments."""
-    import os
 
     group = ctx.group(str(cfg.name))
     config = comparable_config(cfg)

@@ -24,7 +24,7 @@ from pathlib import Path
 log = logging.getLogger("pipeline")
 
 LOCK = ".lock"
-EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
+EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGUSR2: 140}
 
 
 class RunDirBusy(RuntimeError):
@@ -80,8 +80,9 @@ def _read_owner(fd: int) -> dict | None:
 class StopRequests:
     """SIGINT/SIGTERM set `signal`; the loop checks `requested` at safe points."""
 
-    def __init__(self) -> None:
+    def __init__(self, signals: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM)) -> None:
         self.signal: int | None = None
+        self.signals = signals
         self._previous: dict[int, object] = {}
 
     @property
@@ -96,7 +97,7 @@ class StopRequests:
 
     def install(self) -> StopRequests:
         try:
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in self.signals:
                 self._previous[sig] = signal.signal(sig, self._handle)
         except ValueError:  # not the main thread (e.g. a launcher's worker thread): leave signals alone
             self._previous.clear()
