@@ -10,6 +10,7 @@ from pipeline.games.auction import (
     default_rules,
     format_reserve,
     parse_rule,
+    reserve_top,
     second_price_revenue,
     simulate_first_price_bids,
     truth,
@@ -84,6 +85,7 @@ def test_default_rules_are_eleven_reserves_then_five_bidder_counts():
         ("second_price_r0.0", Rule("second_price", reserve=0.0)),
         ("second_price_r1.0", Rule("second_price", reserve=1.0)),
         ("second_price_r0.25", Rule("second_price", reserve=0.25)),
+        ("second_price_r150.0", Rule("second_price", reserve=150.0)),  # reserves in the data's units
         ("first_price_n3", Rule("first_price", n_bidders=3)),
     ],
 )
@@ -100,7 +102,7 @@ def test_reserve_formatting_is_canonical():
 
 
 @pytest.mark.parametrize(
-    "bad", ["second_price", "third_price_r0.5", "second_price_r1.5", "first_price_n0", "fp3"]
+    "bad", ["second_price", "third_price_r0.5", "second_price_r-1", "first_price_n0", "fp3"]
 )
 def test_bad_rule_names_fail_with_the_accepted_forms(bad):
     with pytest.raises(ValueError, match="rule"):
@@ -127,3 +129,20 @@ def test_simulated_bids_follow_the_generator():
     a = simulate_first_price_bids(100, generator=torch.Generator().manual_seed(3)).bids
     b = simulate_first_price_bids(100, generator=torch.Generator().manual_seed(3)).bids
     assert torch.equal(a, b)
+
+
+def test_truths_scale_with_the_value_range():
+    """Values U[0, s] are s times values U[0, 1]: prices and values scale by s, a reserve r acts as r / s."""
+    for n in (2, 3):
+        assert truth("second_price_r1.0", n, value_scale=2.0) == pytest.approx(2 * second_price_revenue(n, 0.5))
+        assert truth("second_price_r1.0", n, "welfare", value_scale=2.0) == pytest.approx(2 * welfare(n, 0.5))
+        assert truth(f"first_price_n{n}", n, value_scale=100.0) == pytest.approx(100 * (n - 1) / (n + 1))
+    # A reserve at or above every value sells nothing.
+    assert truth("second_price_r2.5", 2, value_scale=2.0) == 0.0
+    assert truth("second_price_r2.5", 2, "welfare", value_scale=2.0) == 0.0
+
+
+def test_default_reserves_span_the_observed_bids():
+    assert reserve_top(torch.tensor([0.1, 0.5])) == pytest.approx(0.5)
+    assert reserve_top(torch.tensor([3.0, 73.2])) == pytest.approx(74.0)
+    assert default_rules(top=74.0)[:3] == ["second_price_r0.0", "second_price_r7.4", "second_price_r14.8"]

@@ -566,10 +566,15 @@ def choose_value_scale(
 
 
 def _best_response_edges(logged: LoggedAuction) -> Tensor:
-    """(C,) upper edge of the highest type cell for which each distinct bid is a best response."""
-    ok = logged.consistent(0.0)
-    highest = (ok * torch.arange(ok.shape[1], device=ok.device)).max(1).values
-    return logged.types[highest] + logged.step / 2
+    """(C,) the type indifferent between each distinct bid a and the next grid bid a + step.
+
+    (t - a) w(a) = (t - a - step) w(a + step), solved for t: exact, not rounded to a type cell.
+    """
+    a = logged.class_bid.clamp_max(logged.actions.numel() - 2)
+    rows = torch.arange(a.numel(), device=a.device)
+    w_here, w_next = logged.class_win[rows, a], logged.class_win[rows, a + 1]
+    gain = (w_next - w_here).clamp_min(1e-300)
+    return (logged.actions[a + 1] * w_next - logged.actions[a] * w_here) / gain
 
 
 def _cut_off(logged: LoggedAuction) -> bool:
