@@ -87,12 +87,14 @@ EXPECTED_SUMMARY = {"eval/return_mean": 122.7, "eval/return_std": 3.0, "status":
                     "env_steps": 20000, "wall_time_s": 12.5}
 
 
-def test_publish_record_makes_wandb_and_tensorboard_say_what_result_json_says(tmp_path, monkeypatch):
+def test_publish_record_makes_wandb_and_tensorboard_say_what_result_json_says(tmp_path, monkeypatch, capfd):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.plugins.hparams import plugin_data_pb2
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("PIPELINE_SWEEP_UID", SWEEP)
+    # wandb prints a warning once per process; forget earlier runs so this one would show it.
+    monkeypatch.setattr(wandb.errors.term, "_printed_messages", set())
     loggers = build_loggers({"tensorboard": {}, "wandb": {}}, tmp_path, run_name="dqn_cartpole-seed1",
                             group="dqn_cartpole 1a2b3c4d", job_type="DQNTask", seed=1, config=CONFIG)
     for logger in loggers[1:]:
@@ -104,6 +106,7 @@ def test_publish_record_makes_wandb_and_tensorboard_say_what_result_json_says(tm
     finish_loggers(loggers, "ok")
 
     records = list(wandb_records(tmp_path))
+    assert "anonymous" not in capfd.readouterr().err  # wandb's warning about a setting Lightning always passed
     assert final_summary(records) == EXPECTED_SUMMARY
     (run_record,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
     assert f"sweep={SWEEP}" in run_record.tags and run_record.run_group == "dqn_cartpole 1a2b3c4d"

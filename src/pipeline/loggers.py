@@ -68,21 +68,23 @@ def build_loggers(
         opts = dict(spec["wandb"] or {})
         os.environ.setdefault("WANDB_SILENT", "true")
         tags = wandb_tags(seed, opts.get("tags"))
-        loggers.append(
-            WandbLogger(
-                project=opts.get("project", "pipeline"),
-                entity=opts.get("entity"),
-                name=run_name,
-                group=group,
-                job_type=job_type,
-                tags=tags,
-                save_dir=str(run_dir),
-                mode=wandb_mode(opts.get("mode")),
-                config=wandb_config(config),
-                # Each run is its own process's run: no reinit surprises under joblib.
-                settings=_wandb_settings(),
-            )
+        wandb_logger = WandbLogger(
+            project=opts.get("project", "pipeline"),
+            entity=opts.get("entity"),
+            name=run_name,
+            group=group,
+            job_type=job_type,
+            tags=tags,
+            save_dir=str(run_dir),
+            mode=wandb_mode(opts.get("mode")),
+            config=wandb_config(config),
+            # Each run is its own process's run: no reinit surprises under joblib.
+            settings=_wandb_settings(),
         )
+        # Lightning always passes anonymous=None to wandb.init, and wandb >= 0.2x warns on every run that the
+        # setting has no effect; not passing it changes nothing else.
+        wandb_logger._wandb_init.pop("anonymous", None)
+        loggers.append(wandb_logger)
     return loggers
 
 
