@@ -195,6 +195,10 @@ def main(argv: list[str] | None = None) -> int:
         results[module] = run_module(module, args.max_children)
         print(f"  done in {results[module]['wall_s']} s", flush=True)
     summary = summarize(results, equivalent)
+    # Entries for the modules just run that did not survive: killed by a new test, or renamed by an edit.
+    prefixes = tuple(f"pipeline.{m.removesuffix('.py').replace('/', '.')}.x" for m in results)
+    matched = {n for r in results.values() for n, c in r["codes"].items() if STATUS.get(c) == "survived"}
+    summary["stale_equivalent"] = sorted(n for n in equivalent if n.startswith(prefixes) and n not in matched)
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     for module, m in summary["modules"].items():
@@ -210,6 +214,11 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"    see one: (cd {_work_dir(module).relative_to(ROOT)} && {MUTMUT} show <full mutant name>)"
             )
+    if summary["stale_equivalent"]:
+        print(
+            f"  {EQUIVALENT_FILE.relative_to(ROOT)}: {len(summary['stale_equivalent'])} entries no longer survive "
+            f"(killed, or renamed by an edit; recheck): {', '.join(summary['stale_equivalent'])}"
+        )
     pct = 100 * summary["score"] if summary["score"] is not None else 0.0
     print(f"summary: {OUT / 'summary.json'}")
     print(f"mutation score: {summary['killed_or_timed_out']}/{summary['non_equivalent']} killed ({pct:.1f}%)")

@@ -313,3 +313,77 @@ def test_compare_groups_turns_lower_is_better_around_and_notes_disagreement():
     assert mixed["loss"]["probability_of_improvement"][0]["p"] == 0.0
     empty = {"primary_metric": "loss", "values": [], "higher_is_better": True}
     assert stats.compare_groups({"low": low, "empty": empty}, reps=20) == ({}, [])
+
+
+def test_seeds_sort_numerically_then_as_text_then_by_directory():
+    runs = [
+        _run("z", 10, 1.0), _run("y", 2, 1.0), _run("x", "b", 1.0), _run("w2", "a", 1.0), _run("w1", "a", 1.0),
+        _run("v", True, 1.0), _run("u", 2.5, 1.0),
+    ]
+    g = stats.group_stats("a", runs, reps=20)
+    # Booleans are not numbers here; "#2" marks the second run of seed "a" (directory w2 after w1).
+    assert list(g["per_seed"]) == ["2", "2.5", "10", "True", "a", "a#2", "b"]
+    assert [e["relative_dir"] for e in g["per_seed"].values()] == ["y", "u", "z", "v", "w1", "w2", "x"]
+
+
+def test_group_without_a_primary_metric_and_an_empty_threshold_list():
+    bare = RunRecord(dir=ROOT / "n/0", input_root=ROOT, result={"group": "n", "seed": 0, "status": "ok"})
+    g = stats.group_stats("n", [bare], reps=20)
+    assert g["primary_metric"] is None and g["values"] == [] and g["n_excluded"] == 1
+    assert (g["iqm"], g["iqm_ci"], g["mean_ci"], g["ci_note"]) == (None, None, None, None)
+    assert stats.threshold_stats([]) == {
+        "threshold": None, "n_seeds": 0, "n_reached": 0, "reached_fraction": None, "per_seed_s": {},
+        "median_reached_s": None, "min_reached_s": None, "max_reached_s": None, "median_all_s": None,
+    }
+
+
+def test_summarize_passes_its_reps_and_seed_everywhere_and_skips_lone_metrics():
+    runs = [_run(f"a/{s}", s, v, group="a") for s, v in enumerate([3.0, 4.0, 5.0, 9.0, 1.0])]
+    runs += [_run(f"b/{s}", s, v, group="b") for s, v in enumerate([1.0, 2.0, 3.0, 0.0, 2.5])]
+    runs += [_run("c/0", 0, 0.1, group="c", metric="a/loss")]  # sorts before test/acc and has no partner
+    report = stats.summarize(runs, reps=40, seed=5)
+    assert list(report["comparisons"]) == ["test/acc"]
+    a = report["groups"]["a"]
+    assert a["group"] == "a"
+    estimates = stats.interval_estimates([3.0, 4.0, 5.0, 9.0, 1.0], reps=40, seed=5)
+    assert (a["iqm_ci"], a["mean_ci"]) == (estimates["iqm_ci"], estimates["mean_ci"])
+    forward = report["comparisons"]["test/acc"]["probability_of_improvement"][0]
+    direct = stats.probability_of_improvement([3.0, 4.0, 5.0, 9.0, 1.0], [1.0, 2.0, 3.0, 0.0, 2.5], reps=40, seed=5)
+    assert (forward["p"], forward["ci"]) == (direct["p"], direct["ci"])
+    lower = [_run(f"l/{s}", s, v, group=g, higher_is_better=False) for g, vals in (("p", [1.0, 2.0, 6.0]), ("q", [3.0, 4.0, 5.0]))
+             for s, v in enumerate(vals)]
+    flipped = stats.summarize(lower, reps=40, seed=5)["comparisons"]["test/acc"]["probability_of_improvement"][0]
+    direct = stats.probability_of_improvement([-1.0, -2.0, -6.0], [-3.0, -4.0, -5.0], reps=40, seed=5)
+    assert (flipped["p"], flipped["ci"]) == (direct["p"], direct["ci"])
+
+
+def test_rl_per_seed_entries_carry_time_to_threshold():
+    runs = [_run(f"r/{s}", s, 500.0, time_to_threshold_s=t, threshold=475.0) for s, t in ((0, 12.5), (1, None))]
+    per_seed = stats.group_stats("r", runs, reps=20)["per_seed"]
+    assert per_seed["0"]["time_to_threshold_s"] == 12.5 and per_seed["1"]["time_to_threshold_s"] is None
+
+
+def test_summarize_draws_the_curve_from_the_groups_valid_runs_only(tmp_path):
+    from pipeline.report.curves import group_curve
+
+    def write(name, seed, status, ys):
+        run_dir = tmp_path / name
+        run_dir.mkdir()
+        rows = "\n".join(f"{10 * (i + 1)},{y}" for i, y in enumerate(ys))
+        (run_dir / "metrics.csv").write_text("step,val/acc\n" + rows + "\n")
+        return RunRecord(dir=run_dir, input_root=tmp_path, result={
+            "group": "a", "seed": seed, "status": status, "primary_metric": "test/acc", "primary_curve": "val/acc",
+            "metrics": {"test/acc": 0.5} if status == "ok" else {}, "error": None if status == "ok" else "boom"})
+
+    ok = [write(f"s{s}", s, "ok", [0.1 * s, 0.2 + 0.1 * s, 0.4]) for s in range(3)]
+    failed = write("bad", 9, "failed", [50.0, 60.0, 70.0])
+    report = stats.summarize([*ok, failed], reps=30, seed=4)
+    expected, seeds = group_curve(ok, reps=30, seed=4)
+    curve = report["groups"]["a"]["curve"]
+    assert curve is not None and set(curve) == set(expected)
+    for key, value in expected.items():
+        assert np.array_equal(np.asarray(curve[key], dtype=object), np.asarray(value, dtype=object)), key
+    assert max(np.asarray(curve["iqm"], dtype=float)) < 1.0  # the failed run's 50-70 stayed out
+    assert len(report["curve_seeds"]["a"]) == len(seeds) == 3
+    no_curve = stats.summarize([_run("x/0", 0, 1.0, group="x")], reps=20)
+    assert no_curve["groups"]["x"]["curve"] is None and no_curve["curve_seeds"] == {"x": []}
