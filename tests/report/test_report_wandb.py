@@ -36,6 +36,7 @@ def test_offline_report_run(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("PIPELINE_SWEEP_UID", "f00d42")
     sweep = write_two_group_sweep(tmp_path / "sweep")
     report_dir = tmp_path / "sweep" / "report"
     with pytest.warns(RunRecordWarning, match="corrupt"):
@@ -67,6 +68,7 @@ def test_offline_report_run(tmp_path, monkeypatch):
     wandb.teardown()
     log = next(offline_runs[0].glob("run-*.wandb")).read_bytes()
     assert re.search(rb"dqn_cartpole model=dueling/iqm[^\n]{1,4}315\.0", log)
+    assert b"sweep=f00d42" in log  # tagged like the runs of its sweep
     # A rebuilt report must not mistake the W&B folder for run records.
     with pytest.warns(RunRecordWarning, match="corrupt"):
         assert build_report([sweep], tmp_path / "again", reps=200)["n_runs"] == 10

@@ -65,7 +65,10 @@ def log_report_to_wandb(
     """
     import wandb
 
+    from pipeline.loggers import sweep_id
+
     report_dir = Path(report_dir)
+    sweep = sweep_id()  # set in a sweep: the report run carries the same sweep tag as the runs it reports
     mode = mode or os.environ.get("WANDB_MODE") or "offline"
     name = report_run_name(report, report_dir, group)
     run = wandb.init(
@@ -76,7 +79,8 @@ def log_report_to_wandb(
         name=name,
         mode=mode,
         dir=str(report_dir),
-        config={"inputs": report["inputs"], **report["settings"]},
+        config={"inputs": report["inputs"], **report["settings"], **({"sweep_id": sweep} if sweep else {})},
+        tags=[f"sweep={sweep}"] if sweep else None,
         # A training run may still be active in this process (a sweep's last job); leave it alone.
         reinit="create_new",
     )
