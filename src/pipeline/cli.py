@@ -12,7 +12,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from pipeline import config_checks
+from pipeline import config_checks, quiet
 from pipeline.config_checks import ConfigError, check_group_overrides
 
 log = logging.getLogger("pipeline")
@@ -101,6 +101,7 @@ def _user_config_dirs(argv: list[str]) -> bool:
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
+    quiet.install()
     # The `pipeline` console script imports the user's modules (a model or callback named by _target_)
     # from the current folder, as `python -m pipeline` does.
     if os.getcwd() not in sys.path:
