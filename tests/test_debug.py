@@ -1,6 +1,7 @@
 """`trainer=debug` shrinks every preset to a run of seconds under 1 GB, whatever the preset's own keys say."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -117,5 +118,8 @@ def test_every_preset_debugs_in_seconds_and_under_1gb(tmp_path, preset):
     assert records and all(r["status"] == "ok" for r in records), [r.get("error") for r in records]
     assert measured["rc"] == 0
     assert measured["peak_mb"] < 1024
+    # A quiet run: no Python warning ("file.py:12: ...") and no emulator banner on stderr.
+    noise = [line for line in proc.stderr.splitlines() if re.search(r"\.py:\d+: |Warning|Powered by Stella", line)]
+    assert noise == []
     # Loose: the machine is shared; a debug run that takes minutes is not a debug run.
     assert measured["seconds"] < 120
