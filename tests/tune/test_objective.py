@@ -46,11 +46,13 @@ def test_one_seed_per_job_layout_and_pruned_marker(tmp_path):
 
 def test_time_to_threshold_counts_never_as_infinite(tmp_path):
     for seed, t in [(0, 10.0), (1, 20.0), (2, None), (3, 30.0)]:
-        _record(tmp_path / f"seed{seed}", seed, 500.0, time_to_threshold_s=t)
+        _record(tmp_path / f"seed{seed}", seed, 500.0, time_to_threshold_s=t, threshold=475.0)
     dist = collect(tmp_path, [0, 1, 2, 3], "time_to_threshold")
     assert dist.scores[2] == math.inf
     # 4 values trim 1 each end: mean(20, 30)
     assert trial_value(dist, "time_to_threshold", maximize_=False) == pytest.approx(25.0)
+    _record(tmp_path / "seed9", 9, 0.9, time_to_threshold_s=None, threshold=None)  # a task with no threshold
+    assert collect(tmp_path, [9], "time_to_threshold").errors == {9: "no value for objective time_to_threshold"}
 
 
 def test_area_under_the_evaluation_curve():

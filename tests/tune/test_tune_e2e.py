@@ -115,18 +115,26 @@ def test_two_workers_share_one_sqlite_study(tmp_path):
         assert db.execute("select count(*) from trials").fetchone()[0] == len(trials)
 
 
-def test_resume_reruns_a_trial_left_running(tmp_path):
+def test_resume_reruns_a_trial_left_running_and_k_jobs_per_trial(tmp_path):
+    # The counterfactual task trains one seed per process, so each trial is K=2 launcher jobs.
     sweep = tmp_path / "sweep"
-    args = ["-m", *SMALL, "trainer=debug", "isolate_jobs=false", "optimizer.lr=tag(log, interval(1e-4, 1e-1))",
-            "hydra.sweeper.seeds=1", "hydra.sweeper.confirm_top=0", f"hydra.sweep.dir={sweep}"]
-    assert run_cli(*args, "hydra.sweeper.n_trials=2").returncode == 0
-    study = _study(sweep)
-    killed = study.ask({"optimizer.lr": optuna.distributions.FloatDistribution(1e-4, 1e-1, log=True)})  # a worker died here
+    args = ["-m", "experiment=rmac_auction", "hydra/sweeper=optuna", "isolate_jobs=false", "data.n_bids=300",
+            "task.n_iters=20", "task.point_iters=50", "task.epsilons=[0.02]", "data.grid=interval(0.01, 0.05)",
+            "hydra.sweeper.seeds=2", "hydra.sweeper.confirm_top=0", f"hydra.sweep.dir={sweep}"]
+    assert run_cli(*args, "hydra.sweeper.n_trials=1").returncode == 0
+    study = _study(sweep, "rmac_auction")
+    killed = study.ask({"data.grid": optuna.distributions.FloatDistribution(0.01, 0.05)})  # a worker died here
 
-    proc = run_cli(*args, "hydra.sweeper.n_trials=3", "resume=true")
+    proc = run_cli(*args, "hydra.sweeper.n_trials=2", "resume=true")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    trials = _study(sweep).trials
-    assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE", "FAIL", "COMPLETE"]
-    assert trials[2].user_attrs["interrupted"] is True
-    assert trials[3].params == killed.params  # its parameters ran again, as a new trial
-    assert json.loads((sweep / "tune" / "tune.json").read_text())["trials"]["total"] == 4
+    trials = _study(sweep, "rmac_auction").trials
+    assert [t.state.name for t in trials] == ["COMPLETE", "FAIL", "COMPLETE"]
+    assert trials[1].user_attrs["interrupted"] is True
+    assert trials[2].params == killed.params  # its parameters ran again, as a new trial
+    assert json.loads((sweep / "tune" / "tune.json").read_text())["trials"]["total"] == 3
+    for t in (trials[0], trials[2]):
+        records = [read_result(sweep / "trials" / str(t.number) / f"seed{s}") for s in (0, 1)]
+        assert [r["seed"] for r in records] == [0, 1]
+        assert records[0]["config"]["data.grid"] == pytest.approx(t.params["data.grid"])
+        # two seeds: nothing is trimmed, the IQM is their mean
+        assert t.value == pytest.approx(sum(r["metrics"][r["primary_metric"]] for r in records) / 2)

@@ -59,12 +59,12 @@ def seed_score(record: dict | None, objective: str, horizon: int = 0) -> float |
     if not record or record.get("status") != "ok":
         return None
     if objective == "time_to_threshold":
-        if "time_to_threshold_s" not in record:
-            return None
+        if record.get("threshold") is None:
+            return None  # not a run with a threshold to reach (records carry the key with null)
         t = record.get("time_to_threshold_s")
         return math.inf if t is None else float(t)  # never reached: infinitely slow
     if objective == "auc":
-        return curve_auc(record.get("evaluations") or [], horizon) if "evaluations" in record else None
+        return curve_auc(record["evaluations"], horizon) if record.get("evaluations") else None
     value = (record.get("metrics") or {}).get(record.get("primary_metric"))
     return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
 

@@ -34,7 +34,7 @@ def _stats(values: list[float]) -> dict[str, Any] | None:
 
 
 def _threshold(records: dict[int, dict], seeds: list[int]) -> dict[str, Any] | None:
-    if not any("time_to_threshold_s" in r for r in records.values()):
+    if not any(r.get("threshold") is not None for r in records.values()):
         return None
     times = [records[s].get("time_to_threshold_s") for s in seeds if s in records and records[s].get("status") == "ok"]
     reached = [float(t) for t in times if t is not None]
