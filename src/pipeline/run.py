@@ -472,8 +472,13 @@ EXTENDING = "result.extending.json"
 def _start_records(cfg, ctx: JobContext, dirs, seeds, previous, resume_step, side_file: str | None = None) -> list[RunRecord]:
     """Fresh records that say the run has not finished; a resumed run carries its earlier segments."""
 
-    group = ctx.group(str(cfg.name))
     config = comparable_config(cfg)
+    try:
+        from pipeline.grouping import group_name
+
+        group = group_name(OmegaConf.to_container(cfg, resolve=True), str(cfg.name))
+    except ImportError:
+        group = ctx.group(str(cfg.name))
     vers, commit = versions(), git_commit()
     records = []
     for i, (d, s, prev) in enumerate(zip(dirs, seeds, previous)):
@@ -487,6 +492,7 @@ def _start_records(cfg, ctx: JobContext, dirs, seeds, previous, resume_step, sid
             run_dir=str(d), segments=segments, versions=vers, git_commit=commit, config=config,
             seeds_per_process=len(seeds), agent=i, pid=os.getpid(),
         )
+        r.update(choices=dict(ctx.choices))
         if resume_step is None:
             (d / "error.log").unlink(missing_ok=True)
         if side_file is not None:

@@ -92,8 +92,10 @@ class SweepReportCallback(Callback):
         if wandb_cfg is not None and report is not None:
             from pipeline.report.wandb_summary import log_report_to_wandb
 
+            groups = {r.get("group") for r in _records(sweep_dir)}
+            group = groups.pop() if len(groups) == 1 else str(config.name)  # the runs' own W&B group when they share one
             log_report_to_wandb(report, sweep_dir / "report", project=wandb_cfg.get("project", "pipeline"),
-                                group=str(config.name), entity=wandb_cfg.get("entity"), mode=wandb_cfg.get("mode"))
+                                group=group, entity=wandb_cfg.get("entity"), mode=wandb_cfg.get("mode"))
         unfinished = unfinished_runs(sweep_dir)
         if unfinished:
             from pipeline import cli
@@ -103,16 +105,18 @@ class SweepReportCallback(Callback):
             print(f"finish the sweep with: {sweep_command(config)}", flush=True)
 
 
-def unfinished_runs(sweep_dir: Path) -> list[str]:
-    """'seed=3 failed: killed by SIGKILL ...' for each run record under the sweep dir that is not ok."""
-    out = []
+def _records(sweep_dir: Path) -> list[dict]:
+    records = []
     for path in sorted(sweep_dir.rglob("result.json")):
         if "report" in path.parts:
             continue
         try:
-            record = json.loads(path.read_text())
+            records.append(json.loads(path.read_text()))
         except (OSError, ValueError):
             continue
-        if record.get("status") != "ok":
-            out.append(f"seed={record.get('seed')} {record.get('status')}: {record.get('error')}")
-    return out
+    return records
+
+
+def unfinished_runs(sweep_dir: Path) -> list[str]:
+    """'seed=3 failed: killed by SIGKILL ...' for each run record under the sweep dir that is not ok."""
+    return [f"seed={r.get('seed')} {r.get('status')}: {r.get('error')}" for r in _records(sweep_dir) if r.get("status") != "ok"]
