@@ -543,14 +543,11 @@ def _publish(loggers, records) -> None:
         log.warning(f"could not publish the record to the loggers: {one_line(exc)}")
 
 
-def _fail(records, exc, run_dir, t_start, stop, loggers, curves, task=None) -> list[dict]:
-    error = one_line(exc)
-    trace = traceback.format_exc()
-    for d in {Path(run_dir), *(Path(r.run_dir) for r in records)}:
-        (d / "error.log").write_text(trace)
-    _close_segment(records, t_start, "failed")
+def _end_unfinished(records, t_start, stop, loggers, curves, task, end: str, **fields) -> list[dict]:
+    """Close a segment that did not finish ok: its records say why, the curves are flushed, the loggers closed."""
+    _close_segment(records, t_start, end)
     for r in records:
-        r.update(status="failed", error=error)
+        r.update(status=end, **fields)
         if task is not None:
             r.time_breakdown_s = {key: round(v, 4) for key, v in task.time_breakdown_s.items()}
     for c in curves:
@@ -560,21 +557,19 @@ def _fail(records, exc, run_dir, t_start, stop, loggers, curves, task=None) -> l
     finish_loggers(loggers, "failed")
     stop.uninstall()
     return [r.to_dict() for r in records]
+
+
+def _fail(records, exc, run_dir, t_start, stop, loggers, curves, task=None) -> list[dict]:
+    trace = traceback.format_exc()
+    for d in {Path(run_dir), *(Path(r.run_dir) for r in records)}:
+        (d / "error.log").write_text(trace)
+    return _end_unfinished(records, t_start, stop, loggers, curves, task, "failed", error=one_line(exc))
 
 
 def _interrupted(records, exc: Interrupted, stop, ctx: JobContext, t_start, loggers, curves, task) -> list[dict]:
     command = ctx.resume_command()
-    _close_segment(records, t_start, "interrupted")
     info = {"signal": stop.name or "unknown", "step": exc.step, "exit_code": stop.exit_code, "resume": command}
-    for r in records:
-        r.update(status="interrupted", error=f"stopped by {info['signal']} at step {exc.step}", interrupted=info)
-        if task is not None:
-            r.time_breakdown_s = {key: round(v, 4) for key, v in task.time_breakdown_s.items()}
-    for c in curves:
-        c.flush()
-    for r in records:
-        r.write()
-    finish_loggers(loggers, "failed")
-    stop.uninstall()
+    out = _end_unfinished(records, t_start, stop, loggers, curves, task, "interrupted",
+                          error=f"stopped by {info['signal']} at step {exc.step}", interrupted=info)
     print(f"interrupted by {info['signal']} at step {exc.step}; continue with: {command}", flush=True)
-    return [r.to_dict() for r in records]
+    return out
