@@ -15,6 +15,19 @@ from pipeline_testing import read_result, run_cli
 SHORT = ("experiment=supervised_digits", "trainer.max_epochs=3", "trainer.enable_progress_bar=false")
 
 
+@pytest.mark.slow
+def test_the_preset_learns_on_every_seed(make_cfg, tmp_path):
+    """experiment=supervised_digits, seeds 0-2 in one process: each reaches 0.965 test accuracy.
+
+    Measured on this machine: 0.975 on seeds 0-2 as single runs, 0.972-0.978 over 16 seeds in one
+    process; 0.965 leaves about a point of margin below the worst seed seen.
+    """
+    records = run(make_cfg("experiment=supervised_digits", "seeds_per_process=3", "trainer.enable_progress_bar=false"), tmp_path)
+    accs = [r["metrics"]["test/acc"] for r in records]
+    assert all(r["status"] == "ok" for r in records) and min(accs) >= 0.965, accs
+
+
+@pytest.mark.slow
 def test_default_reaches_097_end_to_end(tmp_path):
     proc = run_cli("experiment=supervised_digits", f"hydra.run.dir={tmp_path}", "trainer.enable_progress_bar=false")
     assert proc.returncode == 0, proc.stderr[-2000:]
