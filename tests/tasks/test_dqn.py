@@ -186,3 +186,18 @@ def test_dqn_cartpole_solves_on_most_seeds(make_cfg, tmp_path):
     solved = [r for r in records if r["status"] == "ok" and r["time_to_threshold_s"] is not None]
     assert len(solved) >= 2, [(r["seed"], r["metrics"], r["early_stop"]) for r in records]
     assert sum(r["metrics"]["eval/return_mean"] >= 400 for r in records) >= 2
+
+
+def test_agent_i_of_a_batch_replays_the_single_run_of_its_seed(make_cfg, tmp_path):
+    """Without updates, every stream of agent i (init weights, env seeds, exploration draws, evaluation
+    seeds) is the single run's of seed `seed + i`: their whole curves and final returns are equal."""
+    common = ("experiment=dqn_cartpole", "trainer.enable_progress_bar=false", "task.total_steps=3072",
+              "task.learning_starts=100000", "task.log_every=512", "task.eps_duration=2048", "task.eval_every=1024")
+    batch = run(make_cfg(*common, "seeds_per_process=3", "seed=10"), tmp_path / "batch")
+    (single,) = run(make_cfg(*common, "seed=11"), tmp_path / "single")
+    assert batch[1]["seed"] == 11 and batch[1]["status"] == single["status"] == "ok"
+    assert batch[1]["metrics"] == single["metrics"]
+    a = pd.read_csv(tmp_path / "batch" / "seed11" / "metrics.csv").drop(columns=["perf/env_steps_per_s"])
+    b = pd.read_csv(tmp_path / "single" / "metrics.csv").drop(columns=["perf/env_steps_per_s"])
+    pd.testing.assert_frame_equal(a, b)
+    assert batch[0]["metrics"] != batch[1]["metrics"]  # and the agents are not copies of each other
