@@ -10,7 +10,7 @@ from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from lightning.pytorch.demos.boring_classes import BoringModel
 
 from pipeline.callbacks import build_callbacks, trainer_kwargs
-from pipeline.config_checks import ConfigError
+from pipeline.config_checks import ConfigError, group_options
 from pipeline_testing import read_result, run_cli
 
 
@@ -123,3 +123,13 @@ def test_callbacks_from_the_command_line(tmp_path):
     # min_delta=1.0 of accuracy is never met: patience 0 stops after the second validation, far from 60 epochs.
     (saved,) = (tmp_path / "checkpoints" / "lightning").glob("*.ckpt")  # model_checkpoint keeps the latest
     assert torch.load(saved, weights_only=False)["epoch"] < 5
+
+
+@pytest.mark.parametrize("option", group_options()["callbacks"])
+def test_every_shipped_option_builds_real_callbacks(tmp_path, option):
+    from lightning.pytorch.callbacks import Callback
+
+    cfg = compose_with("experiment=supervised_digits", f"callbacks={option}")
+    callbacks = build_callbacks(cfg, tmp_path)
+    assert len(callbacks) == len(cfg.callbacks) and all(isinstance(c, Callback) for c in callbacks)
+    assert (option == "none") == (callbacks == [])

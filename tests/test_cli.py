@@ -94,7 +94,7 @@ def test_help_lists_groups_and_options():
     assert "rmsprop" in proc.stdout and "cosine" in proc.stdout
 
 
-@pytest.mark.parametrize("group", ["loss", "optimizer", "scheduler", "device", "logger", "trainer"])
+@pytest.mark.parametrize("group", ["loss", "optimizer", "scheduler", "device", "logger", "trainer", "callbacks"])
 def test_group_options_compose(make_cfg, group):
     from pipeline.config_checks import group_options
 
