@@ -122,3 +122,11 @@ def test_value_scale_other_than_one(tmp_path, make_cfg):
         assert m[f"cf/{rule}/lower_eps0.02"] <= m[f"cf/{rule}/truth"] <= m[f"cf/{rule}/upper_eps0.02"], rule
     assert record["value_grid"]["step"] == pytest.approx(0.02)
     assert record["primary_metric"] == "cf/second_price_r1.0/point"
+
+
+def test_known_value_top_replaces_the_estimate(tmp_path, make_cfg):
+    (record,) = run(make_cfg(*FAST, "task.value_top=1.0"), tmp_path / "known")
+    assert record["status"] == "ok", record["error"]
+    assert record["value_grid"]["top_from"] == "task.value_top" and record["value_grid"]["top"] == pytest.approx(1.0)
+    (refused,) = run(make_cfg(*FAST, "task.value_top=0.2"), tmp_path / "low")
+    assert refused["status"] == "failed" and "task.value_top=0.2 is below the largest bid" in refused["error"]

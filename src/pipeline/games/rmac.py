@@ -48,6 +48,7 @@ PREFIX = {"revenue": "cf", "welfare": "cfw"}
 DEFAULT_EPSILONS = (0.001, 0.005, 0.02)
 DEFAULT_ITERS = 200
 DEFAULT_POINT_ITERS = 1000
+TOP_FIT_BANDWIDTHS = (1.0, 3.0)
 MAX_GRID_POINTS = 2001
 # Regrets are differences of float64 sums of at most a few hundred terms in [0, 1]; anything this
 # small is a tie (an exact best response), not a real loss.
@@ -154,7 +155,9 @@ def type_grid(actions: Tensor) -> Tensor:
 # The logged game
 
 
-def smoothing_kernel(n_actions: int, lo: int, hi: int, cells: float, device=None) -> Tensor:
+def smoothing_kernel(
+    n_actions: int, lo: int, hi: int, cells: float, device=None, end_widths: tuple[float, float] = (0.5, 0.5)
+) -> Tensor:
     """(A, A) matrix that kernel-smooths a bid histogram on the grid: ``smoothed = counts @ kernel``.
 
     A Gaussian of ``cells`` grid cells (0: no smoothing) on the bid DENSITY, restricted to the
@@ -162,7 +165,9 @@ def smoothing_kernel(n_actions: int, lo: int, hi: int, cells: float, device=None
     the end cell's outer edge, which keeps a flat density flat. The end cells hold only half a
     cell of data (rounding gives the largest bid only the half of its cell inside the support: a
     bid of 0 stands for [0, step/2)), so their counts are doubled before smoothing and halved
-    after. Without both corrections the top of the support read as a density dip or bump within
+    after. ``end_widths`` are those fractions (of a cell) when the data say otherwise: continuous
+    bids whose largest is 2/3 fill only a sixth of the 0.67 cell, and taking it for half a cell
+    read the top density a third low and put the inverted values near the top 0.01-0.05 too high. Without both corrections the top of the support read as a density dip or bump within
     a bandwidth of it, and since t - b = W / density there, the inverted types just below the top
     moved by up to 0.04, and the r = 0.9 revenue by 0.03-0.1.
     """
@@ -179,7 +184,7 @@ def smoothing_kernel(n_actions: int, lo: int, hi: int, cells: float, device=None
     kernel.scatter_add_(1, target, weight.contiguous())
     kernel = kernel / kernel.sum(1, keepdim=True)
     width = torch.ones(n_actions, dtype=torch.float64, device=device)
-    width[lo] = width[hi] = 0.5
+    width[lo], width[hi] = end_widths
     kernel = kernel * width[None, :] / width[:, None]
     inside = (index >= lo) & (index <= hi)
     return torch.where(inside[:, None], kernel, eye)
@@ -264,7 +269,11 @@ def fit_logged_auction(
     class_bid, data_class, class_count = torch.unique(index, return_inverse=True, return_counts=True)
     n_actions, n_types = actions.numel(), types.numel()
     bandwidth = default_bandwidth(bids) if bandwidth is None else bandwidth
-    kernel = smoothing_kernel(n_actions, int(index.min()), int(index.max()), bandwidth / grid, bids.device)
+    lo, hi = int(index.min()), int(index.max())
+    # How much of the end cells the data occupy: half for bids on the grid, less for continuous ones.
+    end_widths = (min(1.0, max(0.05, lo + 0.5 - float(bids.min()) / grid)),
+                  min(1.0, max(0.05, float(bids.max()) / grid - hi + 0.5)))
+    kernel = smoothing_kernel(n_actions, lo, hi, bandwidth / grid, bids.device, end_widths if lo < hi else (0.5, 0.5))
     counts = torch.zeros(n_actions, dtype=torch.float64, device=bids.device).index_add_(
         0, class_bid, class_count.double()
     )
@@ -556,13 +565,26 @@ def choose_value_scale(
         top *= 1.5
     # Each distinct bid b is a best response up to the type where b + step takes over: the
     # inverse bid function at b + step / 2. A line through six of them below the top two.
-    edges = _best_response_edges(probe)[:-2][-6:]
+    # Fit the line where the boundary does not reach: TOP_FIT_BANDWIDTHS bandwidths below the top bid.
+    cells = (default_bandwidth(bids) if bandwidth is None else bandwidth) / unit / grid
+    position = probe.class_bid
+    window = (position <= position[-1] - 2 - TOP_FIT_BANDWIDTHS[0] * cells) & (
+        position >= position[-1] - 2 - TOP_FIT_BANDWIDTHS[1] * cells - 6)
+    edges = _best_response_edges(probe)[window]
     if edges.numel() >= 2:
-        x = probe.actions[probe.class_bid[:-2][-6:]] + grid / 2
+        x = probe.actions[probe.class_bid[window]] + grid / 2
         slope = float(((x - x.mean()) * (edges - edges.mean())).sum() / ((x - x.mean()) ** 2).sum())
         refined = float(edges.mean()) + slope * (float(bids.max()) / unit - float(x.mean()))
         top = max(round(refined / grid), int(math.ceil(float(bids.max()) / unit / grid - 0.5)) + 1) * grid
     return ValueScale(unit, top, top_value, widened)
+
+
+def known_value_scale(top_value: float, grid: float = 0.01) -> ValueScale:
+    """The value grid for values known to lie in [0, top_value] (data units), instead of estimating it."""
+    if top_value <= 0:
+        raise ValueError(f"value_top={top_value}: the largest possible value must be > 0")
+    unit = _nice(grid * top_value) / grid
+    return ValueScale(unit, top_value / unit, top_value)
 
 
 def _best_response_edges(logged: LoggedAuction) -> Tensor:

@@ -15,7 +15,13 @@ import torch
 
 from pipeline.games.auction import default_rules, parse_rule, reserve_top
 from pipeline.games.plots import plot_revenue_vs_reserve
-from pipeline.games.rmac import choose_value_scale, predict_counterfactuals, realised_regret, truth_table
+from pipeline.games.rmac import (
+    choose_value_scale,
+    known_value_scale,
+    predict_counterfactuals,
+    realised_regret,
+    truth_table,
+)
 from pipeline.games.symmetry import symmetry_test
 from pipeline.tasks.base import Task
 
@@ -42,6 +48,7 @@ class CounterfactualTask(Task):
         n_iters: int = 200,
         point_iters: int = 1000,
         grid: float = 0.01,
+        value_top: float | None = None,
     ):
         super().__init__()
         if not hasattr(datamodule, "load"):
@@ -61,6 +68,7 @@ class CounterfactualTask(Task):
         self.epsilons = [float(e) for e in epsilons]
         self.statistics = list(statistics)
         self.n_iters, self.point_iters, self.grid = int(n_iters), int(point_iters), float(grid)
+        self.value_top = None if value_top is None else float(value_top)
         self.extras: dict = {}
 
     @staticmethod
@@ -107,7 +115,13 @@ class CounterfactualTask(Task):
                                         "rejected": dict(logged.rows.rejected), "blank_lines": logged.rows.blank_lines}
         self.extras["symmetry"] = self._check_symmetry(logged)
         t0 = time.perf_counter()
-        scale = choose_value_scale(logged.bids, logged.n_bidders, self.grid, self.compute_device)
+        if self.value_top is not None:
+            if self.value_top < float(logged.bids.max()):
+                raise ValueError(f"task.value_top={self.value_top} is below the largest bid {float(logged.bids.max()):g}; "
+                                 "raise it, or set task.value_top=null to estimate it from the bids")
+            scale = known_value_scale(self.value_top, self.grid)
+        else:
+            scale = choose_value_scale(logged.bids, logged.n_bidders, self.grid, self.compute_device)
         self.add_time("value_grid", time.perf_counter() - t0)
         clamps: list[str] = []
         for statistic in self.statistics:
@@ -129,6 +143,7 @@ class CounterfactualTask(Task):
             log.warning(f"{len(clamps)} robust bound(s) clamped to the point or a smaller epsilon's bound; "
                         f"first: {clamps[0]}")
         self.extras["value_grid"] = {"step": scale.unit * self.grid, "top": scale.unit * scale.top,
+                                     "top_from": "task.value_top" if self.value_top is not None else "estimated",
                                      "rough_top_value": scale.estimated_top_value, "widened": scale.widened}
         if logged.values is not None:
             errors = [abs(metrics[f"cf/{r}/point"] - metrics[f"cf/{r}/truth"]) for r in self.rules]
