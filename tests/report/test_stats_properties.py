@@ -317,13 +317,14 @@ def test_compare_groups_turns_lower_is_better_around_and_notes_disagreement():
 
 def test_seeds_sort_numerically_then_as_text_then_by_directory():
     runs = [
-        _run("z", 10, 1.0), _run("y", 2, 1.0), _run("x", "b", 1.0), _run("w2", "a", 1.0), _run("w1", "a", 1.0),
+        _run("z", 10, 1.0), _run("y", 2, 1.0), _run("t", "b", 1.0), _run("w2", "a", 1.0), _run("w1", "a", 1.0),
         _run("v", True, 1.0), _run("u", 2.5, 1.0),
     ]
     g = stats.group_stats("a", runs, reps=20)
-    # Booleans are not numbers here; "#2" marks the second run of seed "a" (directory w2 after w1).
+    # Booleans are not numbers here; text seeds sort as text, not by directory ("b" lives in t/);
+    # "#2" marks the second run of seed "a" (directory w2 after w1).
     assert list(g["per_seed"]) == ["2", "2.5", "10", "True", "a", "a#2", "b"]
-    assert [e["relative_dir"] for e in g["per_seed"].values()] == ["y", "u", "z", "v", "w1", "w2", "x"]
+    assert [e["relative_dir"] for e in g["per_seed"].values()] == ["y", "u", "z", "v", "w1", "w2", "t"]
 
 
 def test_group_without_a_primary_metric_and_an_empty_threshold_list():
