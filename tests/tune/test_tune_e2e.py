@@ -85,7 +85,7 @@ def _worker(tmp_path, i, url):
     return subprocess.Popen(
         # isolate_jobs=false: trials in the worker's process (a fresh process per trial is the default; slower here)
         [sys.executable, "-m", "pipeline", "-m", *SMALL, "trainer=debug", "isolate_jobs=false", "optimizer.lr=tag(log, interval(1e-4, 1e-1))",
-         "hydra.sweeper.n_trials=6", "hydra.sweeper.seeds=1", "hydra.sweeper.confirm_top=0",
+         "hydra.sweeper.n_trials=6", "hydra.sweeper.seeds=1", "hydra.sweeper.confirm_top=0", "hydra.sweeper.pruner=none",
          f"hydra.sweeper.storage={url}", "hydra.sweeper.study_name=shared", f"hydra.sweep.dir={tmp_path / f'worker{i}'}"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
