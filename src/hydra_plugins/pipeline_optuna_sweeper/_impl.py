@@ -61,6 +61,14 @@ class SeedDistributionSearch:
             return self.s.direction == "maximize"
         return maximize(str(self.s.objective), bool(getattr(self._task_class(), "higher_is_better", True)))
 
+    def _warmup_steps(self) -> int:
+        if self.s.get("pruner_warmup_steps") is not None:
+            return int(self.s.pruner_warmup_steps)
+        length = OmegaConf.select(self.config, "task.total_steps", default=None)
+        if length is None:
+            length = OmegaConf.select(self.config, "trainer.max_epochs", default=None)
+        return int(0.25 * length) if isinstance(length, int) and length > 0 else 0
+
     def _storage_url(self) -> str:
         if self.s.storage:
             return str(self.s.storage)
@@ -110,7 +118,8 @@ class SeedDistributionSearch:
         name = str(self.s.study_name or self.config.name)
         # Workers on one shared study must not draw the same parameters from equally seeded samplers.
         sampler_seed = int(self.s.seed) + (os.getpid() if self.s.storage else 0)
-        pruner = make_pruner(str(self.s.pruner), int(self.s.pruner_startup_trials), int(self.s.pruner_warmup_steps))
+        self.warmup = self._warmup_steps()
+        pruner = make_pruner(str(self.s.pruner), int(self.s.pruner_startup_trials), self.warmup)
         study = optuna.create_study(
             study_name=name, storage=storage, load_if_exists=True, pruner=pruner,
             sampler=make_sampler(str(self.s.sampler), sampler_seed, self.space),
@@ -161,7 +170,7 @@ class SeedDistributionSearch:
 
     def _trial_cfg(self, number: int) -> dict:
         return {"storage": self.url, "study_name": self.name, "number": number, "pruner": str(self.s.pruner),
-                "n_startup_trials": int(self.s.pruner_startup_trials), "n_warmup_steps": int(self.s.pruner_warmup_steps)}
+                "n_startup_trials": int(self.s.pruner_startup_trials), "n_warmup_steps": self.warmup}
 
     def _run_trials(self, n: int) -> None:
         dists = {p.name: p.distribution() for p in self.space}
