@@ -111,6 +111,7 @@ def test_bad_callback_entries_are_one_line(tmp_path, override, name):
     assert str(err.value).startswith(name) and "\n" not in str(err.value)
 
 
+@pytest.mark.slow
 def test_callbacks_from_the_command_line(tmp_path):
     """End to end through run.py: a configured early stopping ends a 60-epoch preset early."""
     proc = run_cli(
