@@ -111,7 +111,10 @@ def test_cuda_request_without_gpu_is_one_clear_line(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
     proc = run_cli("experiment=supervised_digits", "device=cuda", f"hydra.run.dir={tmp_path}")
-    assert proc.returncode != 0 and "device=cpu" in read_result(tmp_path)["error"]
+    assert proc.returncode == 2
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1 and "device=cpu" in err[0]
+    assert not (tmp_path / "result.json").exists()
 
 
 def test_installed_wheel_runs_from_another_directory(tmp_path):

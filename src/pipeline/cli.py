@@ -90,9 +90,23 @@ def _check_before_running(cfg: DictConfig) -> None:
         choices = config_checks.runtime_choices(cfg)
         config_checks.check_types(cfg, choices)
         config_checks.check_values(cfg, choices)
+        _check_device(cfg)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
+
+
+def _check_device(cfg: DictConfig) -> None:
+    """device=cuda (or mps) on a machine without one: one line now, not after Lightning has loaded."""
+    requested = str(OmegaConf.select(cfg, "device.accelerator", default="auto") or "auto").lower()
+    if requested in ("auto", "cpu"):
+        return  # always satisfiable: no need to load torch here
+    from pipeline.devices import DeviceError, resolve_accelerator
+
+    try:
+        resolve_accelerator(requested)
+    except DeviceError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _user_config_dirs(argv: list[str]) -> bool:
