@@ -193,6 +193,9 @@ def child_main(job_dir: str) -> int:
     ctx = JobContext(**json.loads((job_dir_path / "context.json").read_text()))
     cfg = OmegaConf.load(job_dir_path / "config.yaml")
     _log_to(Path(ctx.run_dir) / "run.log")
+    from pipeline.quiet import install
+
+    install()  # a sweep's job process never goes through cli.main
     from pipeline.run import exit_code_of, run_job
 
     records = run_job(cfg, ctx)

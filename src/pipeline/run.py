@@ -155,30 +155,17 @@ def one_line(exc: BaseException) -> str:
 
 
 def make_trainer(cfg: DictConfig, accelerator: str, run_dir: Path, loggers, callbacks) -> L.Trainer:
-    try:
-        from pipeline.callbacks import build_callbacks, trainer_kwargs
-    except ImportError:  # pragma: no cover - the callbacks module is optional while it lands
-        build_callbacks, trainer_kwargs = None, None
-    if trainer_kwargs is not None:
-        trainer_cfg = trainer_kwargs(cfg)
-        callbacks = [*callbacks, *build_callbacks(cfg)]
-    else:
-        trainer_cfg = {k: v for k, v in OmegaConf.to_container(cfg.trainer, resolve=True).items() if v is not None}
-    trainer_cfg.pop("debug", None)
+    from pipeline.callbacks import build_callbacks, trainer_kwargs
+
     return L.Trainer(
-        **{
-            "accelerator": accelerator,
-            "devices": 1,
-            "precision": cfg.device.precision,
-            "logger": loggers or False,
-            "callbacks": callbacks,
-            "default_root_dir": str(run_dir),
-            "deterministic": bool(cfg.seeding.deterministic),
-            "enable_model_summary": False,
-            "num_sanity_val_steps": 0,
-            "enable_checkpointing": False,
-            **trainer_cfg,
-        }
+        accelerator=accelerator,
+        devices=1,
+        precision=cfg.device.precision,
+        logger=loggers or False,
+        callbacks=build_callbacks(cfg, run_dir, own=callbacks),
+        default_root_dir=str(run_dir),
+        deterministic=bool(cfg.seeding.deterministic),
+        **trainer_kwargs(cfg),
     )
 
 
@@ -226,9 +213,7 @@ def _check_start(cfg: DictConfig, k: int) -> None:
         raise config_checks.ConfigError(f"seed={seed!r} must be an integer, e.g. seed=3 (a sweep: -m seed='range(0,10)')")
     if k < 1:
         raise config_checks.ConfigError(f"seeds_per_process={k} must be >= 1")
-    check_values = getattr(config_checks, "check_values", None)
-    if check_values is not None:
-        check_values(cfg)
+    config_checks.check_values(cfg)
 
 
 def run(cfg: DictConfig, run_dir: Path | None = None) -> list[dict]:
@@ -244,12 +229,9 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> list[dict]:
 
 def run_job(cfg: DictConfig, ctx: JobContext) -> list[dict]:
     """Run one job (K agents) and write its records. Refusals raise RunRefused; every other failure is recorded."""
-    try:
-        from pipeline.debug import apply_debug
+    from pipeline.debug import apply_debug
 
-        cfg = apply_debug(cfg)
-    except ImportError:
-        pass
+    cfg = apply_debug(cfg)
     run_dir = Path(ctx.run_dir)
     raw_k = cfg.get("seeds_per_process") or 1
     k = int(raw_k) if isinstance(raw_k, int) else -1

@@ -38,6 +38,9 @@ def make_ale_env(game: str, seed: int):
     import ale_py
     import gymnasium
 
+    from pipeline.quiet import quiet_ale
+
+    quiet_ale(ale_py)
     gymnasium.register_envs(ale_py)
     env = gymnasium.make(f"ALE/{game}-v5", obs_type="grayscale")
     env.reset(seed=int(seed))

@@ -47,6 +47,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pipeline.report.build import MARKDOWN_FILE, build_report
 
     start = time.perf_counter()
+    if args.out is not None:
+        try:
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+            probe = Path(args.out) / ".write-test"
+            probe.write_text("")
+            probe.unlink()
+        except OSError as exc:
+            print(f"error: --out {args.out}: {exc.strerror or exc}; choose a folder you can write", file=sys.stderr)
+            return 2
     try:
         with warnings.catch_warnings():
             # Skipped records are listed below with the report's other warnings; once is enough.

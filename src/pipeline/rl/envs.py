@@ -25,6 +25,9 @@ def make_atari_env(
     clipped to their sign, optionally a terminal at every lost life. Observations: uint8 (4, 84, 84)."""
     import ale_py
 
+    from pipeline.quiet import quiet_ale
+
+    quiet_ale(ale_py)
     gym.register_envs(ale_py)
     # The wrapper does the frame skipping; ALE's own must be off.
     env = gym.make(env_id, frameskip=1, **kwargs)
