@@ -1,5 +1,6 @@
 """The K-agent replay buffer against a list-of-lists model, on generated capacities, agents and add sizes."""
 
+import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
@@ -137,3 +138,60 @@ def test_state_dict_round_trip_continues_identically(history, more, seed):
     assert torch.equal(restored.rewards, buf.rewards) and restored.pos == buf.pos
     gens = lambda: [torch.Generator().manual_seed(seed + a) for a in range(k)]  # noqa: E731
     assert all(torch.equal(x, y) for x, y in zip(buf.sample(2, 4, gens()), restored.sample(2, 4, gens())))
+
+
+# ---- The contract's edges: conversions, defaults, refusals with exact messages. ----
+
+
+def test_inputs_of_other_dtypes_are_stored_in_the_buffers_dtypes():
+    buf = ReplayBuffer(3, (OBS_DIM,))
+    assert buf.n_agents == 1 and len(buf) == 0
+    obs = torch.tensor([[[1.25, 2.5]]], dtype=torch.float64)  # [T=1, K=1, 2], as float64 envs give them
+    buf.add(obs, torch.tensor([[1]], dtype=torch.int32), torch.tensor([[0.5]], dtype=torch.float64), obs * 2,
+            torch.tensor([[True]]))
+    assert (buf.obs.dtype, buf.next_obs.dtype, buf.actions.dtype, buf.rewards.dtype, buf.dones.dtype) == (
+        torch.float32, torch.float32, torch.int64, torch.float32, torch.float32)
+    assert buf.obs[0].tolist() == [1.25, 2.5] and buf.next_obs[0].tolist() == [2.5, 5.0]
+    assert (buf.actions[0].item(), buf.rewards[0].item(), buf.dones[0].item()) == (1, 0.5, 1.0)
+    frames = ReplayBuffer(2, (OBS_DIM,), obs_dtype=torch.uint8)
+    frames.add(obs.to(torch.float32) * 100, torch.zeros(1, 1), torch.zeros(1, 1), obs * 100, torch.zeros(1, 1))
+    assert frames.obs.dtype == torch.uint8 and frames.obs[0].tolist() == [125, 250]
+    assert frames.next_obs.dtype == torch.uint8 and frames.next_obs[0].tolist() == [125, 250]
+
+
+def test_memory_per_transition():
+    # float32 obs of 4 values: 2 * 4 * 4 bytes, plus action (8), reward (4) and done (4).
+    assert ReplayBuffer.bytes_per_transition((4,)) == 48
+    assert ReplayBuffer(10, (4,), n_agents=3).nbytes == 3 * 10 * 48
+
+
+def test_bad_arguments_are_refused_with_the_reason():
+    for capacity, n_agents in ((0, 1), (1, 0), (-1, 2), (0, 0)):
+        with pytest.raises(ValueError) as error:
+            ReplayBuffer(capacity, (2,), n_agents=n_agents)
+        assert str(error.value) == f"replay capacity and n_agents must be positive, got {capacity} and {n_agents}"
+    buf = ReplayBuffer(4, (3,), n_agents=2)
+    obs = torch.zeros(1, 3, 7)  # 3 agents' transitions (of the wrong size too) for a 2-agent buffer
+    with pytest.raises(ValueError) as error:
+        buf.add(obs, torch.zeros(1, 3), torch.zeros(1, 3), obs, torch.zeros(1, 3))
+    assert str(error.value) == "replay holds 2 agents, got transitions for 3"
+    with pytest.raises(ValueError) as error:
+        buf.sample(1, 1, [torch.Generator(), torch.Generator()])
+    assert str(error.value) == "cannot sample from an empty replay buffer"
+    with pytest.raises(ValueError) as error:
+        ReplayBuffer(5, (3,), n_agents=2).load_state_dict(buf.state_dict())
+    assert str(error.value) == "checkpoint replay capacity 4 != task.buffer_size 5"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_buffer_on_an_accelerator_takes_cpu_inputs_and_cpu_generators():
+    buf = ReplayBuffer(8, (OBS_DIM,), n_agents=2, device="cuda")
+    value = torch.arange(10.0).view(5, 2) + 1
+    obs = value.unsqueeze(-1).expand(5, 2, OBS_DIM).clone()
+    buf.add(obs, value.long(), value, obs, torch.zeros(5, 2, dtype=torch.bool))
+    batch = buf.sample(2, 3, [torch.Generator().manual_seed(0), torch.Generator().manual_seed(1)])
+    assert all(t.device.type == "cuda" for t in batch)
+    restored = ReplayBuffer(8, (OBS_DIM,), n_agents=2, device="cuda")
+    restored.load_state_dict(buf.state_dict())
+    restored.keep_agents_(torch.tensor([1]))
+    assert restored.rewards.device.type == "cuda" and set(restored.rewards[:5].tolist()) == {2.0, 4.0, 6.0, 8.0, 10.0}
