@@ -235,11 +235,12 @@ class DQNTask(Task):
             self.fast_greedy = NumpyGreedy.for_net(self.net)
 
     # ---- the algorithm ---------------------------------------------------------------------
-    def epsilon(self) -> float:
+    def epsilon(self, env_steps: int | None = None) -> float:
+        """Exploration rate at `env_steps` (default: now)."""
         if self.noisy:
             return 0.0
         hp = self.hp
-        return epsilon_at(self.env_steps, hp["eps_start"], hp["eps_end"], hp["eps_duration"])
+        return epsilon_at(self.env_steps if env_steps is None else env_steps, hp["eps_start"], hp["eps_end"], hp["eps_duration"])
 
     def elapsed_s(self) -> float:
         """Training seconds so far, over every segment of the run."""
@@ -273,11 +274,16 @@ class DQNTask(Task):
         # A step's tensors are only appended here and stacked once per round: every torch op in this
         # loop costs microseconds of overhead, for every one of the run's env steps.
         seen, taken, rewards, reached, terminal, ended, returns = [], [], [], [], [], [], []
+        # A step where every env explores needs no greedy forward (most steps while epsilon is near 1,
+        # e.g. Atari's first 250k): one comparison for the round says which, one host sync, not one a step.
+        eps_at = [self.epsilon(self.env_steps + t * E) for t in range(n_steps)]
+        eps_t = torch.tensor(eps_at, dtype=coins.dtype).to(coins.device)
+        all_explore = (coins < eps_t.view(-1, 1)).all(1).tolist()
         t_act = t_env = 0.0
         for t in range(n_steps):
             t0 = time.perf_counter()
-            eps = self.epsilon()
-            if eps >= 1.0:
+            eps = eps_at[t]
+            if eps >= 1.0 or all_explore[t]:
                 actions = random_actions[t]
             else:
                 actions = self.greedy_actions(self.obs)
