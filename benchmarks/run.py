@@ -1,14 +1,20 @@
-"""`make bench`: speed as ratios against a reference measured in the same invocation.
+"""`make bench`: speed as ratios against a reference measured in the same invocation, on one CPU thread.
 
-1. DQN on CartPole: the pipeline's `experiment=dqn_cartpole` (Lightning, Hydra, loggers, run record)
-   against `benchmarks/bare_dqn.py`, the plain PyTorch loop a researcher would write, with identical
-   hyperparameters and a fixed number of env steps (no early stop). Reported: env steps/s of the
-   training loop, end-to-end wall time, the time breakdown, and the ratio pipeline / bare.
-2. Seed batching (when `benchmarks/seed_batching.py` is present): wall time per solved seed, K seeds
-   in one process against single-seed runs.
+    make bench                                   # everything below (~15-20 min on 2 shared cores)
+    make bench ARGS="--only k1"                  # one or more parts: k1 k16 k64 acrobot atari
 
-Runs alternate between the two implementations and the best of `--repeats` is kept for each, since
-this machine is shared and noisy. Everything runs on one CPU thread.
+k1      `experiment=dqn_cartpole` (K = 1: Lightning, Hydra, loggers, run record) against
+        `benchmarks/bare_dqn.py`, the plain PyTorch loop a researcher would write, identical
+        hyperparameters, a fixed number of env steps (no early stop): env steps/s and their ratio.
+k16     wall time per solved seed of `experiment=dqn_cartpole_seeds` at K = 16 against single-seed
+k64     `experiment=dqn_cartpole` runs (seeds 0..4, measured once for both), with the K-agent run's
+        time breakdown (act / env / learn / eval).
+acrobot `experiment=dqn_acrobot` at K = 16 against the same preset at K = 1 (solved: -100).
+atari   `experiment=dqn_atari device=cpu`, a short explicit budget: env steps/s over all agents at
+        K = 4 against K = 1.
+
+The machine is shared and noisy, so k1 alternates the two implementations and keeps the best of
+`--repeats`, and every number that matters is a ratio of two runs of this invocation.
 """
 
 from __future__ import annotations
@@ -26,7 +32,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import bare_dqn  # noqa: E402
+import seed_batching  # noqa: E402
 
+PARTS = ("k1", "k16", "k64", "acrobot", "atari")
 # The default preset's hyperparameters, spelled out for the bare loop.
 SHARED = dict(
     hidden=(128, 128), lr=2.3e-3, adam_fused=True, gamma=0.99, batch_size=64, buffer_size=100_000,
@@ -34,24 +42,20 @@ SHARED = dict(
     eps_end=0.04, eps_duration=8_000, max_grad_norm=10.0, eval_every=2_500, eval_episodes=10,
     final_eval_episodes=20, threshold=475.0,
 )
+# Atari on CPU, a few hundred agent steps each: long enough to measure steps/s, short enough for a bench.
+# No checkpoints: the final one would save the replay (56 KB a transition), which is not the loop's speed.
+ATARI = [
+    "experiment=dqn_atari", "device=cpu", "task.total_steps=384", "task.learning_starts=128", "task.buffer_size=1024",
+    "task.eval_every=1000000", "task.eval_episodes=1", "task.final_eval_episodes=1", "task.log_every=256",
+    "+env.kwargs.max_episode_steps=400", "checkpoint.enabled=false",
+]
 
 
 def pipeline_dqn(steps: int, seed: int, out: Path) -> dict:
-    from hydra import compose, initialize_config_module
-
-    from pipeline.run import run
-
-    overrides = [
-        "experiment=dqn_cartpole", f"seed={seed}", "trainer.enable_progress_bar=false",
-        f"task.total_steps={steps}", "task.stop_at_return=null",
-    ]
-    with initialize_config_module(config_module="pipeline.conf", version_base="1.3"):
-        cfg = compose(config_name="config", overrides=overrides)
-    t0 = time.perf_counter()
-    record = run(cfg, out)
-    wall = time.perf_counter() - t0
-    if record["status"] != "ok":
-        raise RuntimeError(f"pipeline run failed: {record['error']}")
+    wall, records = seed_batching.run_records(
+        ["experiment=dqn_cartpole", f"seed={seed}", f"task.total_steps={steps}", "task.stop_at_return=null"], out
+    )
+    (record,) = records
     return {
         "env_steps": record["env_steps"], "loop_env_steps_per_s": record["env_steps_per_s"], "wall_time_s": round(wall, 3),
         "time_breakdown_s": record["time_breakdown_s"], "eval_return_mean": record["metrics"]["eval/return_mean"],
@@ -70,7 +74,7 @@ def bare(steps: int, seed: int) -> dict:
     }
 
 
-def dqn_speed(steps: int, repeats: int, seed: int) -> dict:
+def k1_speed(steps: int, repeats: int, seed: int) -> dict:
     runs: dict[str, list[dict]] = {"pipeline": [], "bare": []}
     with tempfile.TemporaryDirectory() as tmp:
         # One throw-away pipeline run first: imports and first-call costs are not the loop's speed.
@@ -79,42 +83,84 @@ def dqn_speed(steps: int, repeats: int, seed: int) -> dict:
             runs["bare"].append(bare(steps, seed))
             runs["pipeline"].append(pipeline_dqn(steps, seed, Path(tmp) / f"run{r}"))
     best = {name: min(rs, key=lambda x: x["wall_time_s"]) for name, rs in runs.items()}
-    return {
-        "env_steps": steps,
-        "repeats": repeats,
-        "pipeline": best["pipeline"],
-        "bare": best["bare"],
+    d = {
+        "env_steps": steps, "repeats": repeats, "pipeline": best["pipeline"], "bare": best["bare"],
         "ratio_loop_env_steps_per_s": round(best["pipeline"]["loop_env_steps_per_s"] / best["bare"]["loop_env_steps_per_s"], 3),
         "ratio_end_to_end": round(best["bare"]["wall_time_s"] / best["pipeline"]["wall_time_s"], 3),
         "all_runs": runs,
     }
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=20_000, help="env steps per DQN run")
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--skip-seed-batching", action="store_true")
-    parser.add_argument("--out", type=Path, default=Path("outputs/bench/results.json"))
-    args = parser.parse_args(argv)
-    torch.set_num_threads(1)
-
-    results: dict = {"dqn_speed": dqn_speed(args.steps, args.repeats, args.seed)}
-    d = results["dqn_speed"]
-    print(f"DQN on CartPole-v1, {args.steps} env steps, identical hyperparameters, best of {args.repeats}, 1 thread")
+    print(f"k1: DQN on CartPole-v1, {steps} env steps, identical hyperparameters, best of {repeats}")
     for name in ("bare", "pipeline"):
         r = d[name]
         print(f"  {name:9s} loop {r['loop_env_steps_per_s']:8.1f} env steps/s   end-to-end {r['wall_time_s']:6.2f} s   "
               f"breakdown {json.dumps(r['time_breakdown_s'])}")
-    print(f"  ratio pipeline/bare: loop env steps/s {d['ratio_loop_env_steps_per_s']:.2f}x, "
-          f"end-to-end speed {d['ratio_end_to_end']:.2f}x  (target >= 1.0x)")
+    print(f"  ratio pipeline/bare: loop env steps/s {d['ratio_loop_env_steps_per_s']:.2f}x (target >= 1.2x), "
+          f"end-to-end speed {d['ratio_end_to_end']:.2f}x")
+    return d
 
-    if not args.skip_seed_batching and (HERE / "seed_batching.py").is_file():
-        import seed_batching
 
-        results["seed_batching"] = seed_batching.measure()
-        print("Seed batching:", json.dumps({k: v for k, v in results["seed_batching"].items() if not isinstance(v, list | dict)}))
+def seeds(k: int, single: dict | None, single_seeds: int, target: str) -> dict:
+    result = seed_batching.measure(k=k, single_seeds=single_seeds, single=single)
+    print(f"k{k}: CartPole-v1, K={k} agents in one process against single-seed runs ({target})")
+    print(seed_batching.summary_line(result))
+    return result
+
+
+def acrobot(k: int, single_seeds: int) -> dict:
+    result = seed_batching.measure(
+        k=k, single_seeds=single_seeds, single_experiment="dqn_acrobot", batched_experiment="dqn_acrobot", solved_at=-100.0
+    )
+    print(f"acrobot: Acrobot-v1 (solved: final greedy mean >= -100), K={k} against K=1 (target >= 15/16 solved)")
+    print(seed_batching.summary_line(result))
+    return result
+
+
+def atari(k: int) -> dict:
+    out: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in (1, k):
+            wall, records = seed_batching.run_records([*ATARI, f"seeds_per_process={n}"], Path(tmp) / f"k{n}")
+            steps = sum(int(r["env_steps"]) for r in records)
+            # The loop's rate over all agents: env steps over the training seconds (the final evaluation excluded).
+            loop = records[0]["batch_env_steps_per_s"] if n > 1 else records[0]["env_steps_per_s"]
+            out[f"k{n}"] = {
+                "agents": n, "env_steps": steps, "wall_time_s": round(wall, 2), "loop_env_steps_per_s": loop,
+                "end_to_end_env_steps_per_s": round(steps / wall, 1), "time_breakdown_s": records[0]["time_breakdown_s"],
+            }
+    one, many = out["k1"], out[f"k{k}"]
+    out["ratio_loop_env_steps_per_s"] = round(many["loop_env_steps_per_s"] / one["loop_env_steps_per_s"], 3)
+    print(f"atari: {ATARI[0]} on CPU, {ATARI[2]}, K={k} against K=1")
+    for name, r in (("K=1", one), (f"K={k}", many)):
+        print(f"  {name:5s} loop {r['loop_env_steps_per_s']:7.1f} env steps/s over all agents, end-to-end {r['wall_time_s']:.1f} s, "
+              f"breakdown {json.dumps(r['time_breakdown_s'])}")
+    print(f"  ratio K={k} / K=1 env steps/s over all agents: {out['ratio_loop_env_steps_per_s']:.2f}x")
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS), help="the parts to run (default: all)")
+    parser.add_argument("--steps", type=int, default=20_000, help="k1: env steps per DQN run")
+    parser.add_argument("--repeats", type=int, default=2, help="k1: runs per implementation, the best kept")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--single-seeds", type=int, default=5, help="k16/k64: single-seed CartPole runs (seeds 0..n-1)")
+    parser.add_argument("--acrobot-single-seeds", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=Path("outputs/bench/results.json"))
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+
+    results: dict = {}
+    if "k1" in args.only:
+        results["k1"] = k1_speed(args.steps, args.repeats, args.seed)
+    single = None
+    for k, target in ((16, "target <= 0.25x, >= 15/16 solved"), (64, "target <= 0.15x, >= 61/64 solved")):
+        if f"k{k}" in args.only:
+            results[f"k{k}"] = seeds(k, single, args.single_seeds, target)
+            single = results[f"k{k}"]["single"]  # measured once for both
+    if "acrobot" in args.only:
+        results["acrobot"] = acrobot(16, args.acrobot_single_seeds)
+    if "atari" in args.only:
+        results["atari"] = atari(4)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"results: {args.out}")
