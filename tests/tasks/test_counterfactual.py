@@ -5,6 +5,7 @@ import json
 import pytest
 import torch
 
+from pipeline.games.asymmetric import asymmetric_uniform_equilibrium
 from pipeline.games.auction import save_bids_csv, simulate_first_price_bids
 from pipeline.report import build_report
 from pipeline.run import run
@@ -98,17 +99,22 @@ def test_bad_rows_are_an_error_or_dropped_and_counted(tmp_path, make_cfg):
     assert record["data_rows"]["rejected"] == {"wrong_field_count": 2, "negative": 1}
 
 
-def test_asymmetric_bidders_are_detected_and_not_pooled(tmp_path, make_cfg):
-    """Values U[0, 1] and U[0, 2]: the pooled symmetric estimate would be wrong, so the run says so and stops."""
-    generator = torch.Generator().manual_seed(2)
-    values = torch.rand(1500, 2, generator=generator, dtype=torch.float64) * torch.tensor([1.0, 2.0])
-    path = _wide_csv(tmp_path / "asym.csv", values / 2)
+def test_asymmetric_bidders_are_detected_and_inverted_one_by_one(tmp_path, make_cfg):
+    """Values U[0, 1] and U[0, 2] in their first-price equilibrium: the KS test rejects symmetry, each bidder is
+    inverted against its own competitor, second price is predicted, first price and bounds are not (and say so)."""
+    bids, _ = asymmetric_uniform_equilibrium(3000, seed=2)
+    path = _wide_csv(tmp_path / "asym.csv", bids)
     (record,) = run(make_cfg(*FAST, f"data.path={path}"), tmp_path / "auto")
-    assert record["status"] == "failed" and "asymmetric estimator is not implemented" in record["error"]
-    assert "KS p=" in record["error"] and "data.symmetric=true" in record["error"]
-    assert not any(k.startswith("cf/") for k in record.get("metrics") or {})
+    assert record["status"] == "ok", record["error"]
+    assert record["symmetry"]["decision"] == "asymmetric" and record["symmetry"]["min_p_value"] < 1e-6
+    assert "not estimated" in record["asymmetric"]["not_estimated"]
+    m = record["metrics"]
+    assert not any("_eps" in k for k in m) and "cf/first_price_n3/point" not in m
+    # Reserves in the bids' range (default rules in the data's units are not used here: FAST names them).
+    assert m["cf/second_price_r0.0/point"] == pytest.approx(5 / 12, abs=0.01)
     (pooled,) = run(make_cfg(*FAST, f"data.path={path}", "data.symmetric=true"), tmp_path / "pooled")
     assert pooled["status"] == "ok" and "declared" in pooled["symmetry"]["decision"]
+    assert any("_eps" in k for k in pooled["metrics"])
 
 
 def test_value_scale_other_than_one(tmp_path, make_cfg):

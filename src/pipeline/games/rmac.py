@@ -243,6 +243,7 @@ def fit_logged_auction(
     device=None,
     bandwidth: float | None = None,
     top: float | None = None,
+    opponents: Tensor | None = None,
 ) -> LoggedAuction:
     """Snap ``bids`` (any shape, flattened) to the grid and compute every type's regret for each distinct bid.
 
@@ -254,6 +255,8 @@ def fit_logged_auction(
     best responses for no grid type, piled 10% of the data on one type and moved the r = 0.9
     revenue by +0.11. The regret is the best grid bid's expected utility minus the observed bid's.
     ``top`` is the top of the bid and value grid (None: max(1, largest bid)); every bid must lie under it.
+    ``opponents``: for one bidder of an asymmetric log, the highest competing bid of each of its auctions;
+    the bid is then a best response against that one distribution (no leave-one-out: it is another sample).
     """
     if n_bidders < 2:
         raise ValueError(f"n_bidders={n_bidders}: a logged first-price auction needs at least 2 bidders")
@@ -268,18 +271,17 @@ def fit_logged_auction(
     index = torch.round(bids / grid).long().clamp(0, actions.numel() - 1)
     class_bid, data_class, class_count = torch.unique(index, return_inverse=True, return_counts=True)
     n_actions, n_types = actions.numel(), types.numel()
-    bandwidth = default_bandwidth(bids) if bandwidth is None else bandwidth
-    lo, hi = int(index.min()), int(index.max())
-    # How much of the end cells the data occupy: half for bids on the grid, less for continuous ones.
-    end_widths = (min(1.0, max(0.05, lo + 0.5 - float(bids.min()) / grid)),
-                  min(1.0, max(0.05, float(bids.max()) / grid - hi + 0.5)))
-    kernel = smoothing_kernel(n_actions, lo, hi, bandwidth / grid, bids.device, end_widths if lo < hi else (0.5, 0.5))
-    counts = torch.zeros(n_actions, dtype=torch.float64, device=bids.device).index_add_(
-        0, class_bid, class_count.double()
-    )
-    # Smoothing is linear, so leaving one bid out subtracts that bid's own kernel row.
-    others = ((counts @ kernel)[None, :] - kernel[class_bid]).clamp_min(0.0)
-    win = win_probability(others / others.sum(1, keepdim=True), n_bidders - 1)  # (C, A)
+    if opponents is None:
+        counts, kernel = _smoothed_counts(bids, grid, n_actions, bandwidth)
+        # Smoothing is linear, so leaving one bid out subtracts that bid's own kernel row.
+        others = (counts[None, :] - kernel[class_bid]).clamp_min(0.0)
+        win = win_probability(others / others.sum(1, keepdim=True), n_bidders - 1)  # (C, A)
+    else:
+        opponents = torch.as_tensor(opponents, dtype=torch.float64).flatten().to(bids.device)
+        if float(opponents.max()) > top + grid / 2:
+            raise ValueError(f"a competing bid {float(opponents.max()):g} lies above the grid's top {top:g}; raise top")
+        counts, _ = _smoothed_counts(opponents, grid, n_actions, bandwidth)
+        win = win_probability(counts / counts.sum(), 1).expand(class_bid.numel(), -1)
     regret = torch.empty(class_bid.numel(), n_types, dtype=torch.float64, device=bids.device)
     # (C, T, A) utilities in class chunks keep memory bounded on fine grids.
     chunk = max(1, (1 << 24) // (n_types * n_actions))
@@ -291,6 +293,20 @@ def fit_logged_auction(
     return LoggedAuction(
         actions, types, grid, n_bidders, class_bid, class_count.double(), data_class, win, regret
     )
+
+
+def _smoothed_counts(bids: Tensor, grid: float, n_actions: int, bandwidth: float | None) -> tuple[Tensor, Tensor]:
+    """Kernel-smoothed bid counts on the grid (see `smoothing_kernel`) and the kernel itself."""
+    index = torch.round(bids / grid).long().clamp(0, n_actions - 1)
+    bandwidth = default_bandwidth(bids) if bandwidth is None else bandwidth
+    lo, hi = int(index.min()), int(index.max())
+    # How much of the end cells the data occupy: half for bids on the grid, less for continuous ones.
+    end_widths = (min(1.0, max(0.05, lo + 0.5 - float(bids.min()) / grid)),
+                  min(1.0, max(0.05, float(bids.max()) / grid - hi + 0.5)))
+    kernel = smoothing_kernel(n_actions, lo, hi, bandwidth / grid, bids.device, end_widths if lo < hi else (0.5, 0.5))
+    counts = torch.zeros(n_actions, dtype=torch.float64, device=bids.device).index_add_(
+        0, index, torch.ones_like(bids))
+    return counts @ kernel, kernel
 
 
 def realised_regret(

@@ -13,9 +13,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from pipeline.games.asymmetric import NOT_ESTIMATED, asymmetric_table
 from pipeline.games.auction import default_rules, parse_rule, reserve_top
 from pipeline.games.plots import plot_revenue_vs_reserve
 from pipeline.games.rmac import (
+    PREFIX,
     choose_value_scale,
     known_value_scale,
     predict_counterfactuals,
@@ -26,10 +28,6 @@ from pipeline.games.symmetry import symmetry_test
 from pipeline.tasks.base import Task
 
 log = logging.getLogger(__name__)
-
-
-class AsymmetricBiddersError(ValueError):
-    """The logged bidders are (or are declared) asymmetric, which the symmetric estimator must not pool."""
 
 
 class CounterfactualTask(Task):
@@ -79,41 +77,33 @@ class CounterfactualTask(Task):
         return float(getattr(datamodule, "value_scale", 1.0))
 
     def _check_symmetry(self, logged) -> dict:
-        """The pooling decision, for the record; asymmetric bidders stop the run (no estimator for them yet)."""
+        """Whether to pool the bidders, with what the decision rests on (recorded in result.json)."""
         declared = getattr(self.data, "symmetric", None)
         if logged.by_bidder is None:
+            if declared is False:
+                raise ValueError("data.symmetric=false needs bidders named in the file (bid_i columns or a "
+                                 "'bidder' column); this file has one pooled bid column")
             return {"decision": "symmetric (assumed: the data do not name bidders)"}
         if declared is True:
             return {"decision": "symmetric (declared by data.symmetric=true, not tested)"}
-        result = symmetry_test(logged.by_bidder, getattr(self.data, "symmetry_level", 0.01))
-        fix = "set data.symmetric=true to pool them anyway (the bounds are then not valid for asymmetric bidders)"
         if declared is False:
-            raise AsymmetricBiddersError(
-                f"data.symmetric=false: the asymmetric estimator (each bidder's values from its own highest "
-                f"competing bid) is not implemented yet, and no bound is reported; {fix}")
+            return {"decision": "asymmetric (declared by data.symmetric=false, not tested)"}
+        result = symmetry_test(logged.by_bidder, getattr(self.data, "symmetry_level", 0.01))
         result["decision"] = "asymmetric" if result["rejected"] else "symmetric (not rejected)"
-        self.extras["symmetry"] = result
-        if result["rejected"]:
-            raise AsymmetricBiddersError(
-                f"bidders' bid distributions differ (KS p={result['min_p_value']:.2g} for bidders "
-                f"{result['least_alike_pair']}, level {result['level']} Bonferroni-corrected); pooling them would "
-                f"give wrong estimates and the asymmetric estimator is not implemented yet; {fix}")
         return result
 
-    def fit_and_evaluate(self, trainer, datamodule, ckpt_path) -> dict[str, float]:
-        generator = torch.Generator().manual_seed(self.seed)
+    def _asymmetric(self, logged, metrics: dict) -> dict:
+        """Each bidder inverted against its own highest competing bid; second price only, no bounds."""
         t0 = time.perf_counter()
-        logged = self.data.load(generator)
-        self.add_time("data", time.perf_counter() - t0)
-        self.extras = {"n_bids": int(logged.bids.numel()), "n_bidders": logged.n_bidders,
-                       "simulated": logged.values is not None, "k": logged.k, "rules": self.rules,
-                       "epsilons": self.epsilons}
-        metrics: dict[str, float] = {}
-        if logged.rows is not None:
-            metrics |= logged.rows.metrics()
-            self.extras["data_rows"] = {"read": logged.rows.read, "used": logged.rows.used,
-                                        "rejected": dict(logged.rows.rejected), "blank_lines": logged.rows.blank_lines}
-        self.extras["symmetry"] = self._check_symmetry(logged)
+        table, skipped = asymmetric_table(logged.by_bidder, self.rules, self.grid, self.compute_device,
+                                          None if self.value_top is None else known_value_scale(self.value_top, self.grid))
+        self.add_time("asymmetric", time.perf_counter() - t0)
+        metrics |= {k: v for k, v in table.items() if k.split("/")[0] in [PREFIX[s] for s in self.statistics]}
+        log.warning(f"asymmetric bidders: {NOT_ESTIMATED}; skipped rules {skipped}")
+        return metrics
+
+    def _symmetric(self, logged, metrics: dict) -> dict:
+        """Pooled bidders: point estimates and RMAC bounds per statistic, on one value grid."""
         t0 = time.perf_counter()
         if self.value_top is not None:
             if self.value_top < float(logged.bids.max()):
@@ -145,6 +135,27 @@ class CounterfactualTask(Task):
         self.extras["value_grid"] = {"step": scale.unit * self.grid, "top": scale.unit * scale.top,
                                      "top_from": "task.value_top" if self.value_top is not None else "estimated",
                                      "rough_top_value": scale.estimated_top_value, "widened": scale.widened}
+        return metrics
+
+    def fit_and_evaluate(self, trainer, datamodule, ckpt_path) -> dict[str, float]:
+        generator = torch.Generator().manual_seed(self.seed)
+        t0 = time.perf_counter()
+        logged = self.data.load(generator)
+        self.add_time("data", time.perf_counter() - t0)
+        self.extras = {"n_bids": int(logged.bids.numel()), "n_bidders": logged.n_bidders,
+                       "simulated": logged.values is not None, "k": logged.k, "rules": self.rules,
+                       "epsilons": self.epsilons}
+        metrics: dict[str, float] = {}
+        if logged.rows is not None:
+            metrics |= logged.rows.metrics()
+            self.extras["data_rows"] = {"read": logged.rows.read, "used": logged.rows.used,
+                                        "rejected": dict(logged.rows.rejected), "blank_lines": logged.rows.blank_lines}
+        self.extras["symmetry"] = self._check_symmetry(logged)
+        if self.extras["symmetry"]["decision"].startswith("asymmetric"):
+            self.extras["asymmetric"] = {"estimated": "second-price point estimates", "not_estimated": NOT_ESTIMATED}
+            metrics = self._asymmetric(logged, metrics)
+        else:
+            metrics = self._symmetric(logged, metrics)
         if logged.values is not None:
             errors = [abs(metrics[f"cf/{r}/point"] - metrics[f"cf/{r}/truth"]) for r in self.rules]
             metrics["cf/max_abs_point_error"] = float(max(errors))
