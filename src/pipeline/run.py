@@ -528,10 +528,14 @@ def _publish(loggers, records) -> None:
 def _end_unfinished(records, t_start, stop, loggers, curves, task, end: str, **fields) -> list[dict]:
     """Close a segment that did not finish ok: its records say why, the curves are flushed, the loggers closed."""
     _close_segment(records, t_start, end)
-    for r in records:
+    for i, r in enumerate(records):
         r.update(status=end, **fields)
         if task is not None:
             r.time_breakdown_s = {key: round(v, 4) for key, v in task.time_breakdown_s.items()}
+            try:  # what the task knows so far (rows read, env steps, ...) stays in the record
+                r.update(**(task.agent_record(i) if hasattr(task, "agent_record") else task.record_extras()))
+            except Exception:  # noqa: BLE001 - a half-built task may not know; the failure itself is what matters
+                pass
     for c in curves:
         c.flush()
     for r in records:
