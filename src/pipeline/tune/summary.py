@@ -111,14 +111,18 @@ def write_tune(search, confirm_dirs: dict[str, Path]) -> Path:
         for entry in candidates:
             if winner is None or _better(entry["value"], winner["value"], search.maximize):
                 winner = entry
-        preset_wins = winner is None or not _better(winner["value"], preset["value"], search.maximize)
-        if preset_wins:
-            warnings.append("the untouched preset scored at least as well as every tuned candidate on the fresh seeds: keep the preset")
+        preset_wins = winner is None or _better(preset["value"], winner["value"], search.maximize)
+        tie = not preset_wins and not _better(winner["value"], preset["value"], search.maximize)
+        verdict = ("The preset still wins on fresh seeds: keep it." if preset_wins else
+                   f"{winner['label']} ties the preset's {objective} on fresh seeds: compare the other columns before switching." if tie
+                   else f"{winner['label']} beats the preset's {objective} on fresh seeds.")
+        if preset_wins or tie:
+            warnings.append(verdict)
         for entry in [*candidates, {**preset, "label": "preset"}]:
             if entry["failed"]:
                 warnings.append(f"{entry['label']}: {len(entry['failed'])} of {len(entry['seeds'])} confirmation seeds failed")
     else:
-        winner = None
+        winner, verdict = None, None
         if ranked:
             t = ranked[0]
             winner = {"label": f"trial{t.number}", "trial": t.number, "tuned_value": t.value,
@@ -148,6 +152,7 @@ def write_tune(search, confirm_dirs: dict[str, Path]) -> Path:
         "preset_wins": preset_wins,
         "candidates": candidates,
         "preset": preset,
+        "verdict": verdict,
         "warnings": warnings,
     }
     write_json(out / "tune.json", summary)
@@ -234,9 +239,7 @@ def markdown(summary: dict, out: Path) -> str:
                 row += f" {_ci(th)} ({th.get('reached')}/{th.get('of')}) |"
             lines.append(row)
         lines.append("")
-        verdict = ("The preset still wins on fresh seeds." if summary["preset_wins"]
-                   else f"trial {summary['best_trial']} beats the preset on fresh seeds.")
-        lines += [verdict, ""]
+        lines += [summary["verdict"], ""]
     for name, path in (summary.get("plots") or {}).items():
         lines.append(f"![{name}]({path})")
     return "\n".join(lines) + "\n"
