@@ -84,7 +84,9 @@ class SweepReportCallback(Callback):
         try:
             from pipeline.report import build_report
 
-            report = build_report([sweep_dir], sweep_dir / "report")
+            # A tuning sweep reports its confirmation runs (tune/ compares the trials itself).
+            inputs = [sweep_dir / "confirm"] if (sweep_dir / "confirm").is_dir() else [sweep_dir]
+            report = build_report(inputs, sweep_dir / "report")
             print(f"report: {sweep_dir / 'report' / 'report.md'}", flush=True)
         except Exception as exc:  # a broken report must not hide the finished runs
             log.error(f"report failed: {str(exc).splitlines()[0] if str(exc) else exc}; rebuild it with: python -m pipeline.report {sweep_dir}")
@@ -119,4 +121,7 @@ def _records(sweep_dir: Path) -> list[dict]:
 
 def unfinished_runs(sweep_dir: Path) -> list[str]:
     """'seed=3 failed: killed by SIGKILL ...' for each run record under the sweep dir that is not ok."""
-    return [f"seed={r.get('seed')} {r.get('status')}: {r.get('error')}" for r in _records(sweep_dir) if r.get("status") != "ok"]
+    # A tuning trial's failed seed (a NaN at a bad learning rate) is a result of the search, not an unfinished run.
+    trials = (sweep_dir / "trials").resolve()
+    return [f"seed={r.get('seed')} {r.get('status')}: {r.get('error')}" for r in _records(sweep_dir)
+            if r.get("status") != "ok" and trials not in Path(str(r.get("run_dir", ""))).resolve().parents]
