@@ -54,7 +54,7 @@ def measure(name: str, overrides: list[str], solved_at: float, device: str, out:
     if cuda:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-    wall, records = seed_batching.run_records([*overrides, f"device={device}"], out)
+    wall, _, records = seed_batching.run_records([*overrides, f"device={device}"], out)
     steps = sum(int(r["env_steps"]) for r in records)
     finals = [r["metrics"]["eval/return_mean"] for r in records]
     loop = records[0].get("batch_env_steps_per_s") if len(records) > 1 else records[0]["env_steps_per_s"]

@@ -52,7 +52,7 @@ ATARI = [
 
 
 def pipeline_dqn(steps: int, seed: int, out: Path) -> dict:
-    wall, records = seed_batching.run_records(
+    wall, _, records = seed_batching.run_records(
         ["experiment=dqn_cartpole", f"seed={seed}", f"task.total_steps={steps}", "task.stop_at_return=null"], out
     )
     (record,) = records
@@ -119,7 +119,7 @@ def atari(k: int) -> dict:
     out: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         for n in (1, k):
-            wall, records = seed_batching.run_records([*ATARI, f"seeds_per_process={n}"], Path(tmp) / f"k{n}")
+            wall, _, records = seed_batching.run_records([*ATARI, f"seeds_per_process={n}"], Path(tmp) / f"k{n}")
             steps = sum(int(r["env_steps"]) for r in records)
             # The loop's rate over all agents: env steps over the training seconds (the final evaluation excluded).
             loop = records[0]["batch_env_steps_per_s"] if n > 1 else records[0]["env_steps_per_s"]

@@ -39,19 +39,22 @@ def compose_cfg(overrides: Sequence[str]):
         return compose(config_name="config", overrides=list(overrides))
 
 
-def run_records(overrides: Sequence[str], run_dir: Path) -> tuple[float, list[dict]]:
-    """One pipeline run (K agents): its wall time and the K records; a failed agent raises."""
+def run_records(overrides: Sequence[str], run_dir: Path) -> tuple[float, float, list[dict]]:
+    """One pipeline run (K agents): its wall time, its CPU time and the K records; a failed agent raises.
+
+    CPU time is this process's own cost: on a shared machine wall time also counts the other jobs.
+    """
     cfg = compose_cfg([*overrides, "trainer.enable_progress_bar=false"])
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     records = run(cfg, run_dir)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     failed = [r for r in records if r["status"] != "ok"]
     if failed:
         raise RuntimeError(f"run {' '.join(overrides)} failed: {failed[0]['error']}")
-    return wall, records
+    return wall, cpu, records
 
 
-def side(wall_s: float, records: list[dict], solved_at: float) -> dict:
+def side(wall_s: float, cpu_s: float, records: list[dict], solved_at: float) -> dict:
     finals = [r["metrics"]["eval/return_mean"] for r in records]
     steps = sum(int(r["env_steps"]) for r in records)
     solved = sum(f >= solved_at for f in finals)
@@ -64,33 +67,35 @@ def side(wall_s: float, records: list[dict], solved_at: float) -> dict:
         "env_steps_per_s": round(steps / wall_s, 1),
         "stop_env_steps": [(r.get("early_stop") or {}).get("env_step") for r in records],
         "cost_per_solved_seed_s": round(wall_s / solved, 2) if solved else math.inf,
+        "cpu_time_s": round(cpu_s, 2),
+        "cpu_per_solved_seed_s": round(cpu_s / solved, 2) if solved else math.inf,
     }
 
 
 def measure_single(experiment: str, seeds: Sequence[int], out: Path, overrides: Sequence[str] = (), solved_at: float = CARTPOLE_SOLVED) -> dict:
     """The single-seed preset, one run per seed, back to back."""
-    wall, records = 0.0, []
+    wall, cpu, records = 0.0, 0.0, []
     for s in seeds:
-        w, recs = run_records([f"experiment={experiment}", f"seed={s}", *overrides], out / f"single_seed{s}")
-        wall += w
+        w, c, recs = run_records([f"experiment={experiment}", f"seed={s}", *overrides], out / f"single_seed{s}")
+        wall, cpu = wall + w, cpu + c
         records += recs
-    return side(wall, records, solved_at)
+    return side(wall, cpu, records, solved_at)
 
 
 def measure_batched(
     experiment: str, k: int, seed: int, out: Path, overrides: Sequence[str] = (), solved_at: float = CARTPOLE_SOLVED
 ) -> dict:
     """One run of K agents; the agents' records give the finals, the first one the shared time breakdown."""
-    wall, records = run_records([f"experiment={experiment}", f"seeds_per_process={k}", f"seed={seed}", *overrides], out / f"k{k}")
-    result = side(wall, records, solved_at)
+    wall, cpu, records = run_records([f"experiment={experiment}", f"seeds_per_process={k}", f"seed={seed}", *overrides], out / f"k{k}")
+    result = side(wall, cpu, records, solved_at)
     result["time_breakdown_s"] = records[0].get("time_breakdown_s", {})
     return result
 
 
-def ratio(batched: dict, single: dict | None) -> float | None:
+def ratio(batched: dict, single: dict | None, key: str = "cost_per_solved_seed_s") -> float | None:
     if not single:
         return None
-    r = batched["cost_per_solved_seed_s"] / single["cost_per_solved_seed_s"]
+    r = batched[key] / single[key]
     return round(r, 3) if math.isfinite(r) else None
 
 
@@ -117,6 +122,7 @@ def measure(
         "k": k, "seed": seed, "threads": torch.get_num_threads(), "solved_at": solved_at,
         "single_experiment": single_experiment, "batched_experiment": batched_experiment,
         "single": single, "batched": batched, "cost_ratio": ratio(batched, single),
+        "cpu_cost_ratio": ratio(batched, single, "cpu_per_solved_seed_s"),
     }
 
 
@@ -126,14 +132,15 @@ def summary_line(result: dict) -> str:
     if single:
         lines.append(
             f"  single-seed {result['single_experiment']}: {single['solved']}/{single['seeds']} solved in {single['wall_time_s']:.1f} s "
-            f"-> {single['cost_per_solved_seed_s']} s per solved seed"
+            f"-> {single['cost_per_solved_seed_s']} s per solved seed (CPU {single['cpu_per_solved_seed_s']} s)"
         )
     lines.append(
         f"  K={k} {result['batched_experiment']}: {batched['solved']}/{batched['seeds']} solved in {batched['wall_time_s']:.1f} s "
-        f"-> {batched['cost_per_solved_seed_s']} s per solved seed ({batched['env_steps_per_s']:.0f} env steps/s over all agents)"
+        f"-> {batched['cost_per_solved_seed_s']} s per solved seed (CPU {batched['cpu_per_solved_seed_s']} s; "
+        f"{batched['env_steps_per_s']:.0f} env steps/s over all agents)"
     )
     lines.append(f"  time breakdown of the K={k} run (s): {json.dumps(batched['time_breakdown_s'])}")
-    lines.append(f"  cost ratio K={k} / single per solved seed: {result['cost_ratio']}")
+    lines.append(f"  cost ratio K={k} / single per solved seed: wall {result['cost_ratio']}, CPU {result['cpu_cost_ratio']}")
     return "\n".join(lines)
 
 
