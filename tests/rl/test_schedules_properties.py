@@ -18,7 +18,7 @@ def test_exact_endpoints(start, end, duration):
     # `start + 1.0 * (end - start)` can miss `end` by an ulp (1.0 -> 0.1 gives 0.09999999999999998),
     # so the end is checked to rounding; past it the value is held, not extrapolated.
     at_end = epsilon_at(duration, start, end, duration)
-    assert at_end == pytest.approx(end, rel=0, abs=1e-15)
+    assert at_end == end  # exact: the schedule lands on its end value
     assert epsilon_at(duration + 1, start, end, duration) == at_end
     assert epsilon_at(10 * duration + 7, start, end, duration) == at_end
 

@@ -54,7 +54,7 @@ class TensorCartPole(TensorEnv):
         return (hashed_uniform(keys, episodes, 4) * 0.1 - 0.05).to(self.dtype)
 
     def observation_of(self, rows: torch.Tensor) -> torch.Tensor:
-        return rows.t().to(torch.float32, memory_format=torch.contiguous_format)
+        return rows.t().to(torch.float32).contiguous()
 
     def reward(self, terminated: torch.Tensor) -> torch.Tensor:
         # Every step of CartPole-v1 (the terminating one included) is worth 1.

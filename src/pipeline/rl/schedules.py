@@ -10,7 +10,8 @@ def epsilon_at(step: int, start: float, end: float, duration: int) -> float:
     if duration <= 0:
         return float(end)
     frac = min(max(step / duration, 0.0), 1.0)
-    return float(start + frac * (end - start))
+    # This form is exact at both ends (start + frac * (end - start) can miss `end` by one ulp).
+    return float(start * (1.0 - frac) + end * frac)
 
 
 def linear_schedule(start: float, end: float, duration: int) -> Callable[[int], float]:

@@ -12,18 +12,18 @@ def _float_tensors(module: nn.Module) -> tuple[list[torch.Tensor], list[torch.Te
     return params, buffers
 
 
-@torch.no_grad()
+# `with torch.no_grad()` inside rather than a decorator: mutmut skips decorated functions.
 def hard_update(target: nn.Module, online: nn.Module) -> None:
     """Copy every parameter and buffer of `online` into `target`, in place."""
     # In-place copies keep the target's tensors (and anything holding a
     # reference to them) valid, unlike load_state_dict on a new dict.
-    for t, o in zip(target.parameters(), online.parameters(), strict=True):
-        t.copy_(o)
-    for t, o in zip(target.buffers(), online.buffers(), strict=True):
-        t.copy_(o)
+    with torch.no_grad():
+        for t, o in zip(target.parameters(), online.parameters(), strict=True):
+            t.copy_(o)
+        for t, o in zip(target.buffers(), online.buffers(), strict=True):
+            t.copy_(o)
 
 
-@torch.no_grad()
 def soft_update(target: nn.Module, online: nn.Module, tau: float) -> None:
     """Polyak averaging: target <- tau * online + (1 - tau) * target, in place."""
     if not 0.0 <= tau <= 1.0:
@@ -32,12 +32,13 @@ def soft_update(target: nn.Module, online: nn.Module, tau: float) -> None:
     o_params, o_buffers = _float_tensors(online)
     if len(t_params) != len(o_params) or len(t_buffers) != len(o_buffers):
         raise ValueError("target and online modules have different structures")
-    # One fused multi-tensor kernel instead of a Python loop of lerps.
-    torch._foreach_lerp_(t_params + t_buffers, o_params + o_buffers, tau)
-    # Integer buffers (e.g. BatchNorm's num_batches_tracked) cannot be averaged.
-    for t, o in zip(target.buffers(), online.buffers(), strict=True):
-        if not t.is_floating_point():
-            t.copy_(o)
+    with torch.no_grad():
+        # One fused multi-tensor kernel instead of a Python loop of lerps.
+        torch._foreach_lerp_(t_params + t_buffers, o_params + o_buffers, tau)
+        # Integer buffers (e.g. BatchNorm's num_batches_tracked) cannot be averaged.
+        for t, o in zip(target.buffers(), online.buffers(), strict=True):
+            if not t.is_floating_point():
+                t.copy_(o)
 
 
 def freeze(module: nn.Module) -> nn.Module:
