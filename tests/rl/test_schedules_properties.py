@@ -15,8 +15,8 @@ steps = st.integers(-(10**7), 10**7)
 def test_exact_endpoints(start, end, duration):
     assert epsilon_at(0, start, end, duration) == start
     assert epsilon_at(-1, start, end, duration) == start
-    # `start + 1.0 * (end - start)` can miss `end` by an ulp (1.0 -> 0.1 gives 0.09999999999999998),
-    # so the end is checked to rounding; past it the value is held, not extrapolated.
+    # Exact at the end too (the form `start + frac * (end - start)` missed 0.1 by an ulp); past it the
+    # value is held, not extrapolated.
     at_end = epsilon_at(duration, start, end, duration)
     assert at_end == end  # exact: the schedule lands on its end value
     assert epsilon_at(duration + 1, start, end, duration) == at_end
