@@ -163,19 +163,22 @@ def test_a_killed_supervised_run_resumes_and_keeps_its_earlier_rows(tmp_path):
 @pytest.mark.parametrize("launcher", ["basic", "joblib"])
 def test_kill_9_of_one_sweep_job_never_takes_down_the_sweep(tmp_path, launcher):
     sweep = tmp_path / "sweep"
-    args = ("-m", *DQN, "seed=0,1,2", "task.total_steps=6144", f"hydra/launcher={launcher}", f"hydra.sweep.dir={sweep}")
+    args = ("-m", *DQN, "seed=0,1,2", "task.total_steps=24576", "checkpoint.every_steps=2048", f"hydra/launcher={launcher}",
+            f"hydra.sweep.dir={sweep}")
     if launcher == "joblib":
         args = (*args, "hydra.launcher.n_jobs=2")
     proc = start(*args)
     victim: dict = {}
 
     def job1_running() -> bool:
+        # Killed mid-training: after its first checkpoint, long before its budget.
         for path in sweep.glob("1_*/result.json"):
             try:
-                victim["pid"] = json.loads(path.read_text())["pid"]
-            except (OSError, ValueError, KeyError):
+                record = json.loads(path.read_text())
+            except (OSError, ValueError):
                 return False
-            return victim["pid"] is not None and (path.parent / "metrics.csv").exists()
+            victim["pid"] = record.get("pid")
+            return victim["pid"] is not None and (record.get("checkpoint") or {}).get("step", 0) >= 2048
         return False
 
     wait_for(job1_running, proc=proc, timeout=400)
@@ -188,6 +191,7 @@ def test_kill_9_of_one_sweep_job_never_takes_down_the_sweep(tmp_path, launcher):
     records = {r["seed"]: r for r in (json.loads(p.read_text()) for p in sweep.glob("*/result.json"))}
     assert records[0]["status"] == records[2]["status"] == "ok"
     assert records[1]["status"] == "failed" and "SIGKILL" in records[1]["error"]
+    assert "its checkpoint holds step" in records[1]["error"] and records[1]["env_steps"] is None
     report = json.loads((sweep / "report" / "report.json").read_text())
     (group,) = report["groups"].values()
     assert group["n_ok"] == 2 and group["n_failed"] == 1
