@@ -201,3 +201,19 @@ def test_agent_i_of_a_batch_replays_the_single_run_of_its_seed(make_cfg, tmp_pat
     b = pd.read_csv(tmp_path / "single" / "metrics.csv").drop(columns=["perf/env_steps_per_s"])
     pd.testing.assert_frame_equal(a, b)
     assert batch[0]["metrics"] != batch[1]["metrics"]  # and the agents are not copies of each other
+
+
+def test_the_one_env_fast_path_trains_exactly_like_the_general_loop(make_cfg, tmp_path, monkeypatch):
+    """K = 1 with one gymnasium env on CPU steps the env in numpy; the general tensor loop must give the same weights."""
+    overrides = ("experiment=dqn_cartpole", "trainer.enable_progress_bar=false", "seed=3", "task.total_steps=3000",
+                 "task.max_grad_norm=null", "checkpoint.enabled=false", "model.hidden=[32]")
+    (fast,) = run(make_cfg(*overrides), tmp_path / "fast")
+    import pipeline.tasks.dqn as dqn_module
+
+    monkeypatch.setattr(dqn_module, "GymVectorEnv", type("NotTheFastPath", (), {}))
+    (general,) = run(make_cfg(*overrides), tmp_path / "general")
+    assert fast["status"] == general["status"] == "ok"
+    a = torch.load(tmp_path / "fast" / "model.pt", weights_only=True)
+    b = torch.load(tmp_path / "general" / "model.pt", weights_only=True)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert fast["metrics"] == general["metrics"]

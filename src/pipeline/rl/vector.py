@@ -179,6 +179,11 @@ class GymVectorEnv:
         self._current = self._obs(np.stack([env.reset(seed=seed)[0] for env, seed in zip(self.envs, self.seeds)]))
         return self._current
 
+    def set_position(self, obs: torch.Tensor, finished_episodes: int) -> None:
+        """For a caller that stepped the single env itself (DQN's one-env fast path): where it is now."""
+        self._current = obs
+        self.episodes[0] += int(finished_episodes)
+
     def observation(self) -> torch.Tensor:
         """What the agents see now (after reset, a step or load_state_dict)."""
         return self._current

@@ -347,6 +347,7 @@ class DQNTask(Task):
         obs = self.obs.numpy()[0].copy()
         episode_return = float(self.episode_return[0])
         returns = self.episode_returns[self.slots[0]]
+        finished = 0
         t_act = t_env = 0.0
         for t in range(n_steps):
             t0 = time.perf_counter()
@@ -361,7 +362,7 @@ class DQNTask(Task):
             if terminated or truncated:
                 returns.append(episode_return)
                 episode_return = 0.0
-                vector.episodes[0] += 1
+                finished += 1
                 final = env.reset()[0]
             obs = np.array(final, dtype=vector.np_dtype)
             self.env_steps += 1
@@ -369,7 +370,8 @@ class DQNTask(Task):
             t_act += t1 - t0
             t_env += t2 - t1
         t0 = time.perf_counter()
-        self.obs = vector._current = torch.from_numpy(obs[None])
+        self.obs = torch.from_numpy(obs[None])
+        vector.set_position(self.obs, finished)
         self.episode_return = torch.tensor([episode_return], dtype=torch.float64)
         self.buffer.add(*(torch.from_numpy(x).unsqueeze(1) for x in (seen, taken, rewards, reached, terminal)))
         self.add_time("act", t_act)
