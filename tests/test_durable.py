@@ -45,32 +45,43 @@ def checkpoint_step(run_dir: Path) -> int | None:
 DQN = ("experiment=dqn_cartpole", "task.stop_at_return=null", "trainer.enable_progress_bar=false")
 
 
-def test_kill_9_then_ckpt_path_last_continues_a_dqn_run(tmp_path):
+@pytest.mark.parametrize("batch", [(), ("seeds_per_process=3", "env=cartpole_tensor", "task.envs_per_agent=4")], ids=["k1-gym", "k3-tensor"])
+def test_kill_9_then_ckpt_path_last_continues_a_dqn_run(tmp_path, batch):
+    """Killed after its first checkpoint and resumed, the run ends exactly where an uninterrupted one does."""
     budget = 12_288
-    args = (*DQN, f"task.total_steps={budget}", "checkpoint.every_steps=4096", f"hydra.run.dir={tmp_path}")
-    proc = start(*args)
-    wait_for(lambda: (checkpoint_step(tmp_path) or 0) >= 4096, proc=proc)
+    args = (*DQN, f"task.total_steps={budget}", "checkpoint.every_steps=4096", *batch)
+    run_dir = tmp_path / "killed"
+    agent_dir = run_dir if not batch else run_dir / "seed1"
+    proc = start(*args, f"hydra.run.dir={run_dir}")
+    wait_for(lambda: (checkpoint_step(agent_dir) or 0) >= 4096, proc=proc)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    killed = read_result(tmp_path)
+    killed = read_result(agent_dir)
     assert killed["status"] == "failed" and killed["checkpoint"]["replay_saved"] is True
     saved_at = killed["checkpoint"]["step"]
-    rows_before = pd.read_csv(tmp_path / "metrics.csv")
-    assert rows_before["step"].max() >= saved_at
-    resumed = run_cli(*args, "ckpt_path=last")
+    rows_before = pd.read_csv(agent_dir / "metrics.csv")
+    resumed = run_cli(*args, f"hydra.run.dir={run_dir}", "ckpt_path=last")
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
-    record = read_result(tmp_path)
+    record = read_result(agent_dir)
     assert record["status"] == "ok" and record["env_steps"] == budget
     assert [s.get("from_step") for s in record["segments"]] == [None, saved_at]
     assert record["segments"][0]["end"] == "killed" and record["wall_time_s"] >= record["segments"][1]["wall_time_s"]
-    curve = pd.read_csv(tmp_path / "metrics.csv")
+    curve = pd.read_csv(agent_dir / "metrics.csv")
     steps = curve["step"].tolist()
     assert steps == sorted(set(steps)) and steps[-1] == budget  # monotone, no duplicated step
     kept = rows_before[rows_before["step"] <= saved_at]
     # The rows up to the checkpoint are the killed segment's own, unchanged.
     pd.testing.assert_frame_equal(curve[curve["step"] <= saved_at][kept.columns].reset_index(drop=True), kept.reset_index(drop=True))
-    # Rounds after the checkpoint were redone: the curve has every logged step of an uninterrupted run.
-    assert {1024 * i for i in range(1, budget // 1024 + 1)} <= set(steps)
+    # Everything the checkpoint holds (weights, optimizer, replay, every RNG, the envs) is restored exactly:
+    # the resumed run ends bitwise where a run that was never killed ends.
+    reference = run_cli(*args, f"hydra.run.dir={tmp_path / 'reference'}")
+    assert reference.returncode == 0, reference.stdout[-2000:]
+    ref_dir = tmp_path / "reference" if not batch else tmp_path / "reference" / "seed1"
+    assert read_result(ref_dir)["metrics"] == record["metrics"]
+    a, b = (torch.load(d / "model.pt", weights_only=True) for d in (ref_dir, agent_dir))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    ref_curve = pd.read_csv(ref_dir / "metrics.csv").drop(columns=["perf/env_steps_per_s"])
+    pd.testing.assert_frame_equal(curve.drop(columns=["perf/env_steps_per_s"]), ref_curve)
 
 
 def test_sigint_records_interrupted_and_the_printed_command_finishes_the_run(tmp_path):
