@@ -383,7 +383,20 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
         return _interrupted(records, exc, stop, ctx, t_start, loggers, curves, task)
     except Exception as exc:  # every failure becomes a record; the traceback goes to error.log
         return _fail(records, exc, run_dir, t_start, stop, loggers, curves, task)
-    return _finish(records, t_start, stop, loggers, curves, cfg, dirs)
+    return _finish(records, t_start, stop, loggers, curves, cfg, dirs, videos=getattr(task, "capture_video", False))
+
+
+def _capture_videos(cfg: DictConfig, records: list[RunRecord], dirs: list[Path], device: str) -> None:
+    """One greedy episode of each agent's final policy (model.pt) as an MP4, through pipeline.eval's replay code."""
+    from pipeline.eval import Options, log_to_run_loggers, play
+
+    for r, d in zip(records, dirs):
+        result = play(Options(run_dir=d, episodes=1, video=True, device=str(device)), cfg, int(r.seed))
+        r.update(videos=result["videos"], video_returns=result["returns"])
+        try:
+            log_to_run_loggers(cfg, result, d)
+        except Exception as exc:  # a logger problem must not fail a finished run
+            log.warning(f"video not logged: {one_line(exc)}")
 
 
 def _resolve_ckpt(cfg: DictConfig, last: Path, has_previous: bool) -> Path | None:
@@ -491,7 +504,7 @@ def _close_segment(records: list[RunRecord], t_start: float, end: str) -> None:
         r.wall_time_s = round(sum(float(s.get("wall_time_s") or 0.0) for s in r.segments), 3)
 
 
-def _finish(records, t_start, stop, loggers, curves, cfg, dirs) -> list[dict]:
+def _finish(records, t_start, stop, loggers, curves, cfg, dirs, videos: bool = False) -> list[dict]:
     _close_segment(records, t_start, "ok")
     for c in curves:
         c.flush()
@@ -504,6 +517,13 @@ def _finish(records, t_start, stop, loggers, curves, cfg, dirs) -> list[dict]:
     _publish(loggers, records)
     finish_loggers(loggers, "ok")
     stop.uninstall()
+    if videos:  # after the run's own loggers have closed: the replay is a run of its own in W&B
+        try:
+            _capture_videos(cfg, records, dirs, records[0].device or "cpu")
+        except Exception as exc:  # a video problem must not turn a finished run into a failed one
+            log.warning(f"no video: {one_line(exc)}")
+        for r in records:
+            r.write()
     wandb_cfg = (cfg.get("logger") or {}).get("wandb")
     if wandb_cfg is not None and len(records) > 1:
         from pipeline.loggers import log_records_to_wandb

@@ -217,3 +217,16 @@ def test_the_one_env_fast_path_trains_exactly_like_the_general_loop(make_cfg, tm
     b = torch.load(tmp_path / "general" / "model.pt", weights_only=True)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert fast["metrics"] == general["metrics"]
+
+
+def test_capture_video_records_each_seed_final_policy(make_cfg, tmp_path):
+    import imageio.v2 as imageio
+
+    records = run(make_cfg("experiment=dqn_cartpole", "trainer=debug", "task.capture_video=true", "seeds_per_process=2"), tmp_path)
+    for record in records:
+        assert record["status"] == "ok", record["error"]
+        (video,) = record["videos"]
+        assert video.startswith(record["run_dir"]) and video.endswith(".mp4")
+        frames = imageio.mimread(video, memtest=False)
+        # CartPole pays 1 per step: an episode of R steps is R + 1 frames (the first and every step's).
+        assert len(frames) == int(record["video_returns"][0]) + 1 and frames[0].ndim == 3

@@ -119,6 +119,7 @@ class DQNTask(Task):
         fast_acting: bool = True,
         save_replay: bool | str = "auto",
         replay_save_max_mb: float = 512.0,
+        capture_video: bool = False,
     ):
         super().__init__()
         if target_update not in ("hard", "soft"):
@@ -170,6 +171,8 @@ class DQNTask(Task):
         self.threshold = float(threshold) if threshold is not None else env_threshold(self.env_id)
         self.fast_acting = bool(fast_acting)
         self.save_replay, self.replay_save_max_mb = save_replay, float(replay_save_max_mb)
+        # run.py records one greedy episode of each agent's final policy as an MP4 (pipeline.eval's writer).
+        self.capture_video = bool(capture_video)
         self.replay_bytes_per_transition = ReplayBuffer.bytes_per_transition(self.obs_shape, self.obs_dtype)
         # Set by run.py: one CurveLog per agent, the checkpoint hook, the tuner's pruning reporter.
         self.curves: list = []
