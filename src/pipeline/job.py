@@ -74,7 +74,8 @@ class JobContext:
     def resume_command(self) -> str:
         """The one command that continues this run (or, in a sweep, finishes the sweep)."""
         given = self.sweep_overrides if (self.multirun and self.sweep_overrides) else self.overrides
-        args = " ".join(shlex.quote(o) for o in given if not o.startswith(("ckpt_path=", "resume=", "hydra.run.dir=", "hydra.sweep.dir=")))
+        skip = ("ckpt_path=", "resume=", "hydra.run.dir=", "hydra.sweep.dir=", "hydra.mode=")
+        args = " ".join(shlex.quote(o) for o in given if not o.startswith(skip))
         if self.multirun and self.sweep_dir:
             return f"python -m pipeline -m {args} hydra.sweep.dir={shlex.quote(self.sweep_dir)} resume=true".replace("  ", " ")
         return f"python -m pipeline {args} hydra.run.dir={shlex.quote(self.run_dir)} ckpt_path=last".replace("  ", " ")
@@ -83,7 +84,8 @@ class JobContext:
 def _sweep_overrides(sweep_dir: str) -> list[str]:
     saved = Path(sweep_dir) / "multirun.yaml"
     try:
-        return [str(o) for o in OmegaConf.load(saved).hydra.overrides.task]
+        hydra = OmegaConf.load(saved).hydra
+        return [str(o) for o in (*hydra.overrides.hydra, *hydra.overrides.task)]
     except (OSError, ValueError, AttributeError):
         return []
 

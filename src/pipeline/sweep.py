@@ -39,7 +39,9 @@ def _comparable(overrides: list[str]) -> dict[str, str]:
 
 
 def sweep_command(config: DictConfig) -> str:
-    overrides = [o for o in config.hydra.overrides.task if not _key(o).startswith(("resume", "hydra.sweep.dir"))]
+    # The launcher and other hydra/ choices too: the resumed sweep runs the way the first one did.
+    given = [*config.hydra.overrides.hydra, *config.hydra.overrides.task]
+    overrides = [o for o in given if not _key(o).startswith(("resume", "hydra.sweep.dir", "hydra.run.dir", "hydra.mode"))]
     args = " ".join(shlex.quote(o) for o in overrides)
     return f"python -m pipeline -m {args} hydra.sweep.dir={shlex.quote(str(config.hydra.sweep.dir))} resume=true"
 
