@@ -117,6 +117,7 @@ def test_cuda_request_without_gpu_is_one_clear_line(tmp_path):
     assert not (tmp_path / "result.json").exists()
 
 
+@pytest.mark.slow
 def test_installed_wheel_runs_from_another_directory(tmp_path):
     """`pip install .` (not editable) ships the configs: run from a folder with no conf/ in sight."""
     import subprocess

@@ -36,6 +36,7 @@ def test_default_experiment_point_estimates_within_003(tmp_path):
     assert (tmp_path / "revenue_vs_reserve.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_user_csv_has_no_truth_and_bad_csv_is_one_line(tmp_path, make_cfg):
     bids = simulate_first_price_bids(1000, 2, generator=torch.Generator().manual_seed(3)).bids
     path = save_bids_csv(tmp_path / "bids.csv", bids, 2)
@@ -54,6 +55,7 @@ def test_user_csv_has_no_truth_and_bad_csv_is_one_line(tmp_path, make_cfg):
     assert "bad.csv" in error and "\n" not in error
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("k", [None, 0.6])
 def test_sweep_report_has_coverage(tmp_path, make_cfg, k):
     for seed in range(3):

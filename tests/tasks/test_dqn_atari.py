@@ -1,6 +1,7 @@
 """DQN on real Atari pixels (ROMs from ale-py): preprocessing shapes, uint8 memory, an end-to-end debug run."""
 
 import numpy as np
+import pytest
 import torch
 
 from pipeline.nets.cnn import AtariCNN
@@ -28,6 +29,7 @@ def test_atari_preprocessing_and_uint8_replay():
     env.close()
 
 
+@pytest.mark.slow
 def test_dqn_atari_debug_run_end_to_end(tmp_path):
     proc = run_cli(
         "experiment=dqn_atari", "device=cpu", "trainer=debug", "task.learning_starts=32", "task.final_eval_episodes=2",
