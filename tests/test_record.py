@@ -1,0 +1,68 @@
+"""The run record: one typed, versioned definition, strict JSON, atomic writes, tolerant reads."""
+
+import json
+import math
+import platform
+
+import numpy as np
+import torch
+
+from pipeline.record import RESULT, SCHEMA_VERSION, RunRecord, read_record, read_result, versions, write_json
+
+
+def _record(tmp_path, **fields) -> RunRecord:
+    return RunRecord(experiment="dqn_cartpole", group="g", task="DQNTask", seed=3, run_dir=str(tmp_path), **fields)
+
+
+def test_a_new_record_says_the_run_has_not_finished(tmp_path):
+    r = _record(tmp_path)
+    assert r.status == "failed" and "did not finish" in r.error
+    assert r.schema_version == SCHEMA_VERSION == 2 and r.seeds_per_process == 1 and r.agent == 0
+    assert not r.is_rl and r.metrics == {} and r.segments == []
+
+
+def test_round_trip_keeps_typed_fields_and_extras_at_the_top_level(tmp_path):
+    r = _record(tmp_path, status="ok", error=None, metrics={"eval/return_mean": 500.0}, env_steps=4096)
+    r.update(coverage=0.9, time_to_threshold_s=1.5)
+    assert r.extras == {"coverage": 0.9} and r.time_to_threshold_s == 1.5
+    r.write()
+    on_disk = json.loads((tmp_path / RESULT).read_text())
+    assert on_disk["coverage"] == 0.9 and "extras" not in on_disk
+    assert on_disk["env_steps"] == 4096 and on_disk["seed"] == 3 and on_disk["status"] == "ok"
+    back = read_record(tmp_path)
+    assert back == r and back.is_rl
+
+
+def test_an_old_record_reads_with_defaults(tmp_path):
+    (tmp_path / RESULT).write_text(json.dumps({"seed": 1, "status": "ok", "experiment": "x", "something_new": 2}))
+    r = read_record(tmp_path)
+    assert r.schema_version == 1 and r.group == "x" and r.extras == {"something_new": 2} and r.task == ""
+
+
+def test_strict_json_for_nan_tensors_and_numpy(tmp_path):
+    path = tmp_path / "r.json"
+    write_json(path, {"a": float("nan"), "b": [math.inf, 1.0], "c": torch.tensor(2.5), "d": np.float32(0.5), "e": (1, 2)})
+    text = path.read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    assert json.loads(text) == {"a": None, "b": [None, 1.0], "c": 2.5, "d": 0.5, "e": [1, 2]}
+    assert not (tmp_path / "r.json.tmp").exists()  # written through a temp file, renamed over
+
+
+def test_reads_are_tolerant(tmp_path):
+    assert read_result(tmp_path) is None and read_record(tmp_path) is None
+    (tmp_path / RESULT).write_text("{half a rec")
+    assert read_result(tmp_path) is None
+
+
+def test_versions_name_the_stack():
+    v = versions()
+    assert v["python"] == platform.python_version() and v["torch"].startswith("2.13.0")
+    assert {"lightning", "hydra-core", "gymnasium", "numpy"} <= set(v)
+
+
+def test_mutable_defaults_are_not_shared(tmp_path):
+    a, b = _record(tmp_path), _record(tmp_path)
+    a.segments.append({"started": "now"})
+    a.metrics["x"] = 1.0
+    a.update(extra_field=1)
+    assert b.segments == [] and b.metrics == {} and b.extras == {}
