@@ -66,3 +66,18 @@ def test_mutable_defaults_are_not_shared(tmp_path):
     a.metrics["x"] = 1.0
     a.update(extra_field=1)
     assert b.segments == [] and b.metrics == {} and b.extras == {}
+
+
+def test_git_commit_is_the_checkout_head():
+    import subprocess
+    from pathlib import Path
+
+    import pipeline
+    from pipeline.record import git_commit
+
+    here = Path(pipeline.__file__).resolve().parent
+    head = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True)
+    if head.returncode != 0:
+        assert git_commit() is None  # installed outside a checkout
+    else:
+        assert git_commit() == head.stdout.strip() and len(git_commit()) == 40

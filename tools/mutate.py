@@ -56,7 +56,7 @@ MODULES: dict[str, list[str]] = {
     "nets/ensemble.py": ["tests/nets/test_ensemble.py"],
     "nets/factory.py": ["tests/nets/test_ensemble.py"],
     "report/stats.py": ["tests/report/test_report_stats.py", "tests/report/test_stats_properties.py"],
-    "record.py": ["tests/test_record.py", "tests/test_supervised.py"],
+    "record.py": ["tests/test_record.py"],
     "tasks/dqn.py": ["tests/tasks/test_dqn.py"],
     "tasks/supervised.py": ["tests/test_supervised.py"],
     "games/rmac.py": ["tests/games/test_rmac.py"],

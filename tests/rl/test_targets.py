@@ -67,3 +67,49 @@ def test_target_network_receives_no_gradient():
     assert all(p.grad is not None for p in online.parameters())
     assert all(p.grad is None and not p.requires_grad for p in target.parameters())
     assert all(torch.equal(b, p) for b, p in zip(before, target.parameters()))
+
+
+def test_updates_refuse_modules_of_different_structures():
+    """A target that does not mirror the online net is an error, never a partial copy."""
+    import pytest
+    from torch import nn
+
+    from pipeline.rl.targets import hard_update, soft_update
+
+    small, big = nn.Sequential(nn.Linear(2, 2)), nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
+    with pytest.raises(ValueError):
+        hard_update(small, big)
+    with pytest.raises(ValueError):
+        hard_update(big, small)
+    with pytest.raises(ValueError, match="^target and online modules have different structures$"):
+        soft_update(small, big, 0.5)
+    # Same parameters, different buffers: also refused.
+    plain, normed = nn.Sequential(nn.Linear(2, 2)), nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2, affine=False))
+    with pytest.raises(ValueError):
+        hard_update(plain, normed)
+    with pytest.raises(ValueError):
+        soft_update(normed, nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2, affine=False), nn.BatchNorm1d(2, affine=False)), 0.5)
+
+
+def test_soft_update_copies_integer_buffers():
+    from torch import nn
+
+    from pipeline.rl.targets import soft_update
+
+    target, online = nn.BatchNorm1d(2), nn.BatchNorm1d(2)
+    online.num_batches_tracked.fill_(7)
+    soft_update(target, online, 0.1)
+    assert int(target.num_batches_tracked) == 7
+
+
+def test_soft_update_refuses_a_missing_integer_buffer():
+    import pytest
+    import torch
+    from torch import nn
+
+    from pipeline.rl.targets import soft_update
+
+    target, online = nn.Linear(2, 2), nn.Linear(2, 2)
+    online.register_buffer("count", torch.zeros((), dtype=torch.int64))
+    with pytest.raises(ValueError):
+        soft_update(target, online, 0.5)
