@@ -34,7 +34,7 @@ sys.path.insert(0, str(HERE))
 import bare_dqn  # noqa: E402
 import seed_batching  # noqa: E402
 
-PARTS = ("k1", "k16", "k64", "acrobot", "atari")
+PARTS = ("k1", "k16", "k64", "acrobot", "atari", "rmac_million", "rmac_grid")
 # The default preset's hyperparameters, spelled out for the bare loop.
 SHARED = dict(
     hidden=(128, 128), lr=2.3e-3, adam_fused=True, gamma=0.99, batch_size=64, buffer_size=100_000,
@@ -161,6 +161,15 @@ def main(argv: list[str] | None = None) -> None:
         results["acrobot"] = acrobot(16, args.acrobot_single_seeds)
     if "atari" in args.only:
         results["atari"] = atari(4)
+    if "rmac_million" in args.only:
+        import rmac_million
+
+        results["rmac_million"] = rmac_million.measure()
+        print("RMAC, a million auctions:", json.dumps({k: v for k, v in results["rmac_million"].items() if k != "runs"}))
+    if "rmac_grid" in args.only:
+        import rmac_grid
+
+        results["rmac_grid"] = rmac_grid.measure()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"results: {args.out}")
