@@ -207,3 +207,27 @@ def test_kill_9_of_one_sweep_job_never_takes_down_the_sweep(tmp_path, launcher):
     (group,) = report["groups"].values()
     assert group["n_ok"] == 2 and group["n_failed"] == 1
     assert [f["seed"] for f in group["failed"]] == [1]  # the failed seed is listed
+
+
+def test_a_batch_resumed_after_some_agents_stopped_ends_where_it_would_have(tmp_path):
+    """Agents that stopped early left the batch before the checkpoint: the resume rebuilds the smaller batch exactly."""
+    args = (*DQN, "task.stop_at_return=150", "task.eval_every=1024", "task.total_steps=16384", "checkpoint.every_steps=1024",
+            "seeds_per_process=3", "env=cartpole_tensor", "task.envs_per_agent=4")
+    reference = run_cli(*args, f"hydra.run.dir={tmp_path / 'reference'}")
+    assert reference.returncode == 0, reference.stdout[-2000:]
+    stops = [read_result(tmp_path / "reference" / f"seed{s}")["early_stop"] for s in range(3)]
+    first_stop = min(s["env_step"] for s in stops if s is not None)
+    run_dir = tmp_path / "killed"
+    proc = start(*args, f"hydra.run.dir={run_dir}")
+    wait_for(lambda: (checkpoint_step(run_dir / "seed0") or 0) >= first_stop, proc=proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    saved = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+    assert len(saved["slots"]) < 3  # at least one agent had left the batch
+    resumed = run_cli(*args, f"hydra.run.dir={run_dir}", "ckpt_path=last")
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    for s in range(3):
+        ref, got = read_result(tmp_path / "reference" / f"seed{s}"), read_result(run_dir / f"seed{s}")
+        assert got["metrics"] == ref["metrics"] and got["early_stop"] == ref["early_stop"]
+        a, b = (torch.load(d / f"seed{s}" / "model.pt", weights_only=True) for d in (tmp_path / "reference", run_dir))
+        assert all(torch.equal(a[k], b[k]) for k in a)
