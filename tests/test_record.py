@@ -81,3 +81,22 @@ def test_git_commit_is_the_checkout_head():
         assert git_commit() is None  # installed outside a checkout
     else:
         assert git_commit() == head.stdout.strip() and len(git_commit()) == 40
+
+
+def test_a_partial_record_gets_documented_defaults():
+    empty = RunRecord.from_dict({})
+    assert (empty.experiment, empty.group, empty.task, empty.seed, empty.run_dir, empty.schema_version) == ("", "", "", None, "", 1)
+    assert RunRecord.from_dict({"experiment": "x"}).group == "x"
+    assert RunRecord.from_dict({"experiment": "x", "group": "g"}).group == "g"
+
+
+def test_the_json_is_indented_and_a_side_file_can_be_chosen(tmp_path):
+    r = _record(tmp_path)
+    r.write()
+    text = (tmp_path / RESULT).read_text()
+    assert text.startswith('{\n  "experiment": "dqn_cartpole",') and text.endswith("}\n")
+    r.file = "result.extending.json"
+    r.status = "ok"
+    r.write()
+    assert json.loads((tmp_path / "result.extending.json").read_text())["status"] == "ok"
+    assert json.loads((tmp_path / RESULT).read_text())["status"] == "failed"

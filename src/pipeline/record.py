@@ -144,11 +144,12 @@ class RunRecord:
         names = {f.name for f in dataclasses.fields(cls)}
         typed = {k: v for k, v in data.items() if k in names and k != "extras"}
         extras = {k: v for k, v in data.items() if k not in names}
-        typed.setdefault("experiment", str(data.get("experiment") or ""))
-        typed.setdefault("group", str(data.get("group") or typed["experiment"]))
-        typed.setdefault("task", str(data.get("task") or ""))
-        typed.setdefault("seed", data.get("seed"))
-        typed.setdefault("run_dir", str(data.get("run_dir") or ""))
+        # What an old or partial record lacks (keys it has are in `typed` already).
+        typed.setdefault("experiment", "")
+        typed.setdefault("group", typed["experiment"])
+        typed.setdefault("task", "")
+        typed.setdefault("seed", None)
+        typed.setdefault("run_dir", "")
         typed.setdefault("schema_version", 1)
         return cls(**typed, extras=extras)
 
