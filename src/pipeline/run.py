@@ -435,7 +435,7 @@ def _state_checkpointer(task, path: Path, policy: CheckpointPolicy, stop: StopRe
         try:
             state = task.checkpoint_state()
             size = save_atomic(state, path)
-        except (OSError, RuntimeError, NotImplementedError) as exc:  # a failed save must not end the training
+        except (OSError, RuntimeError) as exc:  # a failed save (disk full, ...) must not end the training
             policy.saved(task.resume_step)
             log.warning(f"checkpoint at step {task.resume_step} not saved: {one_line(exc)}; training goes on")
             return

@@ -13,6 +13,7 @@ with s does not start where `gym.make(id).reset(seed=s)` does.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -70,7 +71,7 @@ class TensorStep(NamedTuple):
     done: torch.Tensor  # terminated | truncated: the envs that were reset
 
 
-class TensorEnv:
+class TensorEnv(ABC):
     """B independent copies of a gymnasium env as tensors, with per-env seeds and auto-reset.
 
     `reset(seeds)` gives env i the seed `seeds[i]` (an int s means s, s+1, ..., s+B-1) and starts
@@ -118,20 +119,21 @@ class TensorEnv:
         self._gate_resets = self.device.type == "cpu"
 
     # ---- what a subclass defines -------------------------------------------------------------
+    @abstractmethod
     def initial_rows(self, keys: torch.Tensor, episodes: torch.Tensor) -> torch.Tensor:
         """Start states [state_size, B] of episode `episodes[b]` of the stream `keys[b]`."""
-        raise NotImplementedError
 
+    @abstractmethod
     def physics(self, rows: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """rows [state_size, B], actions [B] -> (next rows, terminated [B])."""
-        raise NotImplementedError
 
+    @abstractmethod
     def observation_of(self, rows: torch.Tensor) -> torch.Tensor:
         """[B, *observation_shape] float32 observations of states `rows`."""
-        raise NotImplementedError
 
+    @abstractmethod
     def reward(self, terminated: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        """[B] float32 rewards of a step whose termination flags are `terminated`."""
 
     # ---- the shared machinery ----------------------------------------------------------------
     @property

@@ -604,15 +604,9 @@ class DQNTask(Task):
             "net": self.net.state_dict(), "target_net": self.target_net.state_dict(), "agents_net": self.agents_net.state_dict(),
             "optimizer": opt.state_dict(), "scheduler": scheduler.state_dict() if scheduler is not None else None,
             "generators": [g.get_state() for g in self.generators], "rng": rng_state(),
-            "env": self._env_state(), "obs": self.obs, "episode_return": self.episode_return,
+            "env": self.env.state_dict(), "obs": self.obs, "episode_return": self.episode_return,
             "replay": self.buffer.state_dict() if save_replay else None,
         }
-
-    def _env_state(self) -> dict | None:
-        try:
-            return self.env.state_dict()
-        except NotImplementedError:  # this env's state cannot be saved: a resumed run restarts its episodes
-            return None
 
     @property
     def resume_step(self) -> int:
@@ -660,12 +654,9 @@ class DQNTask(Task):
             self.generators = [torch.Generator(device=self.device) for _ in self.slots]
             for g, s in zip(self.generators, state["generators"]):
                 g.set_state(s)
-            if state["env"] is not None:
-                self.env.load_state_dict(state["env"])
-                self.obs = state["obs"].to(self.device)
-                self.episode_return = state["episode_return"].to(self.device)
-            else:
-                self.env_restarted_on_resume = True  # episodes in flight at the save start over
+            self.env.load_state_dict(state["env"])
+            self.obs = state["obs"].to(self.device)
+            self.episode_return = state["episode_return"].to(self.device)
             if state.get("replay") is not None:
                 self.buffer.load_state_dict(state["replay"])
                 self.replay_restored = True
