@@ -24,13 +24,6 @@ from omegaconf import DictConfig, OmegaConf
 log = logging.getLogger("pipeline")
 
 JOB_DIR = ".pipeline"
-# Keys that never change what a run computes; left out of the group name and of the resume check.
-NON_SEMANTIC_PREFIXES = (
-    "seed", "resume", "ckpt_path", "hydra", "device.num_threads", "logger", "trial", "checkpoint",
-    "trainer.enable_progress_bar", "isolate_jobs",
-)
-
-
 @dataclass
 class JobContext:
     """What a run needs from Hydra, as plain values (a child process has no Hydra)."""
@@ -65,11 +58,6 @@ class JobContext:
             job_num=int(hc.job.num) if multirun and hc.job.get("num") is not None else None,
             sweep_overrides=_sweep_overrides(str(hc.sweep.dir)) if multirun else [],
         )
-
-    def group(self, experiment: str) -> str:
-        """The experiment plus every override that changes results: runs with equal groups are seeds of one config."""
-        extra = [o for o in self.overrides if not o.split("=", 1)[0].lstrip("+~").startswith(NON_SEMANTIC_PREFIXES)]
-        return " ".join([experiment, *sorted(extra)])
 
     def resume_command(self) -> str:
         """The one command that continues this run (or, in a sweep, finishes the sweep)."""

@@ -35,10 +35,11 @@ from lightning.pytorch.callbacks import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline import config_checks
-from pipeline.checkpoint import CheckpointError, CheckpointPolicy, checkpoint_path, load_safely, save_atomic
+from pipeline.checkpoint import CheckpointPolicy, checkpoint_path, load_safely, save_atomic
 from pipeline.curves import METRICS, CurveLog, CurveLogger
 from pipeline.devices import setup_device
-from pipeline.job import NON_SEMANTIC_PREFIXES, JobContext
+from pipeline.grouping import group_name, semantic_config
+from pipeline.job import JobContext
 from pipeline.loggers import build_loggers, finish_loggers
 from pipeline.record import RunRecord, git_commit, read_record, versions
 from pipeline.rundir import Interrupted, RunDirBusy, RunDirLock, StopRequests
@@ -173,29 +174,6 @@ def agent_dirs(run_dir: Path, seeds: list[int]) -> list[Path]:
     return [run_dir] if len(seeds) == 1 else [run_dir / f"seed{s}" for s in seeds]
 
 
-def comparable_config(cfg: DictConfig) -> dict:
-    """The resolved config minus the keys that do not change results (what reports group by)."""
-    try:
-        from pipeline.grouping import semantic_config
-
-        return semantic_config(OmegaConf.to_container(cfg, resolve=True))
-    except ImportError:
-        pass
-    resolved = OmegaConf.to_container(cfg, resolve=True)
-
-    def keep(prefix: str, node):
-        if isinstance(node, dict):
-            out = {}
-            for k, v in node.items():
-                key = f"{prefix}.{k}" if prefix else str(k)
-                if not key.startswith(NON_SEMANTIC_PREFIXES) and key != "seeds_per_process":
-                    out[k] = keep(key, v)
-            return out
-        return node
-
-    return keep("", resolved)
-
-
 def exit_code_of(records: list[dict]) -> int:
     if any(r.get("status") == "interrupted" for r in records):
         return int((records[0].get("interrupted") or {}).get("exit_code") or 130)
@@ -297,19 +275,12 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
             else:
                 resume_step = int(resume_state.get("epoch", 0))
         setup_s = time.perf_counter() - t0
-    except (CheckpointError, ValueError) as exc:
+    except Exception as exc:
         if ckpt is not None:  # a failed resume leaves the earlier record and curve as they were
             stop.uninstall()
             raise RunRefused(f"cannot resume {run_dir} from {ckpt}: {one_line(exc)}; the earlier record is kept") from None
-        setup_s, resume_step = 0.0, None
         records = _start_records(cfg, ctx, dirs, seeds, previous, None)
         return _fail(records, exc, run_dir, t_start, stop, loggers, curves)
-    except Exception as exc:
-        stop.uninstall()
-        if ckpt is not None:
-            raise RunRefused(f"cannot resume {run_dir}: {one_line(exc)}; the earlier record is kept") from None
-        records = _start_records(cfg, ctx, dirs, seeds, previous, None)
-        return _fail(records, exc, run_dir, t_start, StopRequests(), loggers, curves)
 
     records = _start_records(cfg, ctx, dirs, seeds, previous, resume_step, EXTENDING if extending else None)
     for r in records:
@@ -466,14 +437,8 @@ EXTENDING = "result.extending.json"
 
 def _start_records(cfg, ctx: JobContext, dirs, seeds, previous, resume_step, side_file: str | None = None) -> list[RunRecord]:
     """Fresh records that say the run has not finished; a resumed run carries its earlier segments."""
-
-    config = comparable_config(cfg)
-    try:
-        from pipeline.grouping import group_name
-
-        group = group_name(OmegaConf.to_container(cfg, resolve=True), str(cfg.name))
-    except ImportError:
-        group = ctx.group(str(cfg.name))
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    config, group = semantic_config(resolved), group_name(resolved, str(cfg.name))
     vers, commit = versions(), git_commit()
     records = []
     for i, (d, s, prev) in enumerate(zip(dirs, seeds, previous)):
