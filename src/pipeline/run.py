@@ -316,6 +316,8 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
                 r.checkpoint = info
                 # A segment killed later still counts the time up to its last checkpoint.
                 r.segments[-1].update(wall_time_s=round(time.perf_counter() - t_start, 3), to_step=step)
+                # What a reader of a killed run's record needs: how far the checkpoint got and how to go on.
+                r.error = f"run did not finish (killed, or still running); its checkpoint holds step {step}: continue with ckpt_path=last"
                 r.wall_time_s = round(sum(float(seg.get("wall_time_s") or 0.0) for seg in r.segments), 3)
                 r.write()
             for c in curves:
