@@ -32,6 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "outputs" / "mutation"
 EQUIVALENT_FILE = ROOT / "tests" / "mutation_equivalent.txt"
+# More lists may sit beside it (tests/mutation_equivalent_<area>.txt), one per area of the code.
+EQUIVALENT_GLOB = "mutation_equivalent*.txt"
 MUTMUT = Path(sys.executable).with_name("mutmut")
 
 # Module (under src/pipeline/) -> the fast tests that should kill its mutants.
@@ -80,10 +82,12 @@ STATUS = {
 }
 
 
-def load_equivalent(path: Path = EQUIVALENT_FILE) -> dict[str, str]:
-    """`mutant_name  reason` lines; '#' starts a comment line."""
+def load_equivalent(paths: list[Path] | None = None) -> dict[str, str]:
+    """`mutant_name  reason` lines from tests/mutation_equivalent*.txt; '#' starts a comment line."""
+    if paths is None:
+        paths = sorted(EQUIVALENT_FILE.parent.glob(EQUIVALENT_GLOB))
     equivalent = {}
-    for line in path.read_text().splitlines() if path.exists() else []:
+    for path, line in ((p, line) for p in paths for line in p.read_text().splitlines()):
         line = line.strip()
         if not line or line.startswith("#"):
             continue
@@ -225,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
             )
     if summary["stale_equivalent"]:
         print(
-            f"  {EQUIVALENT_FILE.relative_to(ROOT)}: {len(summary['stale_equivalent'])} entries no longer survive "
+            f"  tests/{EQUIVALENT_GLOB}: {len(summary['stale_equivalent'])} entries no longer survive "
             f"(killed, or renamed by an edit; recheck): {', '.join(summary['stale_equivalent'])}"
         )
     pct = 100 * summary["score"] if summary["score"] is not None else 0.0
