@@ -100,3 +100,30 @@ def test_the_json_is_indented_and_a_side_file_can_be_chosen(tmp_path):
     r.write()
     assert json.loads((tmp_path / "result.extending.json").read_text())["status"] == "ok"
     assert json.loads((tmp_path / RESULT).read_text())["status"] == "failed"
+
+
+def test_a_checkout_without_commits_records_no_commit(tmp_path, monkeypatch):
+    import subprocess
+
+    from pipeline.record import git_commit
+
+    # git fails here (exit 128) yet prints "HEAD" on stdout: only the exit status says there is no commit.
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    monkeypatch.setenv("GIT_DIR", str(tmp_path / ".git"))
+    assert git_commit() is None
+    monkeypatch.setenv("GIT_DIR", str(tmp_path / "not_a_repo"))
+    assert git_commit() is None
+
+
+def test_a_temp_file_left_by_a_killed_writer_is_replaced_by_the_next_write(tmp_path):
+    path = tmp_path / "result.json"
+    (tmp_path / "result.json.tmp").write_text('{"half": ')
+    write_json(path, {"status": "ok"})
+    assert json.loads(path.read_text()) == {"status": "ok"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["result.json"]
+
+
+def test_a_record_holding_an_extras_key_still_reads():
+    # `extras` is the field holding the top-level extras, never a key of its own in result.json.
+    r = RunRecord.from_dict({"experiment": "x", "seed": 2, "extras": {"coverage": 0.9}, "coverage": 0.8})
+    assert (r.experiment, r.seed) == ("x", 2) and r.extras == {"coverage": 0.8}
