@@ -11,7 +11,9 @@ from pipeline.record import RESULT, SCHEMA_VERSION, RunRecord, read_record, read
 
 
 def _record(tmp_path, **fields) -> RunRecord:
-    return RunRecord(experiment="dqn_cartpole", group="g", task="DQNTask", seed=3, run_dir=str(tmp_path), **fields)
+    return RunRecord(
+        experiment="dqn_cartpole", group="g", task="DQNTask", seed=3, run_dir=str(tmp_path), **fields
+    )
 
 
 def test_a_new_record_says_the_run_has_not_finished(tmp_path):
@@ -34,14 +36,19 @@ def test_round_trip_keeps_typed_fields_and_extras_at_the_top_level(tmp_path):
 
 
 def test_an_old_record_reads_with_defaults(tmp_path):
-    (tmp_path / RESULT).write_text(json.dumps({"seed": 1, "status": "ok", "experiment": "x", "something_new": 2}))
+    (tmp_path / RESULT).write_text(
+        json.dumps({"seed": 1, "status": "ok", "experiment": "x", "something_new": 2})
+    )
     r = read_record(tmp_path)
     assert r.schema_version == 1 and r.group == "x" and r.extras == {"something_new": 2} and r.task == ""
 
 
 def test_strict_json_for_nan_tensors_and_numpy(tmp_path):
     path = tmp_path / "r.json"
-    write_json(path, {"a": float("nan"), "b": [math.inf, 1.0], "c": torch.tensor(2.5), "d": np.float32(0.5), "e": (1, 2)})
+    write_json(
+        path,
+        {"a": float("nan"), "b": [math.inf, 1.0], "c": torch.tensor(2.5), "d": np.float32(0.5), "e": (1, 2)},
+    )
     text = path.read_text()
     assert "NaN" not in text and "Infinity" not in text
     assert json.loads(text) == {"a": None, "b": [None, 1.0], "c": 2.5, "d": 0.5, "e": [1, 2]}
@@ -85,7 +92,14 @@ def test_git_commit_is_the_checkout_head():
 
 def test_a_partial_record_gets_documented_defaults():
     empty = RunRecord.from_dict({})
-    assert (empty.experiment, empty.group, empty.task, empty.seed, empty.run_dir, empty.schema_version) == ("", "", "", None, "", 1)
+    assert (empty.experiment, empty.group, empty.task, empty.seed, empty.run_dir, empty.schema_version) == (
+        "",
+        "",
+        "",
+        None,
+        "",
+        1,
+    )
     assert RunRecord.from_dict({"experiment": "x"}).group == "x"
     assert RunRecord.from_dict({"experiment": "x", "group": "g"}).group == "g"
 

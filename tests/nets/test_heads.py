@@ -1,3 +1,4 @@
+import pytest
 import torch
 from torch.nn import functional as F
 
@@ -51,11 +52,15 @@ def test_noisy_linear_noise_in_train_mode_only():
 
 
 def test_noisy_sigma_init_and_trainable():
-    layer = NoisyLinear(16, 2, sigma0=0.5)
-    assert torch.allclose(layer.weight_sigma, torch.full((2, 16), 0.125))
-    assert torch.allclose(layer.bias_sigma, torch.full((2,), 0.125))
+    torch.manual_seed(0)
+    layer = NoisyLinear(16, 64)  # sigma0 defaults to Fortunato et al.'s 0.5: sigma = 0.5 / sqrt(16)
+    # One learned noise scale per weight and per bias (torch.equal: no broadcasting hides a wrong shape).
+    assert torch.equal(layer.weight_sigma.detach(), torch.full((64, 16), 0.125))
+    assert torch.equal(layer.bias_sigma.detach(), torch.full((64,), 0.125))
+    # The mean weights are uniform on [-1/sqrt(in), 1/sqrt(in)]: inside it, and spread over both halves.
     bound = 1 / 16**0.5
-    assert layer.weight_mu.abs().max() <= bound and layer.bias_mu.abs().max() <= bound
+    for mu in (layer.weight_mu, layer.bias_mu):
+        assert mu.abs().max() <= bound and mu.min() < -bound / 2 and mu.max() > bound / 2
     names = {n for n, _ in layer.named_parameters()}
     assert names == {"weight_mu", "weight_sigma", "bias_mu", "bias_sigma"}
     assert {n for n, _ in layer.named_buffers()} == {"eps_in", "eps_out"}
@@ -90,3 +95,33 @@ def test_noisy_qnet_reset_noise_with_a_generator_is_reproducible():
     b = net(x)
     net.reset_noise(torch.Generator().manual_seed(1))
     assert torch.equal(a, net(x)) and not torch.allclose(a, b)
+
+
+def test_noisy_qnet_layers_run_in_to_hidden_to_actions_with_the_given_sigma():
+    net = NoisyQNet(4, 2, hidden=(8, 16), sigma0=0.2)
+    assert [(layer.in_features, layer.out_features) for layer in net.layers] == [(4, 8), (8, 16), (16, 2)]
+    for layer in net.layers:
+        assert torch.allclose(
+            layer.weight_sigma, torch.full_like(layer.weight_sigma, 0.2 / layer.in_features**0.5)
+        )
+    assert all(layer.sigma0 == 0.5 for layer in NoisyQNet(4, 2, hidden=(8,)).layers)
+
+
+def test_image_shaped_and_unbatched_states_give_the_q_values_of_the_flat_batch():
+    torch.manual_seed(0)
+    x = torch.randn(5, 2, 2)
+    for net in (DuelingQNet(4, 3, hidden=(8,)), NoisyQNet(4, 3, hidden=(8,))):
+        batch = net(x.view(5, 4))
+        assert torch.equal(net(x), batch)  # [N, 2, 2] is flattened to [N, 4]
+        # One state without a batch axis gives that state's Q-values (the mean advantage over its actions).
+        assert torch.allclose(net(x[1].view(4)), batch[1], atol=1e-6)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_noise_is_drawn_on_the_layer_s_device_from_its_generator():
+    layer = NoisyLinear(4, 3).cuda()
+    layer.reset_noise(torch.Generator("cuda").manual_seed(5))
+    g = torch.Generator("cuda").manual_seed(5)
+    f = lambda e: e.sign() * e.abs().sqrt()  # noqa: E731
+    assert torch.equal(layer.eps_in, f(torch.randn(4, device="cuda", generator=g)))
+    assert torch.equal(layer.eps_out, f(torch.randn(3, device="cuda", generator=g)))
