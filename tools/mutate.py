@@ -60,7 +60,7 @@ MODULES: dict[str, list[str]] = {
     "report/stats.py": ["tests/report/test_report_stats.py", "tests/report/test_stats_properties.py"],
     "record.py": ["tests/test_record.py"],
     "tasks/dqn.py": ["tests/tasks/test_dqn.py"],
-    "tasks/supervised.py": ["tests/test_supervised.py"],
+    "tasks/supervised.py": ["tests/test_supervised_units.py"],
     "games/rmac.py": ["tests/games/test_rmac.py"],
 }
 # Measured by default: the modules nobody is rewriting right now.

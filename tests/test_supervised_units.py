@@ -1,0 +1,362 @@
+"""SupervisedTask's behaviours pinned on tiny data, each test well under a second (mutation testing runs them).
+
+Every expectation is computed here independently of the task: a plain network loaded with member
+i's starting weights, trained by hand with torch on member i's own data order, is what member i of
+a K-member run must end with; losses and accuracies are checked against hand-computed values.
+"""
+
+import math
+
+import lightning as L
+import optuna
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from pipeline.curves import CurveLog, CurveLogger
+from pipeline.nets.mlp import MLP
+from pipeline.report.stats import fast_iqm
+from pipeline.tasks.supervised import SupervisedTask, split_tensors, target_kind
+from pipeline.tune.pruning import PRUNED_REASON, TrialReporter
+
+IN, C = 3, 3
+
+
+class TinyData(L.LightningDataModule):
+    """Ten training samples (batches of 4, 4 and 2), six validation and five test samples."""
+
+    def __init__(self, batch_size: int | None = 4, n_train: int = 10, regression: bool = False):
+        super().__init__()
+        g = torch.Generator().manual_seed(123)
+
+        def split(n):
+            x = torch.randn(n, IN, generator=g)
+            y = torch.randint(0, C, (n,), generator=g)
+            return TensorDataset(x, y.float() if regression else y)
+
+        self.data = {"train": split(n_train), "val": split(6), "test": split(5)}
+        if batch_size is not None:
+            self.batch_size = batch_size
+
+    def train_dataloader(self):
+        return DataLoader(self.data["train"], batch_size=4, shuffle=True)
+
+    def val_dataloader(self):
+        return DataLoader(self.data["val"], batch_size=4)
+
+    def test_dataloader(self):
+        return DataLoader(self.data["test"], batch_size=4)
+
+
+def net(in_features, out_features):
+    return MLP(in_features, out_features, hidden=(5,))
+
+
+def sgd(lr):
+    return lambda params: torch.optim.SGD(params, lr=lr)
+
+
+def make_task(loss=None, lr=0.1, seed=0, k=1, **kwargs):
+    return SupervisedTask(net=net, loss=loss or nn.CrossEntropyLoss(), optimizer=kwargs.pop("optimizer", sgd(lr)),
+                          in_features=IN, n_classes=C, seed=seed, n_agents=k, **kwargs)
+
+
+def trainer(epochs=1, **kwargs):
+    kwargs = {"logger": False, "enable_checkpointing": False, **kwargs}
+    return L.Trainer(accelerator="cpu", devices=1, max_epochs=epochs, enable_progress_bar=False,
+                     enable_model_summary=False, num_sanity_val_steps=0, **kwargs)
+
+
+def fit(task, tmp_path, epochs=1, data=None, **trainer_kwargs):
+    task.curves = [CurveLog(tmp_path / f"agent{i}.csv") for i in range(task.n_agents)]
+    metrics = task.fit_and_evaluate(trainer(epochs, **trainer_kwargs), data or TinyData(), None)
+    return metrics
+
+
+def plain(task, i):
+    """Member i as an ordinary network."""
+    single = net(IN, 1 if task.kind == "regression" else task.n_classes)
+    single.load_state_dict(task.agent_state_dict(i))
+    return single
+
+
+def train_by_hand(single, x, y, order, batch_size, lr, epochs=1, clip=None, loss_fn=None):
+    """Plain SGD over `order` in minibatches: the run of one seed, written out."""
+    loss_fn = loss_fn or nn.CrossEntropyLoss()
+    for epoch_order in order[:epochs]:
+        for start in range(0, len(epoch_order), batch_size):
+            idx = epoch_order[start : start + batch_size]
+            single.zero_grad()
+            loss_fn(single(x[idx]), y[idx]).backward()
+            if clip is not None:
+                clip(single.parameters())
+            with torch.no_grad():
+                for p in single.parameters():
+                    p -= lr * p.grad
+    return single
+
+
+def orders(seed, n, epochs):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randperm(n, generator=g) for _ in range(epochs)]
+
+
+def assert_same_weights(a: nn.Module, b: nn.Module, atol=1e-6):
+    for (name, x), y in zip(a.state_dict().items(), b.state_dict().values()):
+        assert torch.allclose(x, y, atol=atol), name
+
+
+# ---- pure pieces -------------------------------------------------------------------------------
+
+
+def test_the_loss_decides_the_target_kind_and_the_output_width():
+    assert target_kind(nn.CrossEntropyLoss()) == target_kind(nn.NLLLoss()) == "classification"
+    assert target_kind(nn.BCEWithLogitsLoss()) == target_kind(nn.BCELoss()) == "one_vs_all"
+    assert target_kind(nn.MSELoss()) == target_kind(nn.L1Loss()) == "regression"
+    x = torch.randn(2, 4, IN)
+    assert make_task(nn.CrossEntropyLoss(), k=2).net(x).shape == (2, 4, C)
+    assert make_task(nn.BCEWithLogitsLoss(), k=2).net(x).shape == (2, 4, C)
+    assert make_task(nn.MSELoss(), k=2).net(x).shape == (2, 4, 1)
+
+
+def test_a_split_is_read_in_dataset_order_whatever_the_loader_shuffles():
+    x, y = torch.arange(2000.0).view(-1, 1), torch.arange(2000)
+    torch.manual_seed(0)
+    got_x, got_y = split_tensors(DataLoader(TensorDataset(x, y), batch_size=7, shuffle=True))
+    assert torch.equal(got_x, x) and torch.equal(got_y, y)  # 2000 > one 1024 read: both chunks, in order
+
+
+def test_bad_values_are_refused():
+    with pytest.raises(ValueError, match="seeds_per_process must be positive"):
+        make_task(k=0)
+    with pytest.raises(ValueError, match="scheduler_interval='batch'; choose epoch or step"):
+        make_task(scheduler_interval="batch")
+
+
+def test_members_start_as_the_single_runs_of_their_seeds():
+    batch, single = make_task(seed=5, k=3), make_task(seed=6)
+    assert batch.agent_seeds == [5, 6, 7]
+    assert_same_weights(plain(batch, 1), plain(single, 0), atol=0)
+
+
+def test_per_member_loss_and_accuracy_by_hand():
+    # Two members, two samples, two classes; logits chosen so the numbers are known.
+    task = SupervisedTask(net=net, loss=nn.CrossEntropyLoss(), optimizer=sgd(0.1), in_features=IN, n_classes=2, n_agents=2)
+    out = torch.tensor([[[0.0, 0.0], [2.0, 0.0]], [[0.0, math.log(3.0)], [0.0, 0.0]]])
+    y = torch.tensor([[0, 1], [1, 1]])
+    loss, acc, mae = task.per_member(out, y)
+    # member 0: -log(1/2) and -log(1/(1+e^2)); member 1: -log(3/4) and -log(1/2)
+    expected = [(math.log(2) + math.log(1 + math.e**2)) / 2, (math.log(4 / 3) + math.log(2)) / 2]
+    assert loss.tolist() == pytest.approx(expected)
+    # argmax of a tie is class 0: member 0 gets sample 0 right and sample 1 wrong; member 1 gets 1 of 2.
+    assert acc.tolist() == [0.5, 0.5] and mae is None
+
+
+def test_one_vs_all_loss_by_hand():
+    task = SupervisedTask(net=net, loss=nn.BCEWithLogitsLoss(), optimizer=sgd(0.1), in_features=IN, n_classes=2)
+    out = torch.tensor([[[0.0, math.log(3.0)]]])  # sigmoid: 1/2 and 3/4
+    loss, acc, mae = task.per_member(out, torch.tensor([[1]]))
+    # one-hot target [0, 1]: mean of -log(1 - 1/2) and -log(3/4) over the two outputs
+    assert loss.tolist() == pytest.approx([(math.log(2) + math.log(4 / 3)) / 2])
+    assert acc.tolist() == [1.0] and mae is None
+
+
+def test_regression_loss_accuracy_and_mae_by_hand():
+    task = SupervisedTask(net=net, loss=nn.MSELoss(), optimizer=sgd(0.1), in_features=IN, n_classes=3)
+    out = torch.tensor([[[0.4], [2.6], [-1.0], [5.0]]])  # rounds to 0, 3 -> clamped 2, -1 -> 0, 5 -> 2
+    y = torch.tensor([[0.0, 2.0, 1.0, 2.0]])
+    loss, acc, mae = task.per_member(out, y)
+    assert loss.tolist() == pytest.approx([(0.16 + 0.36 + 4.0 + 9.0) / 4])
+    assert mae.tolist() == pytest.approx([(0.4 + 0.6 + 2.0 + 3.0) / 4])
+    assert acc.tolist() == [0.75]  # the -1 -> 0 against label 1 is the one miss
+
+
+# ---- training ---------------------------------------------------------------------------------
+
+
+def test_each_member_trains_exactly_like_the_single_run_of_its_seed_by_hand(tmp_path):
+    """Two epochs of SGD over batches 4, 4, 2 in each member's own order: member i = plain SGD of seed i's net."""
+    task = make_task(lr=0.3, seed=4, k=2)
+    start = [plain(task, i) for i in range(2)]
+    fit(task, tmp_path, epochs=2)
+    x, y = TinyData().data["train"].tensors
+    for i, seed in enumerate((4, 5)):
+        expected = train_by_hand(start[i], x, y, orders(seed, 10, 2), 4, 0.3, epochs=2)
+        assert_same_weights(plain(task, i), expected)
+
+
+def test_gradient_norm_clipping_is_per_member(tmp_path):
+    """A norm over the whole stack would shrink the member with small gradients: each is clipped alone."""
+    task = make_task(lr=0.5, seed=0, k=2)
+    with torch.no_grad():  # member 1's gradients are far larger than member 0's
+        for p in task.net.parameters():
+            p[1].mul_(8.0)
+    start = [plain(task, i) for i in range(2)]
+    fit(task, tmp_path, gradient_clip_val=0.25)
+    x, y = TinyData().data["train"].tensors
+    for i in range(2):
+        expected = train_by_hand(start[i], x, y, orders(i, 10, 1), 4, 0.5,
+                                 clip=lambda ps: nn.utils.clip_grad_norm_(list(ps), 0.25))
+        assert_same_weights(plain(task, i), expected)
+
+
+def test_gradient_value_clipping(tmp_path):
+    task = make_task(lr=0.5, seed=0, k=2)
+    start = [plain(task, i) for i in range(2)]
+    fit(task, tmp_path, gradient_clip_val=0.01, gradient_clip_algorithm="value")
+    x, y = TinyData().data["train"].tensors
+    for i in range(2):
+        expected = train_by_hand(start[i], x, y, orders(i, 10, 1), 4, 0.5,
+                                 clip=lambda ps: nn.utils.clip_grad_value_(list(ps), 0.01))
+        assert_same_weights(plain(task, i), expected)
+
+
+def _full(task, i, x, y):
+    with torch.no_grad():
+        out = plain(task, i)(x)
+    return nn.functional.cross_entropy(out, y).item(), (out.argmax(1) == y).float().mean().item()
+
+
+def test_epoch_curves_are_sample_weighted_means_per_member(tmp_path):
+    """lr 0: weights fixed, so the train curve over batches 4, 4, 2 is the whole training set's loss and accuracy."""
+    task = make_task(lr=0.0, seed=1, k=2)
+    metrics = fit(task, tmp_path, epochs=2)
+    data = TinyData().data
+    for i in range(2):
+        rows = task.curves[i].rows
+        assert sorted(rows) == [0, 1, 2]
+        for split in ("train", "val"):
+            loss, acc = _full(task, i, *data[split].tensors)
+            for epoch in (0, 1):
+                assert rows[epoch][f"{split}/loss"] == pytest.approx(loss, rel=1e-6), (i, split, epoch)
+                assert rows[epoch][f"{split}/acc"] == pytest.approx(acc), (i, split, epoch)
+        assert rows[0]["train/lr"] == rows[1]["train/lr"] == 0.0
+        loss, acc = _full(task, i, *data["test"].tensors)
+        assert metrics[i] == pytest.approx({"test/acc": acc, "test/loss": loss})
+        # the final metrics land on the curve after the last epoch
+        assert rows[2] == pytest.approx({"test/acc": acc, "test/loss": loss})
+    assert task.curves[0].rows[0]["train/loss"] != task.curves[1].rows[0]["train/loss"]
+    assert set(task.time_breakdown_s) == {"fit", "test"} and all(v > 0 for v in task.time_breakdown_s.values())
+
+
+def test_regression_reports_mae(tmp_path):
+    task = make_task(nn.MSELoss(), lr=0.0, k=2)
+    metrics = fit(task, tmp_path, data=TinyData(regression=True))
+    x, y = TinyData(regression=True).data["test"].tensors
+    for i in range(2):
+        with torch.no_grad():
+            value = plain(task, i)(x).squeeze(1)
+        assert metrics[i]["test/mae"] == pytest.approx((value - y).abs().mean().item(), rel=1e-6)
+        assert metrics[i]["test/loss"] == pytest.approx(((value - y) ** 2).mean().item(), rel=1e-6)
+        assert "val/mae" in task.curves[i].rows[0] and "train/mae" in task.curves[i].rows[0]
+
+
+def test_batch_size_comes_from_the_datamodule_or_its_loader(tmp_path):
+    task = make_task()
+    task.attach_data(TinyData(batch_size=3))
+    assert task.batch_size == 3 and task.n_batches() == 4  # ceil(10 / 3)
+    task.attach_data(TinyData(batch_size=None))  # no attribute: the training loader's (4)
+    assert task.batch_size == 4 and task.n_batches() == 3
+    assert len(task.train_dataloader()) == 3 and len(task.val_dataloader()) == len(task.test_dataloader()) == 1
+
+
+@pytest.mark.parametrize("interval, expected", [("epoch", [2**-1, 2**-2, 2**-3]), ("step", [2**-3, 2**-6, 2**-9])])
+def test_the_scheduler_steps_the_learning_rate(tmp_path, interval, expected):
+    """StepLR(1, 0.5): halved after each epoch, or after each of the 3 batches.
+
+    The rate the weights saw is pinned by SGD by hand with those rates. The curve's train/lr at epoch e
+    is the rate after epoch e's scheduler steps (Lightning steps an epoch scheduler before the epoch-end
+    hook), i.e. the rate epoch e + 1 starts with.
+    """
+    task = make_task(lr=1.0, k=2, scheduler=lambda opt: torch.optim.lr_scheduler.StepLR(opt, 1, 0.5),
+                     scheduler_interval=interval)
+    start = [plain(task, i) for i in range(2)]
+    fit(task, tmp_path, epochs=3)
+    lrs = [task.curves[0].rows[e]["train/lr"] for e in range(3)]
+    assert lrs == expected
+    x, y = TinyData().data["train"].tensors
+    for i in range(2):
+        single, rate = start[i], 1.0
+        for order in orders(i, 10, 3):
+            for s in range(0, 10, 4):
+                single.zero_grad()
+                nn.functional.cross_entropy(single(x[order[s : s + 4]]), y[order[s : s + 4]]).backward()
+                with torch.no_grad():
+                    for p in single.parameters():
+                        p -= rate * p.grad
+                rate *= 0.5 if interval == "step" else 1.0
+            rate *= 0.5 if interval == "epoch" else 1.0
+        assert_same_weights(plain(task, i), single, atol=1e-5)
+
+
+# ---- logging, pruning, checkpoints, the record ------------------------------------------------
+
+
+def test_one_member_also_logs_to_the_loggers_several_do_not(tmp_path):
+    for k in (1, 2):
+        log = CurveLog(tmp_path / f"logger{k}.csv", step_key="epoch")
+        task = make_task(lr=0.0, k=k)
+        fit(task, tmp_path, epochs=2, logger=CurveLogger(log))
+        own = {s: {key: v for key, v in row.items() if "/" in key} for s, row in log.rows.items()}
+        if k == 1:
+            assert own == task.curves[0].rows
+        else:
+            assert own == {} or all(not row for row in own.values())
+
+
+def test_the_tuner_sees_the_members_validation_accuracy_and_prunes(tmp_path):
+    """A pruner that prunes at once: training stops after epoch 0's validation, and the record says why."""
+    study = optuna.create_study(direction="maximize", pruner=optuna.pruners.ThresholdPruner(lower=2.0))
+    trial = study.ask()
+    task = make_task(lr=0.1, k=3)
+    task.trial_reporter = TrialReporter(trial)
+    fit(task, tmp_path, epochs=3)
+    accs = [task.curves[i].rows[0]["val/acc"] for i in range(3)]
+    assert trial.storage.get_trial(trial._trial_id).intermediate_values == {0: pytest.approx(fast_iqm(accs))}
+    assert 1 not in task.curves[0].rows or "val/acc" not in task.curves[0].rows[1]  # no second epoch
+    record = task.agent_record(0)
+    assert record["early_stop"] == {"epoch": 0, "reason": PRUNED_REASON}
+    assert record["metric_bounds"] == {"test/acc": [0.0, 1.0], "val/acc": [0.0, 1.0]}
+    assert "early_stop" not in make_task().agent_record(0)
+
+
+def test_a_resumed_fit_continues_exactly(tmp_path):
+    """One epoch, a Lightning checkpoint, then a second epoch from it: the weights of two epochs in one go."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    whole = make_task(lr=0.3, seed=2, k=2)
+    fit(whole, tmp_path / "whole", epochs=2)
+
+    first = make_task(lr=0.3, seed=2, k=2)
+    first.curves = [CurveLog(tmp_path / "first" / f"a{i}.csv") for i in range(2)]
+    ckpt = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
+    first.time_breakdown_s = {"earlier_segment": 1.5}  # what a resumed run had spent before this segment
+    first.fit_and_evaluate(trainer(1, enable_checkpointing=True, callbacks=[ckpt]), TinyData(), None)
+    saved = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=True)
+    assert saved["pipeline"]["agent_seeds"] == [2, 3] and len(saved["pipeline"]["generators"]) == 2
+
+    resumed = make_task(lr=0.3, seed=2, k=2)
+    resumed.curves = [CurveLog(tmp_path / "resumed" / f"a{i}.csv") for i in range(2)]
+    resumed.fit_and_evaluate(trainer(2), TinyData(), str(tmp_path / "ckpt" / "last.ckpt"))
+    for i in range(2):
+        assert_same_weights(plain(resumed, i), plain(whole, i), atol=0)
+    # the earlier segments' time is carried on
+    assert resumed.time_breakdown_s["earlier_segment"] == 1.5 and resumed.time_breakdown_s["fit"] > 0
+
+    other = make_task(lr=0.3, seed=3, k=2)
+    with pytest.raises(ValueError, match=r"checkpoint holds seeds \[2, 3\], this run has \[3, 4\]"):
+        other.on_load_checkpoint(saved)
+    other.on_load_checkpoint({})  # a checkpoint without the pipeline's part: nothing to restore
+    assert other._resume_extra is None
+
+
+def test_agent_state_dict_is_the_plain_network_of_that_member(tmp_path):
+    task = make_task(k=2, seed=0)
+    fit(task, tmp_path)
+    x = torch.randn(4, IN)
+    for i in range(2):
+        single = net(IN, C)
+        single.load_state_dict(task.agent_state_dict(i))
+        with torch.no_grad():
+            assert torch.allclose(single(x), task.net(x.unsqueeze(0).expand(2, -1, -1))[i], atol=1e-6)
