@@ -1,0 +1,65 @@
+"""The plain MLP: its layers, its activations, the inputs it accepts."""
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from pipeline.nets.mlp import MLP, activation
+
+
+def test_layers_run_in_to_hidden_to_out_with_the_activation_between():
+    net = MLP(4, 2, hidden=(8, 16), act="tanh")
+    linears = [m for m in net.net if isinstance(m, nn.Linear)]
+    assert [(m.in_features, m.out_features) for m in linears] == [(4, 8), (8, 16), (16, 2)]
+    assert [type(m) for m in net.net] == [nn.Linear, nn.Tanh, nn.Linear, nn.Tanh, nn.Linear]
+    assert (net.in_features, net.out_features) == (4, 2)
+    x = torch.randn(3, 4)
+    h = torch.tanh(linears[1](torch.tanh(linears[0](x))))
+    assert torch.allclose(net(x), linears[2](h), atol=1e-6)
+
+
+def test_defaults_are_two_hidden_layers_of_64_with_relu_and_no_dropout():
+    net = MLP(4, 2)
+    assert [type(m) for m in net.net] == [nn.Linear, nn.ReLU, nn.Linear, nn.ReLU, nn.Linear]
+    assert [m.out_features for m in net.net if isinstance(m, nn.Linear)] == [64, 64, 2]
+
+
+def test_dropout_follows_each_hidden_activation_only_when_asked_for():
+    net = MLP(4, 2, hidden=(8, 8), dropout=0.25)
+    assert [type(m) for m in net.net] == [
+        nn.Linear,
+        nn.ReLU,
+        nn.Dropout,
+        nn.Linear,
+        nn.ReLU,
+        nn.Dropout,
+        nn.Linear,
+    ]
+    assert all(m.p == 0.25 for m in net.net if isinstance(m, nn.Dropout))
+
+
+@pytest.mark.parametrize(
+    "name, fn",
+    [("relu", F.relu), ("tanh", torch.tanh), ("leaky_relu", F.leaky_relu), ("gelu", F.gelu), ("elu", F.elu)],
+)
+def test_each_activation_name_gives_its_function(name, fn):
+    x = torch.linspace(-2, 2, 9)
+    assert torch.allclose(activation(name)()(x), fn(x))
+
+
+def test_an_unknown_activation_names_the_choices():
+    with pytest.raises(
+        ValueError,
+        match=r"unknown activation 'swish'; choose one of \['elu', 'gelu', 'leaky_relu', 'relu', 'tanh'\]",
+    ):
+        activation("swish")
+
+
+def test_image_shaped_and_unbatched_inputs_give_the_outputs_of_the_flat_batch():
+    torch.manual_seed(0)
+    net = MLP(4, 3, hidden=(8,))
+    x = torch.randn(5, 2, 2)
+    batch = net(x.view(5, 4))
+    assert torch.equal(net(x), batch)  # [N, 2, 2] is flattened to [N, 4]
+    assert torch.allclose(net(x[1].view(4)), batch[1], atol=1e-6)  # one input without a batch axis
