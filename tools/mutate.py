@@ -59,7 +59,7 @@ MODULES: dict[str, list[str]] = {
     "nets/factory.py": ["tests/nets/test_ensemble.py"],
     "report/stats.py": ["tests/report/test_report_stats.py", "tests/report/test_stats_properties.py"],
     "record.py": ["tests/test_record.py"],
-    "tasks/dqn.py": ["tests/tasks/test_dqn.py"],
+    "tasks/dqn.py": ["tests/tasks/test_dqn_units.py"],
     "tasks/supervised.py": ["tests/test_supervised_units.py"],
     "games/rmac.py": ["tests/games/test_rmac.py"],
 }

@@ -1,0 +1,639 @@
+"""DQNTask's behaviours pinned on tiny runs, each test well under a second (mutation testing runs them).
+
+A run here is a few rounds of 16 env steps with an 8-unit network on CartPole. Expectations come
+from outside the task: an update is redone by hand with plain networks and torch autograd, exploration
+from the agents' own seeded generators, evaluations with `evaluate_agents` on a plain copy of the
+weights, and a K-agent run is compared with the single runs of its seeds.
+"""
+
+import math
+
+import lightning as L
+import numpy as np
+import optuna
+import pytest
+import torch
+from torch import nn
+
+from pipeline.curves import CurveLog, CurveLogger
+from pipeline.nets.heads import NoisyQNet
+from pipeline.nets.mlp import MLP
+from pipeline.report.stats import fast_iqm
+from pipeline.rl.schedules import epsilon_at
+from pipeline.rl.vector import evaluate_agents
+from pipeline.tasks.dqn import EVAL_SEED_OFFSET, FINAL_EVAL_SEED_OFFSET, DQNTask, elementwise
+from pipeline.tune.pruning import PRUNED_REASON, TrialReporter
+
+TENSOR = {"id": "CartPole-v1", "backend": "tensor", "dtype": "float64"}
+GYM = {"id": "CartPole-v1"}
+NEVER = 10**9
+
+
+def mlp(act="relu"):
+    def factory(in_features, out_features):
+        return MLP(in_features, out_features, hidden=(8,), act=act)
+
+    return factory
+
+
+def sgd(lr):
+    return lambda params: torch.optim.SGD(params, lr=lr)
+
+
+def make(k=1, env=TENSOR, act="relu", **hp):
+    """A tiny DQN: rounds of 16 env steps, no evaluation or logging during training unless asked."""
+    settings = dict(total_steps=64, train_frequency=16, gradient_steps=2, batch_size=8, learning_starts=16,
+                    eval_every=NEVER, eval_episodes=1, final_eval_episodes=1, log_every=NEVER, buffer_size=1000,
+                    eps_duration=32, optimizer=sgd(0.05), loss=nn.SmoothL1Loss(), net=mlp(act))
+    settings.update(hp)
+    return DQNTask(env=env, n_agents=k, **settings)
+
+
+def trainer(**kwargs):
+    kwargs = {"logger": False, **kwargs}
+    return L.Trainer(accelerator="cpu", devices=1, max_epochs=1, enable_checkpointing=False, enable_progress_bar=False,
+                     enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0, **kwargs)
+
+
+def fit(task, **trainer_kwargs):
+    task.curves = [CurveLog(f"/nonexistent-{id(task)}/{i}.csv", flush_every_s=NEVER) for i in range(task.n_agents)]
+    return task.fit_and_evaluate(trainer(**trainer_kwargs), None, None)
+
+
+def plain(state: dict, act="relu") -> MLP:
+    net = mlp(act)(4, 2)
+    net.load_state_dict({k: v.detach().clone() for k, v in state.items()})
+    return net
+
+
+def member(ensemble, slot, act="relu") -> MLP:
+    return plain(ensemble.member_state_dict(slot), act)
+
+
+def same(a: nn.Module, b: nn.Module, atol=1e-6) -> bool:
+    return all(torch.allclose(x, y, atol=atol) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+
+
+# ---- construction --------------------------------------------------------------------------------
+
+
+def test_bad_values_are_refused_in_one_line():
+    cases = [
+        (dict(target_update="polyak"), "task.target_update='polyak'; choose hard or soft"),
+        (dict(train_frequency=0), "must be positive"),
+        (dict(gradient_steps=-1), "task.gradient_steps >= 0"),
+        (dict(total_steps=0), "must be positive"),
+        (dict(k=0), "must be positive"),
+        (dict(envs_per_agent=0), "must be positive"),
+        (dict(envs_per_agent=3), "task.train_frequency=16 must be a multiple of task.envs_per_agent=3"),
+        (dict(gamma=1.01), r"task.gamma=1.01 must lie in \[0, 1\]"),
+        (dict(gamma=-0.01), "task.gamma=-0.01"),
+        (dict(save_replay="maybe"), "task.save_replay='maybe'; choose true, false or auto"),
+        (dict(env={"id": "Pendulum-v1"}), "DQN needs a discrete action space; Pendulum-v1 has Box"),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(ValueError, match=message):
+            make(**kwargs)
+    for ok in (dict(gamma=0.0), dict(gamma=1.0), dict(gradient_steps=0), dict(save_replay=True), dict(save_replay=False)):
+        make(**ok)
+    with pytest.raises(ValueError, match="DQN needs a torch loss with a `reduction`"):
+        elementwise(nn.Identity())
+    huber = nn.SmoothL1Loss()
+    assert elementwise(huber).reduction == "none" and huber.reduction == "mean"  # a copy: the config's loss is untouched
+    with pytest.raises(ValueError, match="task=dqn runs in fp32; got device.precision=bf16-mixed"):
+        make().fit_and_evaluate(trainer(precision="bf16-mixed"), None, None)
+
+
+def test_what_the_task_reads_from_the_env_and_its_defaults():
+    task = make(k=3, seed=4)
+    assert task.agent_seeds == [4, 5, 6] and task.slots == [0, 1, 2]
+    assert task.obs_shape == (4,) and task.obs_dtype == torch.float32 and task.n_actions == 2
+    assert task.threshold == 475.0 and make(threshold=100).threshold == 100.0
+    assert task.replay_bytes_per_transition == 2 * 4 * 4 + 8 + 4 + 4
+    assert task.net(torch.zeros(3, 5, 4)).shape == (3, 5, 2)
+    assert make(fast_acting=False).fast_acting is False and make(capture_video=True).capture_video is True
+    # agent 1 starts from the single run's weights of seed 5; the target and the record start equal to it
+    single = make(seed=5)
+    assert same(member(task.net, 1), member(single.net, 0), atol=0)
+    assert same(member(task.target_net, 1), member(task.net, 1), atol=0)
+    assert same(member(task.agents_net, 2), member(task.net, 2), atol=0)
+    assert not any(p.requires_grad for p in task.target_net.parameters())
+
+
+def test_epsilon_follows_the_linear_schedule_and_is_zero_for_noisy_nets():
+    task = make(eps_start=0.9, eps_end=0.1, eps_duration=40)
+    assert [task.epsilon(s) for s in (0, 10, 40, 100)] == pytest.approx([0.9, 0.7, 0.1, 0.1])
+    task.env_steps = 20
+    assert task.epsilon() == pytest.approx(0.5)
+    noisy = make(net=lambda in_features, out_features: NoisyQNet(in_features, out_features, hidden=(8,)))
+    assert noisy.noisy and noisy.epsilon(0) == 0.0 and not task.noisy
+
+
+# ---- acting --------------------------------------------------------------------------------------
+
+
+def own_draws(seed, n):
+    """What agent `seed` draws for a round of n env steps: its coins, then its random actions."""
+    g = torch.Generator().manual_seed(seed)
+    coins = torch.rand(n, generator=g)
+    return coins, torch.randint(0, 2, (n,), generator=g)
+
+
+@pytest.mark.parametrize("k, env, envs, fast", [(1, GYM, 1, True), (1, GYM, 1, False), (2, TENSOR, 2, True), (2, GYM, 1, False)])
+def test_acting_is_epsilon_greedy_with_each_agents_own_draws(k, env, envs, fast):
+    """One round of 32 env steps per agent, epsilon 1 -> 0 over it: step t (env steps s) explores iff coin < eps(s)."""
+    task = make(k=k, env=env, envs_per_agent=envs, seed=3, total_steps=32, train_frequency=32, learning_starts=NEVER,
+                eps_start=1.0, eps_end=0.0, eps_duration=32, fast_acting=fast)
+    fit(task)
+    assert task.env_steps == 32 and len(task.buffer) == 32  # every env's transitions
+    n = 32 // envs
+    explored = greedy = 0
+    for a in range(k):
+        coins, random_actions = own_draws(3 + a, 32)
+        coins, random_actions = coins.view(n, envs), random_actions.view(n, envs)
+        rows = slice(a * task.buffer.capacity, a * task.buffer.capacity + n * envs)
+        obs, actions = task.buffer.obs[rows].view(n, envs, 4), task.buffer.actions[rows].view(n, envs)
+        with torch.no_grad():
+            best = member(task.net, a)(obs.view(-1, 4)).argmax(1).view(n, envs)
+        for t in range(n):
+            eps = epsilon_at(t * envs, 1.0, 0.0, 32)
+            for e in range(envs):
+                if coins[t, e] < eps:
+                    assert actions[t, e] == random_actions[t, e], (a, t, e)
+                    explored += 1
+                else:
+                    assert actions[t, e] == best[t, e], (a, t, e)
+                    greedy += 1
+    assert explored > 5 and greedy > 5  # both branches were exercised
+
+
+@pytest.mark.parametrize("k, env, envs", [(1, GYM, 1), (2, TENSOR, 2)])
+def test_the_replay_holds_each_agents_trajectories_and_episode_returns(k, env, envs):
+    """Random play for 96 steps: consecutive transitions chain, CartPole pays 1 a step, an episode's return is its length."""
+    task = make(k=k, env=env, envs_per_agent=envs, total_steps=96, train_frequency=32, learning_starts=NEVER, eps_end=1.0)
+    fit(task)
+    n = 96 // envs
+    assert len(task.buffer) == 96
+    for a in range(k):
+        lengths = []
+        for e in range(envs):
+            rows = torch.arange(n) * envs + e + a * task.buffer.capacity
+            obs, next_obs = task.buffer.obs[rows], task.buffer.next_obs[rows]
+            dones = task.buffer.dones[rows]
+            assert torch.all(task.buffer.rewards[rows] == 1.0)
+            # a terminated CartPole leaves the bounds (|x| > 2.4 or |angle| > 0.2095); otherwise it chains
+            fell = (next_obs[:, 0].abs() > 2.4) | (next_obs[:, 2].abs() > 0.2095)
+            assert torch.equal(dones.bool(), fell)
+            starts = [0]
+            for t in range(n - 1):
+                if torch.equal(obs[t + 1], next_obs[t]):
+                    continue
+                assert dones[t] == 1.0, (a, e, t)  # no time limit within 96 steps: only falling ends an episode
+                starts.append(t + 1)
+            lengths += [b - s for s, b in zip(starts, starts[1:])]
+        assert sorted(task.episode_returns[a]) == sorted(float(x) for x in lengths)
+        assert len(lengths) >= 2
+
+
+def test_random_and_greedy_extremes():
+    """eps 1: every action is the agent's random draw; eps 0: every action is its network's argmax."""
+    rand = make(k=2, total_steps=16, learning_starts=NEVER, eps_start=1.0, eps_end=1.0, seed=7)
+    fit(rand)
+    for a in range(2):
+        _, actions = own_draws(7 + a, 16)
+        assert torch.equal(rand.buffer.actions[a * 1000 : a * 1000 + 16], actions)
+    greedy = make(k=2, total_steps=16, learning_starts=NEVER, eps_start=0.0, eps_end=0.0, seed=7)
+    fit(greedy)
+    for a in range(2):
+        obs = greedy.buffer.obs[a * 1000 : a * 1000 + 16]
+        with torch.no_grad():
+            assert torch.equal(greedy.buffer.actions[a * 1000 : a * 1000 + 16], member(greedy.net, a)(obs).argmax(1))
+
+
+# ---- one update, by hand -----------------------------------------------------------------------
+
+
+def update_by_hand(task, act, loss_fn, lr, gamma, double, clip, tau=None):
+    """Redo `task.learn()` with plain networks, agent by agent: the expected online and target weights, losses and Qs."""
+    K, G, B = len(task.slots), task.hp["gradient_steps"], task.hp["batch_size"]
+    online = [member(task.net, s, act) for s in range(K)]
+    target = [member(task.target_net, s, act) for s in range(K)]
+    generators = []
+    for g in task.generators:
+        generators.append(torch.Generator())
+        generators[-1].set_state(g.get_state())
+    batches = task.buffer.sample(G, B, generators)
+    losses, qs = np.zeros((K, G)), np.zeros((K, G))
+    for g in range(G):
+        for i in range(K):
+            obs, actions, rewards, next_obs, dones = (x[g, i] for x in batches)
+            with torch.no_grad():
+                next_q = target[i](next_obs)
+                if double:
+                    value = next_q.gather(1, online[i](next_obs).argmax(1, keepdim=True)).squeeze(1)
+                else:
+                    value = next_q.max(1).values
+                y = rewards + gamma * (1 - dones) * value
+            q = online[i](obs).gather(1, actions.view(-1, 1)).squeeze(1)
+            loss = loss_fn(q, y)
+            online[i].zero_grad()
+            loss.backward()
+            if clip:
+                nn.utils.clip_grad_norm_(online[i].parameters(), clip)
+            with torch.no_grad():
+                for p in online[i].parameters():
+                    p -= lr * p.grad
+                if tau is not None:
+                    for t, p in zip(target[i].parameters(), online[i].parameters()):
+                        t.copy_(tau * p + (1 - tau) * t)
+            losses[i, g], qs[i, g] = loss.item(), q.mean().item()
+    return online, target, losses.mean(1), qs.mean(1)
+
+
+UPDATES = {
+    "k1-huber-relu": dict(k=1, loss=nn.SmoothL1Loss(), act="relu", double=False, clip=10.0),
+    "k2-mse-relu-clipped": dict(k=2, loss=nn.MSELoss(), act="relu", double=False, clip=0.05),
+    "k2-huber-tanh-double": dict(k=2, loss=nn.SmoothL1Loss(), act="tanh", double=True, clip=None),
+    "k3-huber-tanh-clipped": dict(k=3, loss=nn.SmoothL1Loss(), act="tanh", double=False, clip=0.05),
+    "k2-mse-relu-double-clipped": dict(k=2, loss=nn.MSELoss(), act="relu", double=True, clip=0.05),
+    "k1-mse-tanh-clipped": dict(k=1, loss=nn.MSELoss(), act="tanh", double=False, clip=0.05),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UPDATES))
+def test_an_update_is_each_agents_own_td_step(case):
+    """Agent i's update equals a one-agent update on its batch: TD target from ITS target net (which now differs
+    from the online net), the loss averaged over its batch, its gradient clipped on its own, its own SGD step."""
+    c = UPDATES[case]
+    task = make(k=c["k"], act=c["act"], loss=c["loss"], double_dqn=c["double"], max_grad_norm=c["clip"], gamma=0.9,
+                optimizer=sgd(0.2), total_steps=48, learning_starts=NEVER, gradient_steps=3, target_update_interval=NEVER)
+    with torch.no_grad():  # agents far apart: later agents have larger weights, hence larger gradients
+        for p in task.net.parameters():
+            p.mul_(torch.arange(1, c["k"] + 1, dtype=p.dtype).view(-1, *[1] * (p.dim() - 1)))
+    fit(task)
+    task.learn()  # the first update copies the online net into the target, then moves the online net
+    task.log_progress()  # starts a fresh window of losses
+    assert not same(member(task.net, 0, c["act"]), member(task.target_net, 0, c["act"]))
+    loss_fn = type(c["loss"])()
+    online, target, losses, qs = update_by_hand(task, c["act"], loss_fn, 0.2, 0.9, c["double"], c["clip"])
+    task.learn()
+    for i in range(c["k"]):
+        assert same(member(task.net, i, c["act"]), online[i], atol=1e-5), i
+        assert same(member(task.target_net, i, c["act"]), target[i], atol=0), i  # no copy within the interval
+        assert task.updates[i] == 6
+    task.log_progress()
+    for i in range(c["k"]):
+        row = task.curves[i].rows[48]
+        assert row["train/loss"] == pytest.approx(losses[i], rel=1e-5)
+        assert row["train/q_mean"] == pytest.approx(qs[i], rel=1e-5, abs=1e-6)
+
+
+def test_soft_target_updates_after_every_gradient_step():
+    task = make(k=2, target_update="soft", tau=0.25, optimizer=sgd(0.2), total_steps=32, learning_starts=NEVER,
+                gradient_steps=3)
+    fit(task)
+    with torch.no_grad():  # a target apart from the online net, so the direction of the average shows
+        for p in task.target_net.parameters():
+            p.mul_(-2.0)
+    online, target, _, _ = update_by_hand(task, "relu", nn.SmoothL1Loss(), 0.2, 0.99, False, 10.0, tau=0.25)
+    task.learn()
+    for i in range(2):
+        assert same(member(task.net, i), online[i], atol=1e-5)
+        assert same(member(task.target_net, i), target[i], atol=1e-5)
+
+
+def test_the_hard_target_copy_comes_once_per_interval():
+    """Copies at the first update and whenever env steps cross a multiple of target_update_interval (40 here).
+
+    Rounds end at 16, 32, ..., 96 env steps and each learns: the copies happen in the rounds ending
+    at 16, 48 and 80, each before that round's updates.
+    """
+    task = make(k=2, total_steps=96, target_update_interval=40, gradient_steps=1)
+    after_round = []
+    task.checkpoint_hook = lambda final=False: after_round.append(
+        {"step": task.env_steps, "net": [member(task.net, i) for i in range(2)],
+         "target": [member(task.target_net, i) for i in range(2)]})
+    start = [member(task.net, i) for i in range(2)]
+    fit(task)
+    steps = [r["step"] for r in after_round[:-1]]  # the last call is the final one (on_train_end)
+    assert steps == [16, 32, 48, 64, 80, 96]
+    copied_from = {16: start, 32: start, 48: after_round[1]["net"], 64: after_round[1]["net"],
+                   80: after_round[3]["net"], 96: after_round[3]["net"]}
+    for r in after_round[:-1]:
+        for i in range(2):
+            assert same(r["target"][i], copied_from[r["step"]][i], atol=0), (r["step"], i)
+
+
+# ---- the loop: rounds, learning starts, gradient steps, scheduler ------------------------------
+
+
+def test_rounds_learning_starts_and_gradient_steps_are_counted():
+    """total 40 in rounds of 16: rounds end at 16, 32 and 40 (the last one short); learning once 32 transitions are held."""
+    task = make(k=2, total_steps=40, learning_starts=32, gradient_steps=3, optimizer=lambda p: torch.optim.SGD(p, lr=1.0),
+                scheduler=lambda opt: torch.optim.lr_scheduler.StepLR(opt, 1, 0.5))
+    assert len(task.train_dataloader()) == 3 and task.n_rounds() == 3
+    metrics = fit(task)
+    assert task.env_steps == 40 and len(task.buffer) == 40
+    assert task.updates == [6, 6]  # rounds 2 and 3, three updates each
+    assert [m["train/updates"] for m in metrics] == [6.0, 6.0]
+    # the scheduler steps once per round that learned
+    assert task.optimizers().optimizer.param_groups[0]["lr"] == 0.25
+    none = make(total_steps=32, gradient_steps=0, scheduler=lambda opt: torch.optim.lr_scheduler.StepLR(opt, 1, 0.5))
+    fit(none)
+    assert none.updates == [0] and none.optimizers().optimizer.param_groups[0]["lr"] == 0.05
+
+
+def test_envs_per_agent_share_the_rounds_env_steps():
+    task = make(k=2, envs_per_agent=4, total_steps=40, train_frequency=16, learning_starts=NEVER)
+    fit(task)
+    # rounds: 4 steps of 4 envs, twice, then ceil(8 / 4) = 2 steps of 4 envs
+    assert task.env_steps == 40 and len(task.buffer) == 40 and task.env.num_envs == 8
+    task = make(total_steps=40, learning_starts=NEVER)
+    task.env_steps = 24  # a resumed run: what is left is ceil(16 / 16) rounds
+    assert task.n_rounds() == 1
+    task.env_steps = 40
+    assert task.n_rounds() == 1  # never fewer than one
+
+
+def test_agent_i_of_a_batch_trains_like_the_single_run_of_its_seed():
+    """With updates, Adam and clipping: agent 1 of seeds 3-4 ends with the weights and curves of the run of seed 4."""
+    common = dict(total_steps=96, gradient_steps=2, eval_every=48, eval_episodes=2, log_every=32,
+                  optimizer=lambda p: torch.optim.Adam(p, lr=0.01), max_grad_norm=0.5)
+    for env in (TENSOR, GYM):  # GYM: the one-env fast path against the general loop
+        batch, single = make(k=2, seed=3, env=env, **common), make(k=1, seed=4, env=env, **common)
+        fit(batch), fit(single)
+        assert same(member(batch.net, 1), member(single.net, 0), atol=1e-5)
+        assert batch.evaluations[1] == single.evaluations[0]
+        assert batch.episode_returns[1] == single.episode_returns[0]
+        assert not same(member(batch.net, 0), member(batch.net, 1))
+        for step in (32, 64, 96):
+            a, b = batch.curves[1].rows[step], single.curves[0].rows[step]
+            assert a["train/loss"] == pytest.approx(b["train/loss"], rel=1e-4), (env, step)
+
+
+# ---- evaluation, the stop, the record ----------------------------------------------------------
+
+
+def greedy_means(task, net, slots, agents, episodes, offset):
+    """Each agent's greedy return under `net`'s member, by evaluate_agents on a plain copy."""
+    out = []
+    for slot, agent in zip(slots, agents):
+        single = member(net, slot)
+        returns = evaluate_agents(lambda obs, m=single: m(obs.flatten(0, 1)).argmax(-1).view(obs.shape[:2]), task.env_cfg,
+                                  [task.agent_seeds[agent]], episodes, offset)
+        out.append((float(returns.mean()), float(returns.std(unbiased=False))))
+    return out
+
+
+def test_evaluations_happen_when_env_steps_cross_eval_every():
+    """Rounds end at 16, ..., 96; eval_every 24: evaluations at 32, 48, 80 and 96, of the weights of that moment."""
+    task = make(k=2, total_steps=96, eval_every=24, eval_episodes=3, learning_starts=NEVER)
+    expected = greedy_means(task, task.net, [0, 1], [0, 1], 3, EVAL_SEED_OFFSET)  # no learning: the weights stay
+    fit(task)
+    for a in range(2):
+        assert [e[0] for e in task.evaluations[a]] == [32, 48, 80, 96]
+        for step, mean, std in task.evaluations[a]:
+            assert (mean, std) == pytest.approx(expected[a])
+            assert task.curves[a].rows[step]["eval/return_mean"] == pytest.approx(expected[a][0])
+            assert task.curves[a].rows[step]["eval/return_std"] == pytest.approx(expected[a][1])
+        record = task.agent_record(a)
+        assert record["evaluations"] == [{"env_step": s, "return_mean": m, "return_std": sd} for s, m, sd in task.evaluations[a]]
+
+
+def test_an_agent_that_reaches_stop_at_return_leaves_the_batch_and_the_others_carry_on():
+    """Three agents with Adam; the one with the best first evaluation stops there. The other two end with exactly
+    the weights they have in a run where nobody stops (their optimizer moments, replay, envs and draws are kept)."""
+    common = dict(k=3, seed=1, total_steps=96, eval_every=32, eval_episodes=2, gradient_steps=2,
+                  optimizer=lambda p: torch.optim.Adam(p, lr=0.01))
+    free = make(**common)
+    fit(free)
+    first = [free.evaluations[a][0][1] for a in range(3)]
+    best = int(np.argmax(first))
+    assert sorted(first)[-1] > sorted(first)[-2]  # a single best agent (else the test would stop two)
+    stop = (sorted(first)[-1] + sorted(first)[-2]) / 2
+    task = make(**common, stop_at_return=stop, threshold=NEVER)
+    metrics = fit(task)
+    others = [a for a in range(3) if a != best]
+    assert task.slots == others and task.stop_step[best] == 32 and task.stop_step[others[0]] is None
+    assert task.early_stop[best] == {"env_step": 32, "reason": f"greedy evaluation mean {first[best]:.1f} >= stop_at_return {stop}"}
+    assert task.early_stop[others[0]] is None and task.time_to_threshold_s == [None] * 3
+    assert task.agent_env_steps(best) == 32 and task.agent_env_steps(others[0]) == 96
+    assert task.total_env_steps() == 32 + 96 + 96
+    assert len(task.evaluations[best]) == 1 and len(task.evaluations[others[0]]) == 3
+    assert task.agent_record(best)["env_steps"] == 32 and task.agent_record(best)["early_stop"] == task.early_stop[best]
+    # the stopped agent's record weights are its weights at the stop: those of the free run's agent at step 32
+    assert same(member(task.agents_net, best), plain(free_weights_at(32, common)[best]), atol=1e-6)
+    for slot, a in enumerate(others):
+        assert same(member(task.net, slot), member(free.net, a), atol=1e-6), a
+        assert same(member(task.agents_net, a), member(free.net, a), atol=1e-6), a
+        assert task.updates[a] == free.updates[a]
+    assert task.updates[best] < free.updates[best]
+    # the final evaluation plays every agent's recorded weights
+    final = greedy_means(task, task.agents_net, [0, 1, 2], [0, 1, 2], 1, FINAL_EVAL_SEED_OFFSET)
+    assert [v for m in metrics for v in (m["eval/return_mean"], m["eval/return_std"])] == pytest.approx([v for f in final for v in f])
+    for a in range(3):
+        row = task.curves[a].rows[task.agent_env_steps(a)]
+        assert row["final_eval/return_mean"] == pytest.approx(final[a][0])
+        assert metrics[a]["train/episodes"] == len(task.episode_returns[a])
+
+
+def free_weights_at(step, common):
+    """Every agent's weights after the round ending at `step` of a run without stops."""
+    task = make(**common)
+    seen = {}
+    task.checkpoint_hook = lambda final=False: seen.setdefault(task.env_steps, [task.net.member_state_dict(i) for i in range(3)])
+    fit(task)
+    return [{k: v.clone() for k, v in s.items()} for s in seen[step]]
+
+
+def test_all_agents_stopping_ends_training_and_time_to_threshold_is_recorded():
+    task = make(k=2, total_steps=96, eval_every=32, eval_episodes=1, stop_at_return=0.0, threshold=0.0, learning_starts=NEVER)
+    fit(task)
+    assert task.env_steps == 32 and task.slots == [] and task.stop_step == [32, 32]
+    assert all(t is not None and 0 < t <= task.elapsed_s() for t in task.time_to_threshold_s)
+    assert all(task.agent_record(a)["time_to_threshold_s"] == round(task.time_to_threshold_s[a], 3) for a in range(2))
+    assert task.stop_time_s[0] is not None and task.agent_record(0)["env_steps_per_s"] == round(32 / task.stop_time_s[0], 1)
+    # a threshold nobody reaches leaves it unset
+    high = make(k=2, total_steps=32, eval_every=32, eval_episodes=1, threshold=10_000.0, learning_starts=NEVER)
+    fit(high)
+    assert high.time_to_threshold_s == [None, None] and high.agent_record(0)["time_to_threshold_s"] is None
+
+
+def test_the_tuner_sees_every_agents_last_evaluation_and_can_stop_them_all():
+    study = optuna.create_study(direction="maximize", pruner=optuna.pruners.ThresholdPruner(lower=10_000.0))
+    trial = study.ask()
+    task = make(k=3, total_steps=96, eval_every=32, eval_episodes=2, learning_starts=NEVER)
+    task.trial_reporter = TrialReporter(trial)
+    fit(task)
+    means = [task.evaluations[a][0][1] for a in range(3)]
+    assert trial.storage.get_trial(trial._trial_id).intermediate_values == {32: pytest.approx(fast_iqm(means))}
+    assert task.env_steps == 32 and task.early_stop == [{"env_step": 32, "reason": PRUNED_REASON}] * 3
+
+
+def test_logged_rows_and_the_shared_batch_rows():
+    """log_every 96: rows at 96 and 192 (and at the end, 240); epsilon as used, recent returns, losses; batch rows to the loggers."""
+    for k in (1, 2):
+        shared = CurveLog(f"/nonexistent-shared-{k}.csv", step_key="env_step", flush_every_s=NEVER)
+        task = make(k=k, total_steps=240, log_every=96, eval_every=240, eps_duration=200, eps_end=0.1, gradient_steps=1)
+        metrics = fit(task, logger=CurveLogger(shared))
+        rows = task.curves[0].rows
+        assert {s for s, r in rows.items() if "train/epsilon" in r} == {96, 192, 240}
+        for step in (96, 192, 240):
+            assert rows[step]["train/epsilon"] == pytest.approx(epsilon_at(step, 1.0, 0.1, 200))
+            assert rows[step]["perf/env_steps_per_s"] > 0
+            assert {"train/loss", "train/q_mean", "train/episodic_return"} <= set(rows[step])
+        assert rows[240]["train/episodic_return"] == pytest.approx(np.mean(task.episode_returns[0][-10:]))
+        assert len(task.episode_returns[0]) > 10  # the mean is over the last ten only
+        if k == 1:
+            assert shared.rows[96]["train/epsilon"] == rows[96]["train/epsilon"]
+            assert shared.rows[240]["eval/return_mean"] == rows[240]["eval/return_mean"]
+            assert not any(key.startswith("batch/") for r in shared.rows.values() for key in r)
+        else:
+            assert shared.rows[96]["batch/env_steps_per_s"] > 0 and "train/epsilon" not in shared.rows[96]
+            assert shared.rows[240]["batch/eval_return_mean"] == pytest.approx(np.mean([task.evaluations[a][0][1] for a in range(2)]))
+            assert shared.rows[240]["batch/agents_learning"] == 2.0
+            assert shared.rows[240]["batch/final_eval_return_mean"] == pytest.approx(np.mean([m["eval/return_mean"] for m in metrics]))
+        assert {"act", "env", "learn", "log", "eval", "final_eval"} <= set(task.time_breakdown_s)
+
+
+def test_time_breakdown_fits_in_the_wall_time():
+    import time
+
+    task = make(k=2, total_steps=64, eval_every=32, log_every=32)
+    t0 = time.perf_counter()
+    fit(task)
+    wall = time.perf_counter() - t0
+    parts = task.time_breakdown_s
+    assert all(v > 0 for v in parts.values()) and sum(parts.values()) <= wall
+    assert 0 < task.elapsed_s() <= wall and task._train_seconds > 0
+
+
+def test_the_record_of_each_agent():
+    task = make(k=2, total_steps=32, eval_every=32)
+    fit(task)
+    record = task.agent_record(1)
+    assert record["env_id"] == "CartPole-v1" and record["env_steps"] == 32 and record["threshold"] == 475.0
+    assert record["metric_bounds"] == {"eval/return_mean": [0.0, 500.0], "train/episodic_return": [0.0, 500.0]}
+    assert record["replay_bytes_per_transition"] == 48 and record["early_stop"] is None
+    assert record["env_steps_per_s"] == round(32 / task._train_seconds, 1)
+    assert record["batch_env_steps_per_s"] == round(64 / task._train_seconds, 1)
+    assert "replay_restored_on_resume" not in record
+    single = make(total_steps=16)
+    fit(single)
+    assert "batch_env_steps_per_s" not in single.agent_record(0)
+    # model.pt's weights: the plain network of that agent
+    state = task.agent_state_dict(1)
+    assert all(not v.requires_grad for v in state.values())
+    assert same(plain(state), member(task.agents_net, 1), atol=0)
+    assert same(member(task.agents_net, 1), member(task.net, 1), atol=0)  # at the end, every learning agent is recorded
+
+
+# ---- checkpoints ---------------------------------------------------------------------------------
+
+
+def stopped_at(step, **hp):
+    """A run that saves its checkpoint state after the round ending at `step` and stops there (as a kill would)."""
+    task = make(**hp)
+    saved = {}
+
+    def hook(final=False):
+        if task.env_steps == step and not final:
+            saved["state"] = task.checkpoint_state()
+            task.trainer.should_stop = True
+
+    task.checkpoint_hook = hook
+    fit(task)
+    return saved["state"]
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_a_resumed_run_continues_exactly(k):
+    hp = dict(k=k, total_steps=96, eval_every=32, eval_episodes=1, log_every=32, gradient_steps=2,
+              optimizer=lambda p: torch.optim.Adam(p, lr=0.01), scheduler=lambda opt: torch.optim.lr_scheduler.StepLR(opt, 1, 0.9))
+    whole = make(**hp)
+    fit(whole)
+    state = stopped_at(48, **hp)
+    assert state["env_steps"] == 48 and state["replay"] is not None and state["format"] == "pipeline.dqn/2"
+    resumed = make(**hp)
+    resumed.load_checkpoint_state(state)
+    assert resumed.resume_step == 48
+    fit(resumed)
+    for i in range(k):
+        assert same(member(resumed.net, i), member(whole.net, i), atol=0)
+        assert same(member(resumed.target_net, i), member(whole.target_net, i), atol=0)
+        assert resumed.evaluations[i] == whole.evaluations[i] and resumed.updates[i] == whole.updates[i]
+        assert resumed.episode_returns[i] == whole.episode_returns[i]
+        assert resumed.agent_record(i)["replay_restored_on_resume"] is True
+    assert resumed.optimizers().optimizer.param_groups[0]["lr"] == whole.optimizers().optimizer.param_groups[0]["lr"]
+    assert resumed.elapsed_s() >= state["elapsed_s"] > 0
+
+
+def test_a_resume_without_the_replay_refills_it_and_says_so():
+    state = stopped_at(32, k=2, total_steps=64, save_replay=False)
+    assert state["replay"] is None
+    resumed = make(k=2, total_steps=64, learning_starts=32)
+    resumed.load_checkpoint_state(state)
+    fit(resumed)
+    assert resumed.agent_record(0)["replay_restored_on_resume"] is False
+    # 2 updates in each of the rounds ending at 16 and 32 before the checkpoint; after it the empty replay holds
+    # 16 transitions at 48 (under learning_starts: no update) and 32 at 64: one more learning round
+    assert len(resumed.buffer) == 32 and resumed.updates == [6, 6]
+
+
+def test_the_replay_is_saved_when_it_fits_in_replay_save_max_mb():
+    task = make(k=2, total_steps=32, learning_starts=NEVER)
+    fit(task)
+    held_mb = 2 * 32 * 48 / 2**20
+    for save_replay, max_mb, kept in [("auto", held_mb, True), ("auto", held_mb * 0.999, False), (True, 0.0, True), (False, 1e9, False)]:
+        task.save_replay, task.replay_save_max_mb = save_replay, max_mb
+        assert (task.checkpoint_state()["replay"] is not None) is kept, (save_replay, max_mb)
+
+
+def test_resuming_where_an_agent_had_stopped_keeps_only_the_learning_agents():
+    hp = dict(k=3, seed=1, total_steps=96, eval_every=32, eval_episodes=2, gradient_steps=2)
+    free = make(**hp)
+    fit(free)
+    first = [free.evaluations[a][0][1] for a in range(3)]
+    assert sorted(first)[-1] > sorted(first)[-2]
+    hp["stop_at_return"] = (sorted(first)[-1] + sorted(first)[-2]) / 2
+    best = int(np.argmax(first))
+    whole = make(**hp)
+    fit(whole)
+    state = stopped_at(64, **hp)
+    resumed = make(**hp)
+    resumed.load_checkpoint_state(state)
+    assert resumed.slots == whole.slots and len(resumed.slots) == 2 and best not in resumed.slots
+    fit(resumed)
+    for slot in range(2):
+        assert same(member(resumed.net, slot), member(whole.net, slot), atol=0)
+    for a in range(3):
+        assert same(member(resumed.agents_net, a), member(whole.agents_net, a), atol=0)
+    assert resumed.stop_step == whole.stop_step and resumed.early_stop == whole.early_stop
+
+
+def test_a_finished_run_is_not_trained_again_and_bad_checkpoints_are_refused():
+    state = stopped_at(32, k=2, total_steps=32, eval_every=32, stop_at_return=0.0)
+    assert state["slots"] == []
+    again = make(k=2, total_steps=32, eval_every=32, stop_at_return=0.0)
+    again.load_checkpoint_state(state)
+    metrics = fit(again)  # only the final evaluation: no env, no buffer
+    assert not hasattr(again, "buffer") and len(metrics) == 2 and again.stop_step == [32, 32]
+    with pytest.raises(ValueError, match="checkpoint format 'other' is not 'pipeline.dqn/2'"):
+        make(k=2).load_checkpoint_state({**state, "format": "other"})
+    with pytest.raises(ValueError, match=r"checkpoint holds seeds 0..1 \(2 agents\), this run has 1..2"):
+        make(k=2, seed=1).load_checkpoint_state(state)
+    state = stopped_at(16, k=2, total_steps=32)
+    with pytest.raises(ValueError, match="checkpoint weights do not fit this model"):
+        make(k=2, net=lambda in_features, out_features: MLP(in_features, out_features, hidden=(9,))).load_checkpoint_state(state)
+
+
+def test_noisy_agents_learn_with_their_own_noise():
+    """A noisy net explores by its noise only (epsilon 0), drawn from each agent's generator: agent 1 of a batch = seed 1 alone."""
+    def noisy(in_features, out_features):
+        return NoisyQNet(in_features, out_features, hidden=(8,))
+
+    batch, single = make(k=2, net=noisy, total_steps=48), make(k=1, seed=1, net=noisy, total_steps=48)
+    fit(batch), fit(single)
+    a, b = batch.net.member_state_dict(1), single.net.member_state_dict(0)
+    assert all(torch.allclose(a[key], b[key], atol=1e-5) for key in a)
+    assert batch.updates == [6, 6] and batch.fast_greedy is None
