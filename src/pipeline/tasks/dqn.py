@@ -34,6 +34,7 @@ from torch.utils.data import DataLoader
 
 from pipeline.checkpoint import rng_state, set_rng_state
 from pipeline.nets.ensemble import clip_grad_norm_per_member_, keep_optimizer_members_, make_ensemble
+from pipeline.nets.td_grad import loss_derivative, relu_mlp_layers, td_grads_
 from pipeline.rl.envs import env_threshold, make_env
 from pipeline.rl.replay import ReplayBuffer
 from pipeline.rl.schedules import epsilon_at
@@ -117,6 +118,7 @@ class DQNTask(Task):
         log_every: int = 1_000,
         threshold: float | None = None,
         fast_acting: bool = True,
+        hand_gradients: bool = True,
         save_replay: bool | str = "auto",
         replay_save_max_mb: float = 512.0,
         capture_video: bool = False,
@@ -170,6 +172,9 @@ class DQNTask(Task):
         )
         self.threshold = float(threshold) if threshold is not None else env_threshold(self.env_id)
         self.fast_acting = bool(fast_acting)
+        # A ReLU MLP's TD gradient written out by hand (nets/td_grad.py) when the net and loss allow it.
+        beta = loss_derivative(self.loss_fn) if hand_gradients and not self.noisy else None
+        self.hand_beta = beta if beta is not None and relu_mlp_layers(self.net) is not None else None
         self.save_replay, self.replay_save_max_mb = save_replay, float(replay_save_max_mb)
         # run.py records one greedy episode of each agent's final policy as an MP4 (pipeline.eval's writer).
         self.capture_video = bool(capture_video)
@@ -405,6 +410,7 @@ class DQNTask(Task):
                 self.target_net, self.net, batches.rewards.transpose(0, 1).reshape(K, G * B), next_obs,
                 batches.dones.transpose(0, 1).reshape(K, G * B), hp["gamma"], double=False,
             ).view(K, G, B).transpose(0, 1)
+        layers = relu_mlp_layers(self.net) if self.hand_beta is not None else None
         losses, q_means = [], []
         for g in range(G):
             obs, actions, rewards, next_obs, dones = (t[g] for t in batches)
@@ -415,11 +421,17 @@ class DQNTask(Task):
                 target = all_targets[g]
             else:
                 target = td_targets(self.target_net, self.net, rewards, next_obs, dones, hp["gamma"], hp["double_dqn"])
-            q = self.net(obs).gather(2, actions.unsqueeze(2)).squeeze(2)
-            # Mean within each agent, SUM across agents: each agent gets exactly its own gradient.
-            per_agent = self.loss_fn(q, target).mean(1)
-            opt.zero_grad(set_to_none=True)
-            per_agent.sum().backward()
+            if layers is not None:
+                # The same gradient as the autograd branch below, without the autograd engine.
+                q = td_grads_(layers, obs, actions, target, self.hand_beta)
+                with torch.no_grad():
+                    per_agent = self.loss_fn(q, target).mean(1)
+            else:
+                q = self.net(obs).gather(2, actions.unsqueeze(2)).squeeze(2)
+                # Mean within each agent, SUM across agents: each agent gets exactly its own gradient.
+                per_agent = self.loss_fn(q, target).mean(1)
+                opt.zero_grad(set_to_none=True)
+                per_agent.sum().backward()
             if hp["max_grad_norm"]:
                 clip(params, hp["max_grad_norm"])
             opt.step()
