@@ -37,7 +37,7 @@ mutate: $(STAMP) ## mutation score of the core modules (mutmut; ARGS="rl/replay.
 bench: $(STAMP) ## speed benchmarks, as ratios against a reference run in the same invocation
 	$(PY) benchmarks/run.py $(ARGS)
 
-bench-tune: $(STAMP) ## tune dqn_cartpole over seed distributions, then confirm on fresh seeds (over an hour on 2 cores)
+bench-tune: $(STAMP) ## tune dqn_cartpole over seed distributions, then confirm on fresh seeds (~20 minutes on 2 cores)
 	$(PY) benchmarks/tune_dqn.py $(ARGS)
 
 lint: $(STAMP) ## ruff
