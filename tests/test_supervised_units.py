@@ -24,20 +24,26 @@ IN, C = 3, 3
 
 
 class TinyData(L.LightningDataModule):
-    """Ten training samples (batches of 4, 4 and 2), six validation and five test samples."""
+    """Ten training samples (batches of 4, 4 and 2), six validation and five test samples, integer labels.
 
-    def __init__(self, batch_size: int | None = 4, n_train: int = 10, regression: bool = False):
+    Like most datamodules it builds the splits of the stage it is set up for (None: every stage).
+    """
+
+    def __init__(self, batch_size: int | None = 4, n_train: int = 10):
         super().__init__()
         g = torch.Generator().manual_seed(123)
 
         def split(n):
-            x = torch.randn(n, IN, generator=g)
-            y = torch.randint(0, C, (n,), generator=g)
-            return TensorDataset(x, y.float() if regression else y)
+            return TensorDataset(torch.randn(n, IN, generator=g), torch.randint(0, C, (n,), generator=g))
 
-        self.data = {"train": split(n_train), "val": split(6), "test": split(5)}
+        self.all = {"train": split(n_train), "val": split(6), "test": split(5)}
+        self.data = {}
         if batch_size is not None:
             self.batch_size = batch_size
+
+    def setup(self, stage=None):
+        for name in {"fit": ("train", "val"), "test": ("test",), None: ("train", "val", "test")}.get(stage, ()):
+            self.data[name] = self.all[name]
 
     def train_dataloader(self):
         return DataLoader(self.data["train"], batch_size=4, shuffle=True)
@@ -63,9 +69,9 @@ def make_task(loss=None, lr=0.1, seed=0, k=1, **kwargs):
 
 
 def trainer(epochs=1, **kwargs):
-    kwargs = {"logger": False, "enable_checkpointing": False, **kwargs}
+    kwargs = {"logger": False, "enable_checkpointing": False, "num_sanity_val_steps": 0, **kwargs}
     return L.Trainer(accelerator="cpu", devices=1, max_epochs=epochs, enable_progress_bar=False,
-                     enable_model_summary=False, num_sanity_val_steps=0, **kwargs)
+                     enable_model_summary=False, **kwargs)
 
 
 def fit(task, tmp_path, epochs=1, data=None, **trainer_kwargs):
@@ -134,6 +140,12 @@ def test_bad_values_are_refused():
         make_task(scheduler_interval="batch")
 
 
+def test_by_default_one_member_of_seed_0():
+    task = SupervisedTask(net=net, loss=nn.CrossEntropyLoss(), optimizer=sgd(0.1), in_features=IN, n_classes=C)
+    assert task.agent_seeds == [0] and task.n_agents == 1
+    assert_same_weights(plain(task, 0), plain(make_task(seed=0), 0), atol=0)
+
+
 def test_members_start_as_the_single_runs_of_their_seeds():
     batch, single = make_task(seed=5, k=3), make_task(seed=6)
     assert batch.agent_seeds == [5, 6, 7]
@@ -154,22 +166,26 @@ def test_per_member_loss_and_accuracy_by_hand():
 
 
 def test_one_vs_all_loss_by_hand():
-    task = SupervisedTask(net=net, loss=nn.BCEWithLogitsLoss(), optimizer=sgd(0.1), in_features=IN, n_classes=2)
-    out = torch.tensor([[[0.0, math.log(3.0)]]])  # sigmoid: 1/2 and 3/4
-    loss, acc, mae = task.per_member(out, torch.tensor([[1]]))
-    # one-hot target [0, 1]: mean of -log(1 - 1/2) and -log(3/4) over the two outputs
-    assert loss.tolist() == pytest.approx([(math.log(2) + math.log(4 / 3)) / 2])
-    assert acc.tolist() == [1.0] and mae is None
+    task = SupervisedTask(net=net, loss=nn.BCEWithLogitsLoss(), optimizer=sgd(0.1), in_features=IN, n_classes=4)
+    # each sample has one logit log 3 (sigmoid 3/4) and three 0s (sigmoid 1/2); labels 1, 2, 2 (class 3 never
+    # appears, yet is one of the outputs)
+    t = math.log(3.0)
+    out = torch.tensor([[[0.0, t, 0.0, 0.0], [0.0, 0.0, t, 0.0], [t, 0.0, 0.0, 0.0]]])
+    loss, acc, mae = task.per_member(out, torch.tensor([[1, 2, 2]]))
+    # samples 0 and 1: the label's output -log(3/4), three others -log(1/2); sample 2: -log(1/4) on output 0,
+    # -log(1/2) on the other three (its label's included)
+    assert loss.tolist() == pytest.approx([(2 * (3 * math.log(2) + math.log(4 / 3)) + math.log(4) + 3 * math.log(2)) / 12])
+    assert acc.tolist() == [pytest.approx(2 / 3)] and mae is None  # each sample's highest output is its class, but the last's
 
 
 def test_regression_loss_accuracy_and_mae_by_hand():
     task = SupervisedTask(net=net, loss=nn.MSELoss(), optimizer=sgd(0.1), in_features=IN, n_classes=3)
-    out = torch.tensor([[[0.4], [2.6], [-1.0], [5.0]]])  # rounds to 0, 3 -> clamped 2, -1 -> 0, 5 -> 2
-    y = torch.tensor([[0.0, 2.0, 1.0, 2.0]])
+    out = torch.tensor([[[0.4], [2.6], [-1.0], [5.0], [1.6]]])  # rounds to 0, 3 -> clamped 2, -1 -> clamped 0, 5 -> 2, 2
+    y = torch.tensor([[0, 2, 0, 2, 1]])  # integer labels, regressed as numbers
     loss, acc, mae = task.per_member(out, y)
-    assert loss.tolist() == pytest.approx([(0.16 + 0.36 + 4.0 + 9.0) / 4])
-    assert mae.tolist() == pytest.approx([(0.4 + 0.6 + 2.0 + 3.0) / 4])
-    assert acc.tolist() == [0.75]  # the -1 -> 0 against label 1 is the one miss
+    assert loss.tolist() == pytest.approx([(0.16 + 0.36 + 1.0 + 9.0 + 0.36) / 5])
+    assert mae.tolist() == pytest.approx([(0.4 + 0.6 + 1.0 + 3.0 + 0.6) / 5])
+    assert acc.tolist() == [pytest.approx(0.8)]  # 1.6 -> 2 against label 1 is the one miss
 
 
 # ---- training ---------------------------------------------------------------------------------
@@ -180,21 +196,22 @@ def test_each_member_trains_exactly_like_the_single_run_of_its_seed_by_hand(tmp_
     task = make_task(lr=0.3, seed=4, k=2)
     start = [plain(task, i) for i in range(2)]
     fit(task, tmp_path, epochs=2)
-    x, y = TinyData().data["train"].tensors
+    x, y = TinyData().all["train"].tensors
     for i, seed in enumerate((4, 5)):
         expected = train_by_hand(start[i], x, y, orders(seed, 10, 2), 4, 0.3, epochs=2)
         assert_same_weights(plain(task, i), expected)
 
 
-def test_gradient_norm_clipping_is_per_member(tmp_path):
+@pytest.mark.parametrize("algorithm", [None, "norm"])
+def test_gradient_norm_clipping_is_per_member(tmp_path, algorithm):
     """A norm over the whole stack would shrink the member with small gradients: each is clipped alone."""
     task = make_task(lr=0.5, seed=0, k=2)
     with torch.no_grad():  # member 1's gradients are far larger than member 0's
         for p in task.net.parameters():
             p[1].mul_(8.0)
     start = [plain(task, i) for i in range(2)]
-    fit(task, tmp_path, gradient_clip_val=0.25)
-    x, y = TinyData().data["train"].tensors
+    fit(task, tmp_path, gradient_clip_val=0.25, gradient_clip_algorithm=algorithm)
+    x, y = TinyData().all["train"].tensors
     for i in range(2):
         expected = train_by_hand(start[i], x, y, orders(i, 10, 1), 4, 0.5,
                                  clip=lambda ps: nn.utils.clip_grad_norm_(list(ps), 0.25))
@@ -205,7 +222,7 @@ def test_gradient_value_clipping(tmp_path):
     task = make_task(lr=0.5, seed=0, k=2)
     start = [plain(task, i) for i in range(2)]
     fit(task, tmp_path, gradient_clip_val=0.01, gradient_clip_algorithm="value")
-    x, y = TinyData().data["train"].tensors
+    x, y = TinyData().all["train"].tensors
     for i in range(2):
         expected = train_by_hand(start[i], x, y, orders(i, 10, 1), 4, 0.5,
                                  clip=lambda ps: nn.utils.clip_grad_value_(list(ps), 0.01))
@@ -222,7 +239,7 @@ def test_epoch_curves_are_sample_weighted_means_per_member(tmp_path):
     """lr 0: weights fixed, so the train curve over batches 4, 4, 2 is the whole training set's loss and accuracy."""
     task = make_task(lr=0.0, seed=1, k=2)
     metrics = fit(task, tmp_path, epochs=2)
-    data = TinyData().data
+    data = TinyData().all
     for i in range(2):
         rows = task.curves[i].rows
         assert sorted(rows) == [0, 1, 2]
@@ -242,14 +259,19 @@ def test_epoch_curves_are_sample_weighted_means_per_member(tmp_path):
 
 def test_regression_reports_mae(tmp_path):
     task = make_task(nn.MSELoss(), lr=0.0, k=2)
-    metrics = fit(task, tmp_path, data=TinyData(regression=True))
-    x, y = TinyData(regression=True).data["test"].tensors
+    metrics = fit(task, tmp_path)  # integer labels, regressed as numbers
+    x, y = TinyData().all["test"].tensors
+    assert y.dtype == torch.int64
     for i in range(2):
         with torch.no_grad():
             value = plain(task, i)(x).squeeze(1)
         assert metrics[i]["test/mae"] == pytest.approx((value - y).abs().mean().item(), rel=1e-6)
         assert metrics[i]["test/loss"] == pytest.approx(((value - y) ** 2).mean().item(), rel=1e-6)
-        assert "val/mae" in task.curves[i].rows[0] and "train/mae" in task.curves[i].rows[0]
+        for split in ("train", "val"):  # lr 0: the epoch's sample-weighted mean is the whole split's
+            xs, ys = TinyData().all[split].tensors
+            with torch.no_grad():
+                values = plain(task, i)(xs).squeeze(1)
+            assert task.curves[i].rows[0][f"{split}/mae"] == pytest.approx((values - ys).abs().mean().item(), rel=1e-6)
 
 
 def test_batch_size_comes_from_the_datamodule_or_its_loader(tmp_path):
@@ -275,7 +297,7 @@ def test_the_scheduler_steps_the_learning_rate(tmp_path, interval, expected):
     fit(task, tmp_path, epochs=3)
     lrs = [task.curves[0].rows[e]["train/lr"] for e in range(3)]
     assert lrs == expected
-    x, y = TinyData().data["train"].tensors
+    x, y = TinyData().all["train"].tensors
     for i in range(2):
         single, rate = start[i], 1.0
         for order in orders(i, 10, 3):
@@ -295,12 +317,13 @@ def test_the_scheduler_steps_the_learning_rate(tmp_path, interval, expected):
 
 def test_one_member_also_logs_to_the_loggers_several_do_not(tmp_path):
     for k in (1, 2):
-        log = CurveLog(tmp_path / f"logger{k}.csv", step_key="epoch")
+        log = CurveLog(tmp_path / f"logger{k}.csv")
         task = make_task(lr=0.0, k=k)
         fit(task, tmp_path, epochs=2, logger=CurveLogger(log))
         own = {s: {key: v for key, v in row.items() if "/" in key} for s, row in log.rows.items()}
         if k == 1:
             assert own == task.curves[0].rows
+            assert all(row["epoch"] == s for s, row in log.rows.items())  # the epoch, as a column of its own
         else:
             assert own == {} or all(not row for row in own.values())
 
@@ -309,10 +332,11 @@ def test_the_tuner_sees_the_members_validation_accuracy_and_prunes(tmp_path):
     """A pruner that prunes at once: training stops after epoch 0's validation, and the record says why."""
     study = optuna.create_study(direction="maximize", pruner=optuna.pruners.ThresholdPruner(lower=2.0))
     trial = study.ask()
-    task = make_task(lr=0.1, k=3)
+    task = make_task(lr=0.1, k=4)
     task.trial_reporter = TrialReporter(trial)
     fit(task, tmp_path, epochs=3)
-    accs = [task.curves[i].rows[0]["val/acc"] for i in range(3)]
+    accs = [task.curves[i].rows[0]["val/acc"] for i in range(4)]
+    assert fast_iqm(accs) != fast_iqm([task.curves[i].rows[0]["train/acc"] for i in range(4)])  # it is the validation's
     assert trial.storage.get_trial(trial._trial_id).intermediate_values == {0: pytest.approx(fast_iqm(accs))}
     assert 1 not in task.curves[0].rows or "val/acc" not in task.curves[0].rows[1]  # no second epoch
     record = task.agent_record(0)
@@ -345,7 +369,7 @@ def test_a_resumed_fit_continues_exactly(tmp_path):
     assert resumed.time_breakdown_s["earlier_segment"] == 1.5 and resumed.time_breakdown_s["fit"] > 0
 
     other = make_task(lr=0.3, seed=3, k=2)
-    with pytest.raises(ValueError, match=r"checkpoint holds seeds \[2, 3\], this run has \[3, 4\]"):
+    with pytest.raises(ValueError, match=r"checkpoint holds seeds \[2, 3\], this run has \[3, 4\]; resume with the same seed and seeds_per_process"):
         other.on_load_checkpoint(saved)
     other.on_load_checkpoint({})  # a checkpoint without the pipeline's part: nothing to restore
     assert other._resume_extra is None
@@ -360,3 +384,62 @@ def test_agent_state_dict_is_the_plain_network_of_that_member(tmp_path):
         single.load_state_dict(task.agent_state_dict(i))
         with torch.no_grad():
             assert torch.allclose(single(x), task.net(x.unsqueeze(0).expand(2, -1, -1))[i], atol=1e-6)
+
+
+def test_what_callbacks_and_the_progress_bar_see(tmp_path):
+    """`train_loss` is the members' mean epoch loss, `val_acc` their mean validation accuracy (what a monitor reads)."""
+    task = make_task(lr=0.0, k=3)
+    tr = trainer(2)
+    task.curves = [CurveLog(tmp_path / f"a{i}.csv") for i in range(3)]
+    task.attach_data(TinyData())
+    tr.fit(task)  # (fit_and_evaluate's test afterwards starts Lightning's metrics afresh)
+    assert set(tr.progress_bar_metrics) == {"train_loss", "val_acc"}
+    rows = [task.curves[i].rows[1] for i in range(3)]
+    assert float(tr.callback_metrics["train_loss"]) == pytest.approx(sum(r["train/loss"] for r in rows) / 3, rel=1e-6)
+    assert float(tr.callback_metrics["val_acc"]) == pytest.approx(sum(r["val/acc"] for r in rows) / 3, rel=1e-6)
+
+
+def test_a_sanity_validation_before_training_changes_nothing(tmp_path):
+    plain_run, checked = make_task(lr=0.3, k=2), make_task(lr=0.3, k=2)
+    fit(plain_run, tmp_path / "a", epochs=2)
+    fit(checked, tmp_path / "b", epochs=2, num_sanity_val_steps=1)
+    assert checked.curves[0].rows == plain_run.curves[0].rows and checked.curves[1].rows == plain_run.curves[1].rows
+
+
+def test_the_wall_time_is_split_into_fit_and_test(tmp_path):
+    import time
+
+    task = make_task(k=2)
+    t0 = time.perf_counter()
+    fit(task, tmp_path)
+    wall = time.perf_counter() - t0
+    assert 0 < task.time_breakdown_s["fit"] + task.time_breakdown_s["test"] <= wall
+
+
+def test_a_non_finite_loss_names_its_step(tmp_path):
+    from pipeline.tasks.base import NonFiniteLossError
+
+    task = make_task(k=2)
+    with torch.no_grad():
+        next(task.net.parameters())[1].fill_(float("nan"))  # member 1 only: the run still stops
+    with pytest.raises(NonFiniteLossError, match="loss became nan at step 0; lower the learning rate"):
+        fit(task, tmp_path)
+
+
+def test_a_checkpoint_is_loaded_as_plain_weights_only(tmp_path):
+    """A checkpoint holding an arbitrary pickled object is refused (weights_only loading), not executed."""
+    from pathlib import Path
+
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    first = make_task(k=2)
+    first.curves = [CurveLog(tmp_path / f"a{i}.csv") for i in range(2)]
+    first.fit_and_evaluate(trainer(1, enable_checkpointing=True, callbacks=[ModelCheckpoint(dirpath=tmp_path, save_last=True)]),
+                           TinyData(), None)
+    state = torch.load(tmp_path / "last.ckpt", weights_only=True)
+    state["note"] = Path("an object a plain-weights load refuses")
+    torch.save(state, tmp_path / "tampered.ckpt")
+    resumed = make_task(k=2)
+    resumed.curves = [CurveLog(tmp_path / f"b{i}.csv") for i in range(2)]
+    with pytest.raises(Exception, match="Weights only load failed"):
+        resumed.fit_and_evaluate(trainer(2), TinyData(), str(tmp_path / "tampered.ckpt"))
