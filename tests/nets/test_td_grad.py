@@ -68,3 +68,18 @@ def test_only_relu_mlps_and_td_losses_are_written_out():
     assert loss_derivative(nn.SmoothL1Loss(beta=0.0)) is None  # L1: not written out
     assert loss_derivative(nn.HuberLoss()) is None
     assert loss_derivative(nn.L1Loss()) is None
+
+
+@pytest.mark.parametrize("chunk_elements", [1, 300, 1 << 18])
+def test_chunked_forward_equals_the_network(monkeypatch, chunk_elements):
+    """The no-grad forward used for a round's TD targets gives the network's outputs, however it is chunked."""
+    import pipeline.nets.td_grad as td_grad
+
+    monkeypatch.setattr(td_grad, "CHUNK_ELEMENTS", chunk_elements)
+    net = ensemble(3, (16, 8))
+    x = torch.randn(3, 50, 6, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        expected = net(x)
+    out = td_grad.relu_mlp_forward(relu_mlp_layers(net), x)
+    assert out.shape == expected.shape == (3, 50, 3)
+    torch.testing.assert_close(out, expected, rtol=1e-6, atol=1e-7)

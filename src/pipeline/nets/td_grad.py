@@ -46,6 +46,26 @@ def loss_derivative(loss: nn.Module) -> float | None:
     return None
 
 
+# Rows of a no-grad forward per chunk: about this many hidden activations at a time (K x rows x width),
+# small enough to stay in cache. One [64, 2048, 96] activation (a round's TD targets at K = 64) is 50 MB:
+# allocating, faulting in and streaming it cost 3-4x the chunked forward's time (measured 129 vs 33 ms).
+CHUNK_ELEMENTS = 1 << 18
+
+
+@torch.no_grad()
+def relu_mlp_forward(layers: list[EnsembleLinear], x: torch.Tensor) -> torch.Tensor:
+    """The network's output for x [K, N, F] without autograd: in-place ReLUs, N split into cache-sized chunks."""
+    x = x.flatten(2) if x.dim() > 3 else x
+    width = max(layer.out_features for layer in layers)
+    rows = max(1, CHUNK_ELEMENTS // (x.shape[0] * width))
+    outputs = []
+    for chunk in x.split(rows, dim=1):
+        for layer in layers[:-1]:
+            chunk = torch.baddbmm(layer.bias, chunk, layer.weight).relu_()
+        outputs.append(torch.baddbmm(layers[-1].bias, chunk, layers[-1].weight))
+    return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=1)
+
+
 @torch.no_grad()
 def td_grads_(
     layers: list[EnsembleLinear], obs: torch.Tensor, actions: torch.Tensor, target: torch.Tensor, beta: float

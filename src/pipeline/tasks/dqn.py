@@ -23,6 +23,7 @@ enough, the replay buffer); run.py saves it periodically and on SIGINT/SIGTERM a
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -34,7 +35,7 @@ from torch.utils.data import DataLoader
 
 from pipeline.checkpoint import rng_state, set_rng_state
 from pipeline.nets.ensemble import clip_grad_norm_per_member_, keep_optimizer_members_, make_ensemble
-from pipeline.nets.td_grad import loss_derivative, relu_mlp_layers, td_grads_
+from pipeline.nets.td_grad import loss_derivative, relu_mlp_forward, relu_mlp_layers, td_grads_
 from pipeline.rl.envs import env_threshold, make_env
 from pipeline.rl.replay import ReplayBuffer
 from pipeline.rl.schedules import epsilon_at
@@ -403,14 +404,16 @@ class DQNTask(Task):
         # A hard-updated target is fixed for the whole round, so without double DQN (whose argmax uses
         # the changing online net) or noise, every TD target of the round comes from one batched forward.
         fixed = hp["target_update"] == "hard" and not hp["double_dqn"] and not self.noisy
+        layers = relu_mlp_layers(self.net) if self.hand_beta is not None else None
         if fixed:
             K = len(self.slots)
             next_obs = batches.next_obs.transpose(0, 1).reshape(K, G * B, *self.obs_shape)
+            target_layers = relu_mlp_layers(self.target_net) if layers is not None else None
+            target_net = self.target_net if target_layers is None else functools.partial(relu_mlp_forward, target_layers)
             all_targets = td_targets(
-                self.target_net, self.net, batches.rewards.transpose(0, 1).reshape(K, G * B), next_obs,
+                target_net, self.net, batches.rewards.transpose(0, 1).reshape(K, G * B), next_obs,
                 batches.dones.transpose(0, 1).reshape(K, G * B), hp["gamma"], double=False,
             ).view(K, G, B).transpose(0, 1)
-        layers = relu_mlp_layers(self.net) if self.hand_beta is not None else None
         losses, q_means = [], []
         for g in range(G):
             obs, actions, rewards, next_obs, dones = (t[g] for t in batches)
