@@ -3,9 +3,12 @@
 We observe bids from an ``n``-bidder first-price auction, not the values behind them, and ask what a
 statistic (expected revenue or welfare) would be under new rules once the bidders re-optimise.
 
-- Point estimate (epsilon = 0): invert each bid to a type that makes it a best response against the
-  other observed bids, then solve the new game's symmetric equilibrium over the discrete grid by
-  fictitious play and read off the statistic.
+- Point estimate (epsilon = 0): invert the bids to the value distribution through the symmetric
+  first-order condition v = b + F(b) / ((n - 1) f(b)), F and f from a local quadratic fit to the
+  bid CDF (`inverted_value_cdf`: no first-order bias at the top of the bids, off the grid). Second
+  price, where bidding the value is dominant, is then read off that distribution directly
+  (`second_price_point`); first price solves the new game's symmetric equilibrium over the
+  discrete grid by fictitious play.
 - Bounds (epsilon > 0): the lowest and highest statistic over every type assignment and
   counterfactual play that are epsilon-consistent: each data point's observed bid has regret
   <= epsilon for its type in the logged game, and its counterfactual bid has regret <= epsilon in
@@ -13,7 +16,8 @@ statistic (expected revenue or welfare) would be under new rules once the bidder
 
 Bids live on a grid 0, step, ..., max(1, largest bid) (step 0.01 by default) and types at the
 midpoints of its cells (`type_grid`); regret is in the units of the values. The logged opponents'
-bids are kernel-smoothed before inverting (`fit_logged_auction`, `default_bandwidth`). All
+bids are smoothed before computing regrets (`fit_logged_auction`, `smoothing_kernel`,
+`default_bandwidth`: the same local quadratic CDF fit as the point estimate's). All
 arithmetic is float64 torch on ``device``, vectorised over data points, types and actions. Data
 points with the same bid are exchangeable (same consistent types, same choices), so the per-point
 work is done once per distinct bid and weighted by its count: an iteration costs the same for
@@ -48,7 +52,6 @@ PREFIX = {"revenue": "cf", "welfare": "cfw"}
 DEFAULT_EPSILONS = (0.001, 0.005, 0.02)
 DEFAULT_ITERS = 200
 DEFAULT_POINT_ITERS = 1000
-TOP_FIT_BANDWIDTHS = (1.0, 3.0)
 MAX_GRID_POINTS = 2001
 # Regrets are differences of float64 sums of at most a few hundred terms in [0, 1]; anything this
 # small is a tie (an exact best response), not a real loss.
@@ -156,52 +159,112 @@ def type_grid(actions: Tensor) -> Tensor:
 
 
 def smoothing_kernel(
-    n_actions: int, lo: int, hi: int, cells: float, device=None, end_widths: tuple[float, float] = (0.5, 0.5)
+    n_actions: int, lo: int, hi: int, cells: float, device=None, ends: tuple[float, float] | None = None
 ) -> Tensor:
-    """(A, A) matrix that kernel-smooths a bid histogram on the grid: ``smoothed = counts @ kernel``.
+    """(A, A) matrix that smooths a bid histogram on the grid: ``smoothed = counts @ kernel``.
 
-    A Gaussian of ``cells`` grid cells (0: no smoothing) on the bid DENSITY, restricted to the
-    observed support, grid indices ``lo..hi``. Mass pushed past an end folds back in, mirrored at
-    the end cell's outer edge, which keeps a flat density flat. The end cells hold only half a
-    cell of data (rounding gives the largest bid only the half of its cell inside the support: a
-    bid of 0 stands for [0, step/2)), so their counts are doubled before smoothing and halved
-    after. ``end_widths`` are those fractions (of a cell) when the data say otherwise: continuous
-    bids whose largest is 2/3 fill only a sixth of the 0.67 cell, and taking it for half a cell
-    read the top density a third low and put the inverted values near the top 0.01-0.05 too high. Without both corrections the top of the support read as a density dip or bump within
-    a bandwidth of it, and since t - b = W / density there, the inverted types just below the top
-    moved by up to 0.04, and the r = 0.9 revenue by 0.03-0.1.
+    The smoothed count of cell j is S(upper edge of j) - S(lower edge of j), where S is a local
+    quadratic fit (`local_cdf_fit`: Gaussian weights of ``cells`` grid cells; 0: no smoothing) to
+    the empirical CDF at the cell edges of the observed support, grid indices ``lo..hi``, held to
+    the known 0 and N at the support's ends, ``ends`` (in cells: the smallest and largest bid /
+    step; None: bids on the grid, so the end cells hold half a cell each).
+
+    Why the CDF and not the density: a smoothed density is biased within a bandwidth of an end of
+    the support (reflection, the rule before this one, keeps only a flat density flat: one with
+    slope s at the top reads about 0.8 s h too low there), and since t - b = G / g the inverted
+    values within a bandwidth of the highest bid moved by 2-10% on non-uniform values (second
+    price at r = 0.9 off by 0.02-0.12, not falling with N). A local quadratic has no first-order
+    bias at an end for the level or the slope, and an error in the CDF stays where it is. The end
+    cells need no special case: a cell the data fill only in part (the largest of the continuous
+    bids 2v/3 fills a sixth of the 0.67 cell) gets the CDF's rise between its lower edge and the
+    largest bid. The smoothed counts can dip below 0 where the fit is not monotone; they are
+    clipped where used.
     """
     eye = torch.eye(n_actions, dtype=torch.float64, device=device)
-    if cells <= 0 or hi <= lo:
+    if cells <= 0 or hi - lo < 3:
         return eye
-    index = torch.arange(n_actions, device=device)
-    offsets = torch.arange(-math.ceil(4 * cells), math.ceil(4 * cells) + 1, device=device)
-    target = index[:, None] + offsets[None, :]
-    weight = torch.exp(-0.5 * (offsets.double() / cells) ** 2).expand(n_actions, -1)
-    target = torch.where(target < lo, 2 * lo - 1 - target, target)
-    target = torch.where(target > hi, 2 * hi + 1 - target, target).clamp(lo, hi)
-    kernel = torch.zeros(n_actions, n_actions, dtype=torch.float64, device=device)
-    kernel.scatter_add_(1, target, weight.contiguous())
-    kernel = kernel / kernel.sum(1, keepdim=True)
-    width = torch.ones(n_actions, dtype=torch.float64, device=device)
-    width[lo], width[hi] = end_widths
-    kernel = kernel * width[None, :] / width[:, None]
-    inside = (index >= lo) & (index <= hi)
-    return torch.where(inside[:, None], kernel, eye)
+    edge = cdf_points(lo, hi, ends, device)
+    level, _ = local_cdf_fit(edge, cells)
+    rise = level[1:] - level[:-1]  # (cell j - lo, CDF point)
+    # A count in cell i adds to every CDF point from its own upper edge (point i - lo + 1) up.
+    per_count = rise.flip(1).cumsum(1).flip(1)[:, 1:]  # (cell j - lo, cell i - lo)
+    kernel = eye.clone()
+    kernel[lo:hi + 1, lo:hi + 1] = per_count.T
+    return kernel
+
+
+def cdf_points(lo: int, hi: int, ends: tuple[float, float] | None = None, device=None) -> Tensor:
+    """(hi - lo + 2,) where the bid CDF is read, in grid cells: the smallest bid, then each cell's upper
+    edge, the last one at the largest bid (``ends``; None: bids on the grid, half a cell inside)."""
+    lower, upper = (lo, hi) if ends is None else ends
+    edge = torch.arange(lo - 1, hi + 1, dtype=torch.float64, device=device) + 0.5
+    edge[0] = min(lower, lo + 0.5)
+    edge[-1] = max(upper, hi - 0.5 + 1e-6)
+    return edge
+
+
+def local_cdf_fit(edge: Tensor, cells: float) -> tuple[Tensor, Tensor]:
+    """(E, E) weights of a local quadratic fit at each point of ``edge``: (level, slope per cell).
+
+    Row t applied to the empirical CDF at ``edge`` gives the fitted CDF at edge[t] and its slope
+    there (Gaussian weights of ``cells``, cut at 5 of them). A quadratic has no first-order bias
+    at the ends for either (Fan & Gijbels 1996, 3.2), unlike a kernel density there.
+    """
+    offset = edge[None, :] - edge[:, None]  # (target, source)
+    weight = torch.exp(-0.5 * (offset / cells) ** 2) * (offset.abs() <= 5 * cells)
+    weight[:, [0, -1]] *= 1000.0  # the CDF is known at the ends (0 and 1): the fit passes through them
+    design = torch.stack([torch.ones_like(offset), offset, offset**2], -1)  # (E, E, 3)
+    gram = torch.einsum("tsp,ts,tsq->tpq", design, weight, design)
+    fit = torch.linalg.solve(gram, (design * weight[..., None]).transpose(1, 2))  # (target, coef, source)
+    return fit[:, 0, :], fit[:, 1, :]
+
+
+def inverted_value_cdf(bids: Tensor, n_bidders: int, grid: float, bandwidth: float | None = None) -> tuple[Tensor, Tensor]:
+    """The value CDF the logged bids imply, as points (values (E,), CDF (E,)) to interpolate between.
+
+    At each CDF point b (`cdf_points`) the symmetric first-order condition gives the value
+    v(b) = b + F(b) / ((n - 1) f(b)), with F and f the level and slope of a local quadratic fit to
+    the empirical bid CDF (`local_cdf_fit`; no first-order bias at the top of the bids, where the
+    high reserves are decided), and P(V <= v(b)) = F(b), read off the empirical CDF. The v's are
+    kept increasing by a running minimum from the top (see the code for why). The top of the
+    values is v at the largest bid: b_max + 1 / ((n - 1) f(b_max)).
+    """
+    bids = bids.flatten()
+    cells = (default_bandwidth(bids) if bandwidth is None else bandwidth) / grid
+    index = torch.round(bids / grid).long()
+    lo, hi = int(index.min()), int(index.max())
+    edge = cdf_points(lo, hi, (float(bids.min()) / grid, float(bids.max()) / grid), bids.device)
+    counts = torch.zeros(hi - lo + 1, dtype=torch.float64, device=bids.device).index_add_(
+        0, index - lo, torch.ones_like(bids))
+    empirical = torch.cat([counts.new_zeros(1), counts.cumsum(0)]) / bids.numel()
+    if cells <= 0 or hi - lo < 3:
+        raise ValueError(f"the bids fill {hi - lo + 1} grid cells: too few to invert (use a finer grid)")
+    level_weights, slope_weights = local_cdf_fit(edge, cells)
+    level = (level_weights @ empirical).clamp(0.0, 1.0)
+    density = (slope_weights @ empirical) / grid  # per bid unit
+    spread = (float(bids.max()) - float(bids.min())) or 1.0
+    values = edge * grid + level / ((n_bidders - 1) * density.clamp_min(1e-6 / spread))
+    # Values rise with bids. Where the fit says otherwise it is at the bottom, where F and f both
+    # vanish (values with a density near 0 there, like F = v^2, read F / f = 0 / 0): the running
+    # minimum from the top keeps each value at or below every value above it. At the top f never
+    # vanishes in equilibrium (f(b_max) = 1 / ((n - 1) (v_top - b_max))).
+    return values.flip(0).cummin(0).values.flip(0), empirical
 
 
 def default_bandwidth(bids: Tensor) -> float:
-    """Three times Silverman's rule of thumb: 3 * 1.06 * std * N^(-1/5), in bid units (0.083 for 5,000 bids).
+    """1.5 times Silverman's rule of thumb: 1.5 * 1.06 * std * N^(-1/5), in bid units (0.042 for 5,000 bids
+    of U[0, 0.5]), the bandwidth of the local quadratic fit to the bid CDF (`local_cdf_fit`).
 
-    Silverman's rule is tuned for the density itself; the point estimate instead integrates the
-    inverted types, and at high reserves it hinges on the bid density within a few cells of the
-    top of the support, where the density estimate has half the data. Over 8 seeds of 5,000
-    equilibrium bids the worst point error at reserve 0.9 was 0.041 with 1x, 0.040 with 2x and
-    0.022 with 3x (0.015 at 20,000 bids); at reserve 0.5 it was 0.014 with 1x and 0.009 with 3x.
-    Those bids have a flat density, where smoothing costs no bias; a strongly curved bid
-    density deserves a smaller ``bandwidth``.
+    Inside the support that fit's slope is a Gaussian kernel density estimate with this bandwidth,
+    for which Silverman's rule is the normal-reference choice; the multiplier was chosen on the
+    worst second-price point error over reserves 0-0.9 (`benchmarks/rmac_grid.py`, exact
+    equilibrium bids, values F = u, v^2, sqrt(v), Beta(2,2), 2/3/5 bidders, 3 seeds each,
+    N = 5,000 auctions): mean over the 12 cases 0.016 / 0.015 / 0.015 / 0.021 and worst 0.027 /
+    0.028 / 0.031 / 0.049 at 1x / 1.5x / 2x / 3x. Wider is better where the bid density is flat
+    (uniform: 0.021 at 3x against 0.024 at 1x) and worse where it bends (Beta(2,2), whose values
+    have a square-root cusp at the top: 0.016 at 1x, 0.049 at 3x).
     """
-    return float(3 * 1.06 * bids.std() * bids.numel() ** -0.2)
+    return float(1.5 * 1.06 * bids.std() * bids.numel() ** -0.2)
 
 
 @dataclass
@@ -281,6 +344,7 @@ def fit_logged_auction(
         if float(opponents.max()) > top + grid / 2:
             raise ValueError(f"a competing bid {float(opponents.max()):g} lies above the grid's top {top:g}; raise top")
         counts, _ = _smoothed_counts(opponents, grid, n_actions, bandwidth)
+        counts = counts.clamp_min(0.0)
         win = win_probability(counts / counts.sum(), 1).expand(class_bid.numel(), -1)
     regret = torch.empty(class_bid.numel(), n_types, dtype=torch.float64, device=bids.device)
     # (C, T, A) utilities in class chunks keep memory bounded on fine grids.
@@ -296,14 +360,11 @@ def fit_logged_auction(
 
 
 def _smoothed_counts(bids: Tensor, grid: float, n_actions: int, bandwidth: float | None) -> tuple[Tensor, Tensor]:
-    """Kernel-smoothed bid counts on the grid (see `smoothing_kernel`) and the kernel itself."""
+    """Smoothed bid counts on the grid (see `smoothing_kernel`) and the kernel itself."""
     index = torch.round(bids / grid).long().clamp(0, n_actions - 1)
     bandwidth = default_bandwidth(bids) if bandwidth is None else bandwidth
-    lo, hi = int(index.min()), int(index.max())
-    # How much of the end cells the data occupy: half for bids on the grid, less for continuous ones.
-    end_widths = (min(1.0, max(0.05, lo + 0.5 - float(bids.min()) / grid)),
-                  min(1.0, max(0.05, float(bids.max()) / grid - hi + 0.5)))
-    kernel = smoothing_kernel(n_actions, lo, hi, bandwidth / grid, bids.device, end_widths if lo < hi else (0.5, 0.5))
+    ends = (float(bids.min()) / grid, float(bids.max()) / grid)
+    kernel = smoothing_kernel(n_actions, int(index.min()), int(index.max()), bandwidth / grid, bids.device, ends)
     counts = torch.zeros(n_actions, dtype=torch.float64, device=bids.device).index_add_(
         0, index, torch.ones_like(bids))
     return counts @ kernel, kernel
@@ -350,17 +411,21 @@ def invert_types(logged: LoggedAuction, generator: torch.Generator | None = None
 def point_types(logged: LoggedAuction, max_type: float | None = None) -> Tensor:
     """(C, T) mask of the types the point estimate gives each distinct bid: its tied best responses.
 
-    Types above ``max_type`` are left out (a bid they alone rationalise goes to the highest type
-    below it): the highest bid is a best response for every type from its value up to far above
-    it (see `choose_value_scale`).
+    Types above ``max_type`` are left out (`_cap_types`): on a grid the highest bid is a best
+    response for every type from its value up to b + step / P(tie at b), 1.5-4x the value on 5,000 bids.
     """
-    ok = logged.consistent(0.0)
-    if max_type is not None:
-        below = logged.types <= max_type
-        highest_below = int(below.nonzero().max()) if below.any() else 0
-        ok = ok & below
-        ok[ok.sum(1) == 0, highest_below] = True
-    return ok
+    return _cap_types(logged.consistent(0.0), logged.types, max_type)
+
+
+def _cap_types(mask: Tensor, types: Tensor, max_type: float | None) -> Tensor:
+    """(C, T) ``mask`` without the types above ``max_type``; a bid left with none gets the highest type below it."""
+    if max_type is None:
+        return mask
+    below = types <= max_type
+    highest_below = int(below.nonzero().max()) if below.any() else 0
+    mask = mask & below
+    mask[mask.sum(1) == 0, highest_below] = True
+    return mask
 
 
 def type_distribution(logged: LoggedAuction, max_type: float | None = None) -> Tensor:
@@ -371,6 +436,73 @@ def type_distribution(logged: LoggedAuction, max_type: float | None = None) -> T
     """
     ok = point_types(logged, max_type).double()
     return (logged.class_weight / ok.sum(1)) @ ok
+
+
+def _interp(x: Tensor, xp: Tensor, fp: Tensor) -> Tensor:
+    """Piecewise-linear interpolation through (xp, fp), xp increasing; constant beyond the ends."""
+    right = torch.searchsorted(xp, x, right=True).clamp(1, xp.numel() - 1)
+    x0, x1, f0, f1 = xp[right - 1], xp[right], fp[right - 1], fp[right]
+    share = ((x - x0) / (x1 - x0).clamp_min(1e-300)).clamp(0.0, 1.0)
+    inside = f0 + share * (f1 - f0)
+    return torch.where(x < xp[0], fp[0], torch.where(x >= xp[-1], fp[-1], inside))
+
+
+def value_type_weights(values: Tensor, cdf: Tensor, actions: Tensor, max_type: float | None = None) -> Tensor:
+    """(T,) mass of each type cell [a_k, a_(k+1)) under the value CDF through (values, cdf) (`inverted_value_cdf`).
+
+    The CDF is linear between its points, so a cell that the values fill only in part gets only
+    that part (the top cell above the largest value gets nothing). Mass above ``max_type`` goes
+    to the last cell below it.
+    """
+    at_edges = _interp(actions, values, cdf)
+    at_edges[-1] = cdf[-1]  # values above the grid's top count in its last cell
+    if max_type is not None:
+        cells_below = max(1, int((actions[1:] <= max_type + 1e-9 * float(actions[-1])).sum()))
+        at_edges[cells_below:] = cdf[-1]
+    return (at_edges[1:] - at_edges[:-1]).clamp_min(0.0)
+
+
+def value_point_mask(values: Tensor, logged: LoggedAuction, max_type: float | None = None) -> Tensor:
+    """(C, T) the types the point estimate gives each distinct bid: those whose cells meet the
+    values [v(lower edge), v(upper edge)] of the bid's grid cell (`inverted_value_cdf`)."""
+    lo = int(logged.class_bid.min())
+    v_low, v_high = values[logged.class_bid - lo], values[logged.class_bid - lo + 1]
+    cell_low, cell_high = logged.actions[:-1], logged.actions[1:]
+    mask = (cell_high[None, :] > v_low[:, None]) & (cell_low[None, :] <= v_high[:, None])
+    return _cap_types(mask, logged.types, max_type)
+
+
+def second_price_point(
+    values: Tensor, cdf: Tensor, n_bidders: int, reserve: float, statistic: str, max_value: float | None = None
+) -> float:
+    """Second price with ``reserve`` under the value CDF through (values, cdf) (`inverted_value_cdf`), off the grid.
+
+    Bidding the value is dominant, so there is no game to solve: with F linear between its points
+    and T its top, revenue = r P(V(1) >= r > V(2)) + E[V(2) 1{V(2) >= r}]
+    = r n F(r)^(n-1) (1 - F(r)) + T - r H(r) - int_r^T H, H = F^n + n F^(n-1) (1 - F) the second
+    highest value's CDF, and welfare = E[V(1) 1{V(1) >= r}] = T - r F(r)^n - int_r^T F^n
+    (Simpson's rule between the CDF's points). Solving it on the grid instead (types at cell
+    midpoints bidding grid points) moved every reserve's revenue by up to half a cell, 0.004 on
+    F = v^2 or sqrt(v) with a 0.01 grid, whatever N. Values above ``max_value`` count as ``max_value``.
+    """
+    n = n_bidders
+    if max_value is not None:
+        values = values.clamp_max(max_value)
+    top = float(values[-1])
+    if reserve >= top:
+        return 0.0
+
+    def second(f: Tensor) -> Tensor:
+        return f**n + n * f ** (n - 1) * (1 - f) if statistic == "revenue" else f**n
+
+    knots = torch.cat([values.new_tensor([reserve]), values[values > reserve]]).unique()
+    middle = (knots[1:] + knots[:-1]) / 2
+    at = [second(_interp(x, values, cdf)) for x in (knots[:-1], middle, knots[1:])]
+    integral = float(((knots[1:] - knots[:-1]) * (at[0] + 4 * at[1] + at[2]) / 6).sum())
+    f_r = float(_interp(values.new_tensor([reserve]), values, cdf)[0])
+    below = float(second(values.new_tensor([f_r]))[0])
+    sold_at_reserve = reserve * n * f_r ** (n - 1) * (1 - f_r) if statistic == "revenue" else 0.0
+    return sold_at_reserve + top - reserve * below - integral
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -537,8 +669,7 @@ class ValueScale:
 
     unit: float
     top: float  # internal units (multiples of ``unit``)
-    estimated_top_value: float  # data units: the largest value the logged bids imply
-    widened: int = 0  # times the grid was widened because inverted types reached its top
+    estimated_top_value: float  # data units: the rough top (b_max + 1 / g(b_max), g from a window), sets the unit
 
 
 def _nice(x: float) -> float:
@@ -554,17 +685,13 @@ def choose_value_scale(
     """The value grid the logged bids need, in their own units.
 
     The highest bid b is the best response of the highest type, t = b + G(b) / g(b) with G the
-    highest competing bid's CDF (1 there) and g = (n - 1) f(b), f the bid density at the top, read
-    off the bids within a bandwidth of it: that rough t sets the unit (the grid step), but it was
-    2-6% high on 5,000 uniform bids, which put mass above the true top and cost 0.04-0.06 of revenue
-    at a reserve equal to it. So the top is refined from the inversion itself: on a probe grid up
-    to 1.5 t, the highest type each distinct bid best-responds for traces the inverse bid
-    function, and a line through six distinct bids below the top two is extrapolated to the
-    highest bid. The top two cannot be used: on a grid every type from the highest bid's value up
-    to b + step / P(tie at b) best-responds with it (about 1.5-4x the value on 5,000 bids), and the
-    second reads the thin top cell; that is also why the grid stops at the top rather than beyond.
+    highest competing bid's CDF (1 there) and g = (n - 1) f(b), f the bid density at the top. A
+    rough t, with f read off the bids within a bandwidth of the top, sets the unit (the grid step).
+    The top is then the largest value of `inverted_value_cdf` (f from a local quadratic fit to the
+    bid CDF, unbiased at the top to first order), rounded up to the grid. Values above the top the
+    fit implies are not cut: the grid reaches it, at least one cell above the highest bid.
     """
-    bids = bids.flatten()
+    bids = bids.flatten().to(device)
     top_bid = float(bids.max())
     if top_bid <= 0:
         raise ValueError("every logged bid is 0; there is nothing to invert")
@@ -572,27 +699,11 @@ def choose_value_scale(
     density = float((bids >= top_bid - h).sum()) / (bids.numel() * h)
     top_value = top_bid + 1.0 / ((n_bidders - 1) * density)
     unit = _nice(grid * top_value) / grid
-    top = 1.5 * top_value / unit
-    for widened in range(4):  # noqa: B007 (reported in ValueScale)
-        probe = fit_logged_auction(bids / unit, n_bidders, grid, device,
-                                   None if bandwidth is None else bandwidth / unit, top=top)
-        if not _cut_off(probe):
-            break
-        top *= 1.5
-    # Each distinct bid b is a best response up to the type where b + step takes over: the
-    # inverse bid function at b + step / 2. A line through six of them below the top two.
-    # Fit the line where the boundary does not reach: TOP_FIT_BANDWIDTHS bandwidths below the top bid.
-    cells = (default_bandwidth(bids) if bandwidth is None else bandwidth) / unit / grid
-    position = probe.class_bid
-    window = (position <= position[-1] - 2 - TOP_FIT_BANDWIDTHS[0] * cells) & (
-        position >= position[-1] - 2 - TOP_FIT_BANDWIDTHS[1] * cells - 6)
-    edges = _best_response_edges(probe)[window]
-    if edges.numel() >= 2:
-        x = probe.actions[probe.class_bid[window]] + grid / 2
-        slope = float(((x - x.mean()) * (edges - edges.mean())).sum() / ((x - x.mean()) ** 2).sum())
-        refined = float(edges.mean()) + slope * (float(bids.max()) / unit - float(x.mean()))
-        top = max(round(refined / grid), int(math.ceil(float(bids.max()) / unit / grid - 0.5)) + 1) * grid
-    return ValueScale(unit, top, top_value, widened)
+    values, _ = inverted_value_cdf(bids / unit, n_bidders, grid, None if bandwidth is None else bandwidth / unit)
+    # A fitted density near 0 at the top would put the top anywhere: at most twice the rough one.
+    largest = min(float(values[-1]), 2 * top_value / unit)
+    top = max(math.ceil(largest / grid - 1e-9), round(top_bid / unit / grid) + 1) * grid
+    return ValueScale(unit, top, top_value)
 
 
 def known_value_scale(top_value: float, grid: float = 0.01) -> ValueScale:
@@ -601,24 +712,6 @@ def known_value_scale(top_value: float, grid: float = 0.01) -> ValueScale:
         raise ValueError(f"value_top={top_value}: the largest possible value must be > 0")
     unit = _nice(grid * top_value) / grid
     return ValueScale(unit, top_value / unit, top_value)
-
-
-def _best_response_edges(logged: LoggedAuction) -> Tensor:
-    """(C,) the type indifferent between each distinct bid a and the next grid bid a + step.
-
-    (t - a) w(a) = (t - a - step) w(a + step), solved for t: exact, not rounded to a type cell.
-    """
-    a = logged.class_bid.clamp_max(logged.actions.numel() - 2)
-    rows = torch.arange(a.numel(), device=a.device)
-    w_here, w_next = logged.class_win[rows, a], logged.class_win[rows, a + 1]
-    gain = (w_next - w_here).clamp_min(1e-300)
-    return (logged.actions[a + 1] * w_next - logged.actions[a] * w_here) / gain
-
-
-def _cut_off(logged: LoggedAuction) -> bool:
-    """Whether a bid below the highest one best-responds only with the top grid type (types cut off)."""
-    ok = logged.consistent(0.0)[:-1]
-    return bool((ok[:, -1] & (ok.sum(1) == 1)).any())
 
 
 @dataclass
@@ -651,13 +744,19 @@ def predict_counterfactuals(
     the bid grid's step as a fraction of the value scale (`choose_value_scale`; pass ``scale`` to
     fix it). The point estimate's types stop at the scale's top; the bounds range over types up to
     ``headroom`` times it, so that bids shaded more than the equilibrium (values above what the
-    equilibrium inversion implies) stay epsilon-consistent with their true values. ``bandwidth`` smooths the logged bids, in the data's units (see `fit_logged_auction`).
+    equilibrium inversion implies) stay epsilon-consistent with their true values. ``bandwidth``
+    smooths the logged bids, in the data's units (see `fit_logged_auction`, `inverted_value_cdf`).
+    The point's value distribution is `inverted_value_cdf`'s: second price reads it directly
+    (`second_price_point`), first price plays fictitious play with it binned into the type cells
+    (`value_type_weights`), and the bounds start from that grid profile with the point's types
+    (`value_point_mask`) added to every epsilon's consistent set.
     ``n_iters`` is the bounds' iteration count, ``point_iters`` the point estimate's: that one is
     cheap (one profile, no gradient) and, on first price, its average still sat 0.004-0.006 below
     the equilibrium revenue after 200 iterations, 0.001 after 800 (the error shrinks like 1/k).
 
-    The exact bounds contain the point (it is feasible) and widen with epsilon (the feasible sets
-    grow). The reported ones are forced to: each is the min/max with the point and with the bounds
+    The exact bounds contain the point (it is feasible; for second price up to the grid's
+    discreteness, 0.001-0.004 on a 0.01 grid, since the bounds play on the grid) and widen with
+    epsilon (the feasible sets grow). The reported ones are forced to: each is the min/max with the point and with the bounds
     of every smaller epsilon. A clamp that changes a number means the optimiser fell short; each
     one is listed in ``clamps`` and the unclamped numbers are in ``raw``. An epsilon of 0 gives
     bounds close to, not equal to, the point: they still range over types that are exactly tied
@@ -677,8 +776,9 @@ def predict_counterfactuals(
         raise ValueError(f"headroom={headroom}: the bounds' type space cannot be smaller than the point's (use >= 1)")
     top = math.ceil(scale.top * headroom / grid - 1e-9) * grid
     logged = fit_logged_auction(bids / unit, n_bidders, grid, device, internal_bandwidth, top=top)
-    point_mask = point_types(logged, scale.top)
-    type_weights = type_distribution(logged, scale.top)
+    values, cdf = inverted_value_cdf(bids.to(logged.actions.device) / unit, n_bidders, grid, internal_bandwidth)
+    point_mask = value_point_mask(values, logged, scale.top)
+    type_weights = value_type_weights(values, cdf, logged.actions, scale.top)
     table: dict[str, float] = {}
     raw: dict[str, float] = {}
     clamps: list[str] = []
@@ -688,7 +788,10 @@ def predict_counterfactuals(
         inside = Rule(rule.kind, reserve=rule.reserve / unit, n_bidders=rule.n_bidders)
         n_new = rule.bidders(n_bidders)
         start = solve_equilibrium(type_weights, logged.types, inside, n_new, logged.actions, grid, point_iters)
-        point = start.value(statistic) * unit
+        if rule.kind == "second_price":  # truthful bidding: a functional of the value CDF, no grid needed
+            point = second_price_point(values, cdf, n_new, inside.reserve, statistic, scale.top) * unit
+        else:
+            point = start.value(statistic) * unit
         table[result_key(rule, "point", statistic)] = point
         if not epsilons:
             continue

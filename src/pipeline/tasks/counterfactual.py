@@ -134,7 +134,7 @@ class CounterfactualTask(Task):
                         f"first: {clamps[0]}")
         self.extras["value_grid"] = {"step": scale.unit * self.grid, "top": scale.unit * scale.top,
                                      "top_from": "task.value_top" if self.value_top is not None else "estimated",
-                                     "rough_top_value": scale.estimated_top_value, "widened": scale.widened}
+                                     "rough_top_value": scale.estimated_top_value}
         return metrics
 
     def fit_and_evaluate(self, trainer, datamodule, ckpt_path) -> dict[str, float]:
