@@ -54,10 +54,13 @@ CHUNK_ELEMENTS = 1 << 18
 
 @torch.no_grad()
 def relu_mlp_forward(layers: list[EnsembleLinear], x: torch.Tensor) -> torch.Tensor:
-    """The network's output for x [K, N, F] without autograd: in-place ReLUs, N split into cache-sized chunks."""
+    """The network's output for x [K, N, F] without autograd: in-place ReLUs, on a CPU N split into cache-sized chunks.
+
+    On a GPU the whole batch goes at once (chunks there would only multiply kernel launches).
+    """
     x = x.flatten(2) if x.dim() > 3 else x
     width = max(layer.out_features for layer in layers)
-    rows = max(1, CHUNK_ELEMENTS // (x.shape[0] * width))
+    rows = max(1, CHUNK_ELEMENTS // (x.shape[0] * width)) if x.device.type == "cpu" else x.shape[1]
     outputs = []
     for chunk in x.split(rows, dim=1):
         for layer in layers[:-1]:
