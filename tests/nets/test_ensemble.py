@@ -10,7 +10,12 @@ from torch import nn
 
 from pipeline.nets.cnn import AtariCNN
 from pipeline.nets.ensemble import (
+    EnsembleAtariCNN,
+    EnsembleConv2d,
+    EnsembleDuelingQNet,
+    EnsembleLinear,
     EnsembleMLP,
+    EnsembleNoisyLinear,
     clip_grad_norm_per_member_,
     keep_optimizer_members_,
     make_ensemble,
@@ -63,7 +68,10 @@ def test_member_state_dict_loads_into_the_ordinary_network():
         assert torch.allclose(fresh(x), mlps[k](x), atol=1e-6)
     other = EnsembleMLP(members(seed=1))
     other.load_member_state_dict(2, ensemble.member_state_dict(1))
-    assert all(torch.equal(a, b) for a, b in zip(other.member_state_dict(2).values(), ensemble.member_state_dict(1).values()))
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(other.member_state_dict(2).values(), ensemble.member_state_dict(1).values())
+    )
 
 
 def test_from_factory_gives_each_member_its_seeds_weights_and_leaves_the_rng_alone():
@@ -127,36 +135,45 @@ def test_per_member_clipping_matches_torch_and_does_not_couple_members():
     assert torch.linalg.vector_norm(norms) > 5.0 and (norms[1:] > 0).all()
 
 
-def test_keep_members_carries_weights_and_optimizer_state():
-    full = EnsembleMLP(members())
-    kept = EnsembleMLP(members())
-    opt_full = torch.optim.Adam(full.parameters(), lr=1e-2)
-    opt_kept = torch.optim.Adam(kept.parameters(), lr=1e-2)
+def shrink_midway(full, kept, opt_full, opt_kept, keep: torch.Tensor, steps: int) -> None:
+    """Train both alike, shrink `kept` to `keep` (weights and optimizer state), train on: its members follow `full`'s."""
     gen = torch.Generator().manual_seed(0)
-    for _ in range(5):
+    for _ in range(steps):
         x = torch.randn(K, N, 5, generator=gen)
         step(full, opt_full, x)
         step(kept, opt_kept, x)
-    keep = torch.tensor([3, 1])
-    pairs = kept.keep_members_(keep)
-    keep_optimizer_members_(opt_kept, pairs, keep, n_before=K)
-    assert kept.n_members == 2 and kept.net[0].weight.shape[0] == 2
-    assert all(p in opt_kept.state for p in kept.parameters())
-    for _ in range(5):
+    keep_optimizer_members_(opt_kept, kept.keep_members_(keep), keep, n_before=K)
+    for _ in range(steps):
         x = torch.randn(K, N, 5, generator=gen)
         step(full, opt_full, x)
         step(kept, opt_kept, x[keep])
     for slot, member in enumerate(keep.tolist()):
         for name, value in full.member_state_dict(member).items():
-            assert torch.allclose(kept.member_state_dict(slot)[name], value, atol=1e-6)
+            assert torch.allclose(kept.member_state_dict(slot)[name], value, atol=1e-6), (slot, name)
+
+
+def test_keep_members_carries_weights_and_optimizer_state():
+    full = EnsembleMLP(members())
+    kept = EnsembleMLP(members())
+    opt_full = torch.optim.Adam(full.parameters(), lr=1e-2)
+    opt_kept = torch.optim.Adam(kept.parameters(), lr=1e-2)
+    shrink_midway(full, kept, opt_full, opt_kept, torch.tensor([3, 1]), steps=5)
+    assert kept.n_members == 2 and kept.net[0].weight.shape[0] == 2
+    assert all(p in opt_kept.state for p in kept.parameters())
 
 
 def test_dropout_and_activations_stack_but_other_layers_do_not():
     EnsembleMLP(members(act="tanh", dropout=0.1))
-    with pytest.raises(ValueError, match="Linear layers and parameter-free"):
+    with pytest.raises(
+        ValueError,
+        match=r"^EnsembleMLP stacks Linear layers and parameter-free activations; got BatchNorm1d\. "
+        r"Use model=mlp for seed-batched runs\.$",
+    ):
         EnsembleMLP([nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2))])
-    with pytest.raises(ValueError, match="expected an MLP"):
+    with pytest.raises(ValueError, match=r"^cannot stack Conv2d: expected an MLP"):
         EnsembleMLP([nn.Conv2d(1, 1, 3)])
+    with pytest.raises(ValueError, match="^an ensemble needs at least one member$"):
+        EnsembleMLP([])
 
 
 # ---- make_ensemble: every Q-network's ensemble is K ordinary networks --------------------------------
@@ -260,7 +277,7 @@ def test_gradients_are_per_member(model):
     j = 1
     ensemble(x)[j].square().mean().backward()  # only member j's loss
     for p in ensemble.parameters():
-        others = torch.cat([p.grad[:j].flatten(), p.grad[j + 1:].flatten()])
+        others = torch.cat([p.grad[:j].flatten(), p.grad[j + 1 :].flatten()])
         assert torch.count_nonzero(others) == 0
     nets[j](x[j]).square().mean().backward()
     expected = {name: p.grad for name, p in nets[j].named_parameters()}
@@ -298,7 +315,10 @@ def test_one_adam_with_per_member_clipping_is_k_independent_runs(model):
 def test_keep_members_keeps_the_right_members_and_their_optimizer_state(model):
     factory, obs_shape = model
     full, kept = (make_ensemble(factory, SEEDS, obs_shape, N_ACTIONS) for _ in range(2))
-    opt_full, opt_kept = torch.optim.Adam(full.parameters(), lr=1e-2), torch.optim.Adam(kept.parameters(), lr=1e-2)
+    opt_full, opt_kept = (
+        torch.optim.Adam(full.parameters(), lr=1e-2),
+        torch.optim.Adam(kept.parameters(), lr=1e-2),
+    )
     gen = torch.Generator().manual_seed(4)
     for _ in range(3):
         x = observations(obs_shape, 4, gen)
@@ -353,20 +373,162 @@ def test_noisy_eval_is_deterministic_and_train_is_not():
 
 
 def test_make_ensemble_names_what_it_cannot_stack():
-    with pytest.raises(ValueError, match="cannot stack Linear"):
+    with pytest.raises(
+        ValueError,
+        match=r"^make_ensemble cannot stack Linear; it stacks MLP, DuelingQNet, NoisyQNet, AtariCNN: pick one",
+    ):
         make_ensemble(nn.Linear, SEEDS, (3,), N_ACTIONS)
-    with pytest.raises(ValueError, match="at least one seed"):
+    with pytest.raises(ValueError, match="^an ensemble needs at least one seed$"):
         make_ensemble(MODELS["mlp"][0], [], (3,), N_ACTIONS)
 
 
 def test_atari_cnn_ensemble_checks_the_frame_shape():
     with pytest.raises(ValueError, match=r"AtariCNN takes frames shaped \(in_channels=4, 84, 84\)"):
         make_ensemble(AtariCNN, SEEDS, (3, 84, 84), N_ACTIONS)
+    with pytest.raises(ValueError, match=r"AtariCNN takes frames shaped \(in_channels=4, 84, 84\)"):
+        make_ensemble(AtariCNN, SEEDS[:1], (3, 84, 84), N_ACTIONS)  # one member
 
 
 def test_a_state_dict_of_another_model_is_refused():
     mlp, dueling = (make_ensemble(MODELS[m][0], SEEDS, (2, 3), N_ACTIONS) for m in ("mlp", "dueling"))
-    with pytest.raises(ValueError, match="no place for"):
+    with pytest.raises(
+        ValueError, match=r"^EnsembleMLP has no place for \['advantage\.bias', 'advantage\.weight'"
+    ):
         mlp.load_member_state_dict(0, dueling.member_state_dict(0))
     with pytest.raises(KeyError, match="lacks 'bias'"):
-        mlp.load_member_state_dict(0, {k: v for k, v in mlp.member_state_dict(0).items() if k != "net.0.bias"})
+        mlp.load_member_state_dict(
+            0, {k: v for k, v in mlp.member_state_dict(0).items() if k != "net.0.bias"}
+        )
+
+
+# ---- the stacked layers on their own, and the edges of the ensembles ---------------------------------
+
+
+def test_an_ensemble_of_one_member_is_that_member(model):
+    factory, obs_shape = model
+    ensemble, (net,) = (
+        make_ensemble(factory, SEEDS[:1], obs_shape, N_ACTIONS),
+        single_nets(factory, obs_shape)[:1],
+    )
+    x = observations(obs_shape, 3, torch.Generator().manual_seed(6))[:1]
+    with torch.no_grad():
+        assert torch.allclose(ensemble.eval()(x)[0], net.eval()(x[0]), atol=1e-6)
+    if isinstance(ensemble, EnsembleMLP):
+        assert (ensemble.in_features, ensemble.out_features) == (6, N_ACTIONS)
+
+
+def test_ensemble_mlp_sizes_are_the_members_first_input_and_last_output():
+    ensemble = EnsembleMLP(members(hidden=(16, 8)))
+    assert (ensemble.in_features, ensemble.out_features, ensemble.n_members) == (5, 3, K)
+
+
+def test_linear_layers_without_bias_stack():
+    torch.manual_seed(0)
+    nets = [nn.Sequential(nn.Linear(5, 8, bias=False), nn.ReLU(), nn.Linear(8, 3)) for _ in range(K)]
+    ensemble = EnsembleMLP(nets)
+    assert ensemble.net[0].bias is None
+    x = torch.randn(K, N, 5)
+    for k, net in enumerate(nets):
+        assert torch.allclose(ensemble(x)[k], net(x[k]), atol=1e-6)
+        assert ensemble.member_state_dict(k).keys() == {f"net.{name}" for name in net.state_dict()}
+
+
+def test_a_new_ensemble_linear_is_initialised_as_nn_linear_member_by_member():
+    torch.manual_seed(0)
+    layer = EnsembleLinear(3, 16, 64)  # with a bias, initialised, unless asked otherwise
+    bound = 1 / 16**0.5
+    assert layer.weight.shape == (3, 16, 64) and layer.bias.shape == (3, 1, 64)
+    for t in (layer.weight, layer.bias):
+        assert t.abs().max() <= bound and t.min() < -bound / 2 and t.max() > bound / 2
+    one_input = EnsembleLinear(2, 1, 64)  # bound 1/sqrt(1) = 1
+    assert (
+        one_input.weight.abs().max() <= 1 and one_input.weight.min() < -0.5 and one_input.weight.max() > 0.5
+    )
+    no_inputs = EnsembleLinear(2, 0, 3)  # as nn.Linear(0, 3): bound 0, a zero bias
+    assert torch.equal(no_inputs.bias.detach(), torch.zeros(2, 1, 3))
+    assert torch.equal(no_inputs(torch.zeros(2, 4, 0)), torch.zeros(2, 4, 3))
+
+
+def test_noisy_ensembles_keep_the_members_sigma0():
+    ensemble = make_ensemble(functools.partial(NoisyQNet, hidden=(8,), sigma0=0.2), SEEDS, (3,), N_ACTIONS)
+    assert [layer.sigma0 for layer in ensemble.layers] == [0.2, 0.2]
+    assert "sigma0=0.2" in repr(ensemble)
+    assert EnsembleNoisyLinear(2, 3, 4).sigma0 == 0.5  # NoisyLinear's default
+
+
+def _conv_members(**kwargs) -> list[nn.Conv2d]:
+    torch.manual_seed(0)
+    return [nn.Conv2d(2, 4, kernel_size=3, stride=2, **kwargs) for _ in range(2)]
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_stacked_convolutions_are_the_members_convolutions(bias):
+    convs = _conv_members(bias=bias)
+    stacked = EnsembleConv2d(2, convs[0])
+    for i, conv in enumerate(convs):
+        stacked.load_member(i, conv.state_dict())
+    x = torch.randn(2, 3, 2, 9, 9)
+    out = stacked(x)
+    assert out.shape == (2, 3, 4, 4, 4)
+    for i, conv in enumerate(convs):
+        assert torch.allclose(out[i], conv(x[i]), atol=1e-6)
+        assert stacked.member_state(i).keys() == conv.state_dict().keys()
+    assert "n_members=2, weight=(4, 2, 3, 3), stride=(2, 2)" in repr(stacked)
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"groups": 2}, {"dilation": 2}, {"padding": 1}, {"padding_mode": "reflect", "padding": 1}]
+)
+def test_convolutions_the_stack_would_run_wrongly_are_refused(kwargs):
+    (conv, _) = _conv_members(**kwargs)
+    with pytest.raises(ValueError, match=r"^EnsembleConv2d stacks plain convolutions .*; got Conv2d\(2, 4"):
+        EnsembleConv2d(2, conv)
+
+
+@pytest.mark.parametrize("kind", ["dueling", "atari_cnn"])
+def test_a_member_with_a_layer_the_stack_cannot_run_is_refused_by_name(kind):
+    factory, obs_shape = MODELS[kind]
+    nets = single_nets(factory, obs_shape)[:1]
+    seq = nets[0].trunk if kind == "dueling" else nets[0].head
+    seq.append(nn.LayerNorm(seq[-1].out_features if kind == "atari_cnn" else 8))
+    owner = {"dueling": EnsembleDuelingQNet, "atari_cnn": EnsembleAtariCNN}[kind]
+    with pytest.raises(ValueError, match=rf"^{owner.__name__} stacks Linear layers .*; got LayerNorm\."):
+        owner(nets)
+
+
+def test_shrinking_keeps_frozen_layers_frozen():
+    ensemble = EnsembleMLP(members())
+    ensemble.net[0].requires_grad_(False)
+    ensemble.keep_members_(torch.tensor([1]))
+    assert [p.requires_grad for p in ensemble.parameters()] == [False, False, True, True, True, True]
+
+
+def test_shrinking_before_any_step_and_an_optimizer_over_part_of_the_net():
+    """Parameters the optimizer holds no state for (yet), or does not hold at all, are passed over."""
+
+    def optimizer(net):
+        # Only the last layer is trained; the group of an outside parameter (no gradient, so no state) stays.
+        head = list(net.net[4].parameters())
+        return torch.optim.Adam([{"params": head}, {"params": [nn.Parameter(torch.ones(3))]}], lr=1e-2)
+
+    keep = torch.tensor([2, 0])
+    fresh = EnsembleMLP(members())
+    fresh_opt = optimizer(fresh)
+    outside = fresh_opt.param_groups[1]["params"][0]
+    keep_optimizer_members_(fresh_opt, fresh.keep_members_(keep), keep, n_before=K)  # no state at all yet
+    assert fresh_opt.param_groups[0]["params"] == list(fresh.net[4].parameters())
+    assert fresh_opt.param_groups[1]["params"][0] is outside
+    full, kept = EnsembleMLP(members()), EnsembleMLP(members())
+    shrink_midway(full, kept, optimizer(full), optimizer(kept), keep, steps=3)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_an_ensemble_on_the_accelerator_shrinks_with_a_cpu_index():
+    ensemble = EnsembleMLP(members()).cuda()
+    opt = torch.optim.Adam(ensemble.parameters(), lr=1e-2)
+    step(ensemble, opt, torch.randn(K, N, 5, device="cuda"))
+    before = ensemble.member_state_dict(2)
+    keep = torch.tensor([2, 0])
+    keep_optimizer_members_(opt, ensemble.keep_members_(keep), keep, n_before=K)
+    assert all(torch.equal(ensemble.member_state_dict(0)[k], v) for k, v in before.items())
+    assert all(v.shape[0] == 2 for p in ensemble.parameters() for v in opt.state[p].values() if v.dim() > 0)

@@ -1,16 +1,13 @@
-"""TensorAcrobot against gymnasium's Acrobot-v1 in float64, and its own contract: seeding, auto-reset, truncation."""
+"""TensorAcrobot step by step against gymnasium's Acrobot-v1 in float64: dynamics, wrapping, rewards, start states,
+options. Fast, so that `make mutate` runs them for every mutant; whole episodes are in test_acrobot_episodes.py."""
 
 import gymnasium as gym
 import numpy as np
+import pytest
 import torch
 
-from pipeline.rl.acrobot_tensor import TensorAcrobot
-from pipeline.rl.tensor_env import hashed_uniform, seed_keys, tensor_episode_returns
-
-
-def pump(obs: torch.Tensor) -> torch.Tensor:
-    """Torque along the links' motion: swings up in 60-250 steps from most starts, never from some."""
-    return torch.where(obs[:, 4] + 0.5 * obs[:, 5] > 0, 2, 0)
+from pipeline.rl.acrobot_tensor import TensorAcrobot, _wrap
+from pipeline.rl.tensor_env import hashed_uniform, seed_keys
 
 
 def random_states(n: int, rng: np.random.Generator) -> np.ndarray:
@@ -36,48 +33,9 @@ def test_one_step_from_anywhere_matches_gymnasium():
     assert terminated.any() and not terminated.all()
 
 
-def test_trajectories_follow_gymnasium_through_termination_truncation_and_auto_reset():
-    """16 envs for 520 steps next to 16 gymnasium twins started from the same states.
-
-    Free-running, the two agree bitwise for the first dozens of steps and to 1e-14 after 200, but
-    Acrobot is chaotic and the last-bit differences of cos/sin grow (1e-6 after 500 steps). So after
-    the first 100 steps each tensor env is set back to its twin's state after every step: every
-    later step is then checked to rounding from the state gymnasium is in.
-    """
-    n, swinging = 16, 12  # 12 envs swing up (and restart), 4 act at random: those run into the 500-step limit
-    env = TensorAcrobot(n)
-    obs = env.reset(list(range(100, 100 + n)))
-    twins = [gym.make("Acrobot-v1") for _ in range(n)]
-    for i, twin in enumerate(twins):
-        twin.reset(seed=i)
-        twin.unwrapped.state = env.state[i].numpy().copy()
-    rng = np.random.default_rng(1)
-    terminations = truncations = 0
-    for t in range(520):
-        random_actions = torch.from_numpy(rng.integers(0, 3, n))
-        pushed = torch.from_numpy(rng.random(n) < 0.2) | (torch.arange(n) >= swinging)
-        actions = torch.where(pushed, random_actions, pump(obs))
-        step = env.step(actions)
-        results = [twin.step(a) for twin, a in zip(twins, actions.tolist())]
-        twin_obs, rewards, terminated, truncated = (np.array([r[k] for r in results]) for k in range(4))
-        assert np.array_equal(step.terminated.numpy(), terminated) and np.array_equal(step.truncated.numpy(), truncated), t
-        assert np.array_equal(step.reward.numpy(), rewards) and set(rewards) <= {0.0, -1.0}
-        assert np.allclose(step.final_obs.numpy(), twin_obs, rtol=1e-6, atol=1e-6), t
-        done = terminated | truncated
-        twin_states = np.stack([twin.unwrapped.state for twin in twins])
-        tolerance = 1e-10 if t < 100 else 1e-13
-        assert np.allclose(env.state.numpy()[~done], twin_states[~done], rtol=tolerance, atol=tolerance), t
-        assert torch.equal(step.obs[~step.done], step.final_obs[~step.done])
-        for i in np.flatnonzero(done):
-            # The next episode starts where the tensor env's stream says; the twin follows it.
-            twins[i].reset()
-            twins[i].unwrapped.state = twin_states[i] = env.state[i].numpy().copy()
-            assert np.array_equal(step.obs[i].numpy(), twins[i].unwrapped._get_ob())
-        if t >= 100:
-            env.rows = torch.from_numpy(twin_states).t().contiguous()
-        terminations, truncations = terminations + terminated.sum(), truncations + truncated.sum()
-        obs = step.obs
-    assert terminations >= 15 and truncations == n - swinging
+def test_minus_one_a_step_and_zero_for_the_step_that_reaches_the_goal():
+    reward = TensorAcrobot(2).reward(torch.tensor([False, True]))
+    assert reward.tolist() == [-1.0, 0.0] and reward.dtype == torch.float32
 
 
 def test_start_states_are_gymnasiums_distribution_from_each_envs_own_stream():
@@ -93,26 +51,6 @@ def test_start_states_are_gymnasiums_distribution_from_each_envs_own_stream():
     assert torch.equal(env.state.float(), expected.t())
 
 
-def test_truncation_at_500_restarts_at_the_next_episode():
-    env = TensorAcrobot(2)
-    env.reset([0, 1])
-    for t in range(1, 501):
-        step = env.step(torch.ones(2, dtype=torch.int64))  # no torque: hangs, never reaches the goal
-        assert step.reward.tolist() == [-1.0, -1.0]
-        assert bool(step.done.any()) == (t == 500)
-    assert step.truncated.all() and not step.terminated.any()
-    assert env.episodes.tolist() == [1, 1] and env.elapsed.tolist() == [0, 0]
-    expected = env.initial_rows(seed_keys(torch.tensor([0, 1])), torch.ones(2, dtype=torch.int64))
-    assert torch.equal(env.rows, expected)
-
-
-def test_episode_returns_of_a_swing_up_policy():
-    returns = tensor_episode_returns(TensorAcrobot, pump, range(20))
-    # A terminated episode of k steps returns -(k - 1); a truncated one -500.
-    assert returns.shape == (20,) and ((returns >= -500) & (returns <= 0)).all()
-    assert (returns > -300).sum() >= 10 and (returns == -500).any()
-
-
 def test_float32_is_accurate_per_step():
     rng = np.random.default_rng(2)
     states = torch.from_numpy(random_states(256, rng)).float().t().contiguous()
@@ -123,3 +61,51 @@ def test_float32_is_accurate_per_step():
     gap = (rows32.double() - rows64).abs()
     gap[:2] = torch.minimum(gap[:2], 2 * np.pi - gap[:2])
     assert gap.max() < 1e-4
+
+
+def test_angles_wrap_as_gymnasium_wraps_them_boundaries_included():
+    from gymnasium.envs.classic_control.acrobot import wrap
+
+    values = [np.pi, -np.pi, 4.0, -4.0, 3 * np.pi + 0.1, -5 * np.pi - 0.2, 0.5, np.nextafter(np.pi, 4)]
+    for x in ([np.pi, 4.0], [-np.pi, -4.0], values):  # a bound kept as it is while another value wraps
+        got = _wrap(torch.tensor(x, dtype=torch.float64), -np.pi, np.pi)
+        assert got.tolist() == [wrap(v, -np.pi, np.pi) for v in x]
+
+
+def test_other_link_constants_follow_gymnasium_too():
+    """The dynamics read the class constants as gymnasium does: change them on both, they still agree."""
+    constants = {"LINK_LENGTH_1": 1.3, "LINK_MASS_1": 0.8, "LINK_MASS_2": 0.7, "LINK_COM_POS_1": 0.6,
+                 "LINK_COM_POS_2": 0.4, "LINK_MOI": 1.2}  # fmt: skip
+    rng = np.random.default_rng(3)
+    states, actions = random_states(200, rng), rng.integers(0, 3, 200)
+    env = TensorAcrobot(200)
+    twin = gym.make("Acrobot-v1").unwrapped
+    twin.reset(seed=0)
+    for name, value in constants.items():
+        setattr(env, name, value)
+        setattr(twin, name, value)
+    rows, _ = env.physics(torch.from_numpy(states).t().contiguous(), torch.from_numpy(actions))
+    for i in range(200):
+        twin.state = states[i].copy()
+        twin.step(int(actions[i]))
+        assert np.allclose(rows[:, i].numpy(), twin.state, rtol=1e-12, atol=1e-13), i
+
+
+def test_a_time_limit_and_no_auto_reset_are_passed_on():
+    env = TensorAcrobot(2, max_episode_steps=3, auto_reset=False)
+    env.reset([0, 1])
+    for t in range(1, 4):
+        step = env.step(torch.ones(2, dtype=torch.int64))
+        assert step.truncated.tolist() == [t == 3] * 2
+    # Without auto-reset the finished envs stay where they ended.
+    assert torch.equal(step.obs, step.final_obs) and env.episodes.tolist() == [0, 0]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_the_accelerator_a_step_is_the_cpu_step():
+    rng = np.random.default_rng(4)
+    states, actions = torch.from_numpy(random_states(64, rng)).t().contiguous(), torch.from_numpy(rng.integers(0, 3, 64))
+    cpu_rows, cpu_done = TensorAcrobot(64).physics(states, actions)
+    cuda_rows, cuda_done = TensorAcrobot(64, device="cuda").physics(states.cuda(), actions.cuda())
+    assert torch.allclose(cuda_rows.cpu(), cpu_rows, rtol=1e-12, atol=1e-12)
+    assert torch.equal(cuda_done.cpu(), cpu_done)

@@ -66,4 +66,37 @@ def test_ensemble_mirror_reads_one_observation_per_member():
 
 def test_ensembles_it_cannot_mirror_keep_the_torch_path():
     assert NumpyGreedy.for_net(ensemble_of(2, dropout=0.1)) is None
-    assert NumpyGreedy.for_net(make_ensemble(functools.partial(DuelingQNet, hidden=(8,)), [0, 1], (4,), 2)) is None
+    assert (
+        NumpyGreedy.for_net(make_ensemble(functools.partial(DuelingQNet, hidden=(8,)), [0, 1], (4,), 2))
+        is None
+    )
+
+
+def test_a_plain_sequential_mirrors_without_bias_with_inert_dropout_and_flat_or_shaped_observations():
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(
+        torch.nn.Linear(4, 32, bias=False), torch.nn.Dropout(0.0), torch.nn.ReLU(), torch.nn.Linear(32, 3)
+    )
+    fast = NumpyGreedy.for_net(net)
+    assert fast is not None
+    obs = np.random.default_rng(2).normal(scale=3.0, size=(200, 4)).astype(np.float32)
+    with torch.no_grad():
+        expected = net(torch.from_numpy(obs)).argmax(1).numpy()
+    assert len(set(expected.tolist())) == 3  # every action is greedy somewhere: a constant mirror fails
+    assert [fast(o) for o in obs] == expected.tolist()
+    assert [fast(o.reshape(2, 2)) for o in obs[:20]] == expected[
+        :20
+    ].tolist()  # shaped observations are flattened
+
+
+def test_an_ensemble_of_bias_free_layers_mirrors():
+    torch.manual_seed(0)
+    members = [
+        torch.nn.Sequential(
+            torch.nn.Linear(4, 16, bias=False), torch.nn.ReLU(), torch.nn.Linear(16, 3, bias=False)
+        )
+        for _ in range(2)
+    ]
+    ensemble = EnsembleMLP(members)
+    obs = np.random.default_rng(3).normal(size=(2, 30, 4)).astype(np.float32)
+    np.testing.assert_array_equal(NumpyGreedy.for_net(ensemble)(obs), torch_greedy(ensemble, obs))

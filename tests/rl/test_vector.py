@@ -11,7 +11,7 @@ from pipeline.rl.cartpole_tensor import TensorCartPole, episode_returns
 from pipeline.rl.envs import evaluate_greedy, make_env
 from pipeline.rl.gym_state import derived_seed
 from pipeline.rl.tensor_env import tensor_episode_returns
-from pipeline.rl.vector import env_seeds, evaluate_agents, make_vector_env
+from pipeline.rl.vector import TensorVectorEnv, env_seeds, evaluate_agents, make_vector_env
 
 CARTPOLE = {"id": "CartPole-v1", "kwargs": {}, "backend": "gym"}
 CARTPOLE_TENSOR = {"id": "CartPole-v1", "kwargs": {}, "backend": "tensor", "dtype": "float64"}
@@ -302,3 +302,132 @@ def test_one_env_with_integer_observations():
     assert env.reset().tolist() == [0.0] and env.observation_shape == ()
     step = env.step(torch.tensor([2]))  # right
     assert step.obs.tolist() == [1.0] and step.obs.dtype == torch.float32 and not step.done.any()
+
+
+# ---- the options each backend is built with, and the bookkeeping around them --------------------------
+
+
+def test_tensor_backend_takes_its_time_limit_and_dtype_from_the_config():
+    cfg = {"id": "CartPole-v1", "backend": "tensor", "dtype": "float32", "kwargs": {"max_episode_steps": 5}}
+    env = make_vector_env(cfg, [1, 2], envs_per_agent=1)
+    assert (env.env.dtype, env.env.max_episode_steps, env.return_bounds) == (torch.float32, 5, (0.0, 5.0))
+    env.reset()
+    for t in range(5):
+        step = env.step(torch.tensor([t % 2, (t + 1) % 2]))
+    assert step.truncated.all()
+    default = make_vector_env({"id": "CartPole-v1", "backend": "tensor"}, [1], envs_per_agent=1)
+    assert default.env.dtype == torch.float64 and default.env.max_episode_steps == 500
+    assert TensorVectorEnv(TensorAcrobot, [1], "cpu").env.dtype == torch.float64
+
+
+def swing_up(obs: torch.Tensor) -> torch.Tensor:
+    """Acrobot: torque along the links' motion, for [B, 6] or [K, n, 6] observations alike."""
+    return torch.where(obs[..., 4] + 0.5 * obs[..., 5] > 0, 2, 0)
+
+
+def test_tensor_evaluation_takes_the_time_limit_and_dtype_and_returns_float64_on_the_cpu():
+    cfg = {"id": "Acrobot-v1", "backend": "tensor", "dtype": "float32", "kwargs": {"max_episode_steps": 300}}
+    returns = evaluate_agents(swing_up, cfg, [0, 4], n_episodes=4, seed_offset=0)
+    assert returns.dtype == torch.float64 and returns.device.type == "cpu"
+    seeds = list(range(8))
+    expected32 = tensor_episode_returns(TensorAcrobot, swing_up, seeds, dtype="float32", max_episode_steps=300)
+    expected64 = tensor_episode_returns(TensorAcrobot, swing_up, seeds, dtype="float64", max_episode_steps=300)
+    assert returns.flatten().tolist() == expected32.tolist()
+    assert (returns == -300).any() and not torch.equal(expected32, expected64)  # both options show in the returns
+
+
+def test_without_a_tensor_form_the_choices_are_named():
+    message = r"^env.backend=tensor has no tensor form of MountainCar-v0; tensor envs: CartPole-v1, Acrobot-v1 \(or env.backend=gym\)$"
+    cfg = {"id": "MountainCar-v0", "backend": "tensor"}
+    with pytest.raises(ValueError, match=message):
+        make_vector_env(cfg, [0], envs_per_agent=1)
+    with pytest.raises(ValueError, match=message):
+        evaluate_agents(wobbly, cfg, [0], n_episodes=1, seed_offset=0)
+
+
+@pytest.mark.parametrize("seeds, per_agent", [([], 1), ([0], 0), ([0], -1)])
+def test_no_agents_or_no_envs_is_refused(seeds, per_agent):
+    with pytest.raises(ValueError, match="^make_vector_env needs at least one seed and envs_per_agent >= 1"):
+        make_vector_env(CARTPOLE, seeds, per_agent)
+
+
+def test_gym_return_bounds_scale_with_the_time_limit():
+    assert make_vector_env(CARTPOLE, [0, 1], 1).return_bounds == (0.0, 500.0)
+    assert make_vector_env(ACROBOT, [0], 1).return_bounds == (-500.0, 0.0)
+
+
+def test_the_one_env_path_speaks_float32_and_counts_episodes_handed_to_it():
+    env = make_vector_env(CARTPOLE, [3], envs_per_agent=1)
+    obs = env.reset()
+    step = env.step(torch.tensor([1]))
+    assert step.reward.dtype == step.obs.dtype == torch.float32 and step.terminated.dtype == torch.bool
+    env.set_position(obs, 2)  # DQN's fast path stepped the env itself, through two episodes
+    env.set_position(obs + 1, 1)
+    assert torch.equal(env.observation(), obs + 1)
+    state = env.state_dict()
+    assert state["episodes"].tolist() == [3] and state["episodes"].dtype == torch.int64
+    batched = make_vector_env(CARTPOLE, [3, 4], 1)
+    batched.reset()
+    assert batched.state_dict()["episodes"].dtype == torch.int64
+
+
+@pytest.mark.parametrize("cfg", [CARTPOLE, CARTPOLE_TENSOR])
+def test_kept_rows_keep_their_observation_and_seed(cfg):
+    env = make_vector_env(cfg, [0, 1, 2], envs_per_agent=1)
+    obs = env.reset()
+    env.keep_envs_(torch.tensor([2, 0]))
+    assert torch.equal(env.observation(), obs[[2, 0]])
+    again = env.reset()  # each kept row restarts from its own seed
+    fresh = make_vector_env(cfg, [2, 0], envs_per_agent=1)
+    assert torch.equal(again, fresh.reset())
+    assert env.state_dict()["seeds"].tolist() == [2, 0]
+
+
+def test_a_loaded_tensor_env_resets_from_the_loaded_seeds():
+    env = make_vector_env(CARTPOLE_TENSOR, [5, 6], envs_per_agent=1)
+    env.reset()
+    resumed = make_vector_env(CARTPOLE_TENSOR, [0, 0], envs_per_agent=1)
+    resumed.load_state_dict(env.state_dict())
+    assert torch.equal(resumed.reset(), make_vector_env(CARTPOLE_TENSOR, [5, 6], 1).reset())
+
+
+def test_restarted_envs_count_on_from_their_episode_and_start_from_the_derived_seed():
+    taxi = {"id": "Taxi-v4", "kwargs": {"max_episode_steps": 2}, "backend": "gym"}  # random starts, no snapshot
+    env = make_vector_env(taxi, [0, 1], envs_per_agent=1)
+    env.reset()
+    for _ in range(3):  # one episode over (truncated), the next under way
+        env.step(torch.tensor([0, 1]))
+    resumed = make_vector_env(taxi, [0, 1], envs_per_agent=1)
+    resumed.load_state_dict(through_a_checkpoint(env.state_dict()))
+    assert resumed.restarted == [0, 1] and resumed.episodes.tolist() == [2, 2]
+    expected = [make_env("Taxi-v4").reset(seed=derived_seed(s, 2))[0] for s in (0, 1)]
+    assert resumed.observation().tolist() == expected
+
+
+def test_a_state_for_other_envs_names_what_it_holds_and_what_to_do():
+    env = make_vector_env(CARTPOLE, [0, 1], envs_per_agent=1)
+    env.reset()
+    with pytest.raises(ValueError, match=r"^env state of 2 x CartPole-v1 cannot load into 2 x Acrobot-v1; build the vector env with the same env and seeds first$"):
+        make_vector_env(ACROBOT, [0, 1], envs_per_agent=1).load_state_dict(env.state_dict())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_the_accelerator_gym_rows_and_evaluations_come_as_device_tensors():
+    for seeds in ([0], [0, 1]):
+        env = make_vector_env(CARTPOLE, seeds, envs_per_agent=1, device="cuda")
+        assert env.reset().device.type == "cuda"
+        step = env.step(torch.zeros(len(seeds), dtype=torch.int64, device="cuda"))
+        assert {t.device.type for t in step} == {"cuda"}
+        env.keep_envs_(torch.tensor([0]))
+        assert env.observation().device.type == "cuda"
+    devices = set()
+
+    def left(obs):
+        devices.add(obs.device.type)
+        return torch.zeros(obs.shape[:2], dtype=torch.int64, device=obs.device)
+
+    evaluate_agents(left, CARTPOLE, [0], n_episodes=2, seed_offset=0, device="cuda")
+    assert devices == {"cuda"}
+    assert make_vector_env(CARTPOLE_TENSOR, [0], envs_per_agent=1, device="cuda").reset().device.type == "cuda"
+    returns = evaluate_agents(left, CARTPOLE_TENSOR, [0], n_episodes=2, seed_offset=0, device="cuda")
+    assert returns.device.type == "cpu" and returns.dtype == torch.float64

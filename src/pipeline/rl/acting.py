@@ -40,7 +40,6 @@ def _numpy(t: torch.Tensor) -> np.ndarray:
 class NumpyGreedy:
     def __init__(self, layers: list[nn.Module]):
         self.layers = layers
-        self.params: list = []
         self.refresh()
 
     @classmethod
@@ -87,7 +86,6 @@ class NumpyEnsembleGreedy:
 
     def __init__(self, ensemble: EnsembleMLP):
         self.layers = [m for m in ensemble.net if not isinstance(m, nn.Dropout)]
-        self.params: list = []
         self.refresh()
 
     def refresh(self) -> None:

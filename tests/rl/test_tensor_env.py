@@ -1,0 +1,169 @@
+"""The machinery every tensor env shares, on a toy env: seeding, clocks, auto-reset, shrinking, state_dict.
+
+The toy env walks a point right by the action's step; it terminates past 1.5 and starts each episode
+at a hashed uniform position, so every rule of `TensorEnv` shows in a few steps.
+"""
+
+import pytest
+import torch
+
+from pipeline.rl.tensor_env import (
+    _GOLDEN,
+    _MIX1,
+    _MIX2,
+    TensorEnv,
+    _signed,
+    _splitmix64,
+    hashed_uniform,
+    seed_keys,
+)
+
+
+class Walk(TensorEnv):
+    env_id = "Walk-v0"
+    observation_shape = (2,)
+    n_actions = 2
+    reward_threshold = None
+    state_size = 2  # position, steps taken in this episode
+    time_limit = 6
+
+    def initial_rows(self, keys, episodes):
+        position = hashed_uniform(keys, episodes, 1).to(self.dtype)
+        return torch.cat((position, torch.zeros_like(position)))
+
+    def physics(self, rows, actions):
+        rows = rows + torch.stack((0.25 * actions.to(self.dtype), torch.ones_like(rows[1])))
+        return rows, rows[0] > 1.5
+
+    def observation_of(self, rows):
+        return rows.t().to(torch.float32)
+
+    def reward(self, terminated):
+        return 1.0 - terminated.to(torch.float32)
+
+
+def starts(seeds, episodes):
+    """Where episode `episodes[b]` of seed `seeds[b]` starts."""
+    return hashed_uniform(seed_keys(torch.tensor(seeds)), torch.tensor(episodes), 1)[0]
+
+
+def test_the_hash_constants_are_splitmix64s_as_signed_int64():
+    assert _signed(5) == 5 and _signed((1 << 63) - 1) == (1 << 63) - 1
+    assert _signed(1 << 63) == -(1 << 63) and _signed((1 << 64) - 1) == -1
+    assert (_GOLDEN, _MIX1, _MIX2) == (
+        0x9E3779B97F4A7C15 - (1 << 64),
+        0xBF58476D1CE4E5B9 - (1 << 64),
+        0x94D049BB133111EB - (1 << 64),
+    )
+    # splitmix64's published first output from state 0 (Vigna's reference implementation).
+    assert _splitmix64(torch.tensor([0])).item() == _signed(0xE220A8397B1DCDAF)
+
+
+def test_seeds_and_counters_of_any_integer_dtype_give_the_int64_stream():
+    seeds = torch.tensor([1, 2**31 - 1])
+    assert torch.equal(seed_keys(seeds.to(torch.int32)), seed_keys(seeds))
+    keys, counters = seed_keys(seeds), torch.tensor([2**30, 2**31 - 1])
+    assert torch.equal(hashed_uniform(keys, counters.to(torch.int32), 4), hashed_uniform(keys, counters, 4))
+
+
+def test_defaults_cpu_float64_the_class_time_limit_and_auto_reset():
+    env = Walk(3)
+    assert (env.device, env.dtype, env.max_episode_steps, env.auto_reset) == (
+        torch.device("cpu"),
+        torch.float64,
+        6,
+        True,
+    )
+    env.reset([0, 1, 2])
+    for _ in range(6):
+        step = env.step(torch.zeros(3, dtype=torch.int64))  # standing still: only the time limit ends it
+    assert step.truncated.all() and env.episodes.tolist() == [1, 1, 1]
+    assert torch.equal(env.rows[0], starts([0, 1, 2], [1, 1, 1]))
+
+
+def test_a_time_limit_of_its_own_replaces_the_class_one():
+    env = Walk(2, max_episode_steps=2)
+    env.reset([0, 1])
+    steps = [env.step(torch.zeros(2, dtype=torch.int64)) for _ in range(2)]
+    assert env.max_episode_steps == 2 and [bool(s.truncated.all()) for s in steps] == [False, True]
+
+
+def test_bad_sizes_and_dtypes_are_refused_with_what_was_given():
+    with pytest.raises(ValueError, match="^num_envs must be positive, got 0$"):
+        Walk(0)
+    with pytest.raises(ValueError, match="^dtype must be float32 or float64, got torch.float16$"):
+        Walk(2, dtype=torch.float16)
+    with pytest.raises(ValueError, match="^reset got 3 seeds for 2 envs$"):
+        Walk(2).reset([1, 2, 3])
+    with pytest.raises(RuntimeError, match=r"^call reset\(seeds\) before step\(\)$"):
+        Walk(2).step(torch.zeros(2, dtype=torch.int64))
+
+
+def test_a_new_env_holds_zero_states_and_clocks_until_reset():
+    for dtype in (torch.float64, torch.float32):
+        rows = Walk(3, dtype=dtype).state_dict()["rows"]
+        assert rows.dtype == dtype and torch.equal(rows, torch.zeros(2, 3, dtype=dtype))
+    state = Walk(3).state_dict()
+    for name in ("elapsed", "seeds", "episodes"):
+        assert state[name].dtype == torch.int64 and torch.equal(
+            state[name], torch.zeros(3, dtype=torch.int64)
+        )
+    assert torch.equal(Walk(3).keys, seed_keys(torch.zeros(3, dtype=torch.int64)))
+    env = Walk(3)
+    env.keep_envs_(torch.tensor([0, 2]))  # shrinking before the first reset
+    assert env.num_envs == 2 and env.reset([4, 5]).shape == (2, 2)
+
+
+def test_reset_holds_int64_seeds_whatever_it_was_given():
+    env = Walk(2)
+    env.reset(torch.tensor([3, 4], dtype=torch.int32))
+    assert env.seeds.dtype == torch.int64 and env.state_dict()["seeds"].dtype == torch.int64
+    assert torch.equal(env.rows[0], starts([3, 4], [0, 0]))
+    env.reset(7)  # an int s gives s, s+1, ...
+    assert env.seeds.tolist() == [7, 8] and env.seeds.dtype == torch.int64
+
+
+def test_state_dict_round_trip_continues_bitwise_in_another_env():
+    env = Walk(3)
+    env.reset([10, 11, 12])
+    actions = torch.tensor([1, 0, 1])
+    for _ in range(4):
+        env.step(actions)
+    state = env.state_dict()
+    clocks_as_int32 = {k: v if k == "rows" else v.to(torch.int32) for k, v in state.items()}
+    resumed = Walk(1)  # the size comes from the state
+    resumed.load_state_dict(clocks_as_int32)
+    assert (
+        resumed.num_envs == 3 and resumed.seeds.dtype == torch.int64 and resumed.elapsed.dtype == torch.int64
+    )
+    single = Walk(3, dtype="float32")
+    single.load_state_dict(state)  # a float64 state into a float32 env: rows in the env's dtype
+    assert single.rows.dtype == torch.float32 and torch.equal(single.rows, state["rows"].float())
+    assert torch.equal(resumed.keys, env.keys)
+    original = Walk(3)
+    original.load_state_dict(env.state_dict())
+    for _ in range(8):  # through terminations, truncations and new episodes from each env's stream
+        a, b = original.step(actions), resumed.step(actions)
+        assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert torch.equal(original.episodes, resumed.episodes) and torch.equal(original.elapsed, resumed.elapsed)
+    assert original.episodes.tolist() != [0, 0, 0]
+    with pytest.raises(ValueError, match="^state_dict holds 3 state variables; Walk-v0 has 2$"):
+        Walk(3).load_state_dict({**env.state_dict(), "rows": torch.zeros(3, 5)})
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_the_accelerator_the_env_steps_shrinks_and_saves_as_on_the_cpu():
+    envs = [Walk(3, device=d) for d in ("cpu", "cuda")]
+    fresh = envs[1]
+    tensors = (fresh.rows, fresh.elapsed, fresh.seeds, fresh.keys, fresh.episodes)
+    assert {t.device.type for t in tensors} == {"cuda"}
+    for env in envs:
+        env.reset([1, 2, 3])
+        env.keep_envs_(torch.tensor([2, 0]))
+        for _ in range(7):
+            env.step(torch.ones(2, dtype=torch.int64, device=env.device))
+    cpu, cuda = (env.state_dict() for env in envs)
+    assert all(torch.equal(cpu[k], cuda[k]) for k in cpu)
+    moved = Walk(2, device="cuda")
+    moved.load_state_dict(cpu)
+    assert moved.rows.device.type == "cuda" and moved.elapsed.device.type == "cuda"
