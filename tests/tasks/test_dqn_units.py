@@ -77,14 +77,18 @@ def same(a: nn.Module, b: nn.Module, atol=1e-6) -> bool:
 # ---- construction --------------------------------------------------------------------------------
 
 
+POSITIVE = (r"^task\.train_frequency, task\.total_steps, task\.envs_per_agent and seeds_per_process must be positive, "
+            r"task\.gradient_steps >= 0$")
+
+
 def test_bad_values_are_refused_in_one_line():
     cases = [
         (dict(target_update="polyak"), "task.target_update='polyak'; choose hard or soft"),
-        (dict(train_frequency=0), "must be positive"),
-        (dict(gradient_steps=-1), "task.gradient_steps >= 0"),
-        (dict(total_steps=0), "must be positive"),
-        (dict(k=0), "must be positive"),
-        (dict(envs_per_agent=0), "must be positive"),
+        (dict(train_frequency=0), POSITIVE),
+        (dict(gradient_steps=-1), POSITIVE),
+        (dict(total_steps=0), POSITIVE),
+        (dict(k=0), POSITIVE),
+        (dict(envs_per_agent=0), POSITIVE),
         (dict(envs_per_agent=3), "task.train_frequency=16 must be a multiple of task.envs_per_agent=3"),
         (dict(gamma=1.01), r"task.gamma=1.01 must lie in \[0, 1\]"),
         (dict(gamma=-0.01), "task.gamma=-0.01"),
@@ -94,14 +98,35 @@ def test_bad_values_are_refused_in_one_line():
     for kwargs, message in cases:
         with pytest.raises(ValueError, match=message):
             make(**kwargs)
-    for ok in (dict(gamma=0.0), dict(gamma=1.0), dict(gradient_steps=0), dict(save_replay=True), dict(save_replay=False)):
+    for ok in (dict(gamma=0.0), dict(gamma=1.0), dict(gradient_steps=0), dict(save_replay=True), dict(save_replay=False),
+               dict(train_frequency=1), dict(total_steps=1)):
         make(**ok)
-    with pytest.raises(ValueError, match="DQN needs a torch loss with a `reduction`"):
+    # the env's kwargs reach the env: a wrong one fails when the task is built, not later in the run
+    with pytest.raises(TypeError, match="unexpected keyword argument 'no_such_option'"):
+        make(env={"id": "CartPole-v1", "kwargs": {"no_such_option": 1}})
+    with pytest.raises(ValueError, match="^DQN needs a torch loss with a `reduction` \\(loss=huber or loss=mse\\); got Identity$"):
         elementwise(nn.Identity())
     huber = nn.SmoothL1Loss()
     assert elementwise(huber).reduction == "none" and huber.reduction == "mean"  # a copy: the config's loss is untouched
     with pytest.raises(ValueError, match="task=dqn runs in fp32; got device.precision=bf16-mixed"):
         make().fit_and_evaluate(trainer(precision="bf16-mixed"), None, None)
+
+
+def test_the_constructors_defaults_are_the_configs():
+    """DQNTask built from Python without options behaves as conf/task/dqn.yaml configures it."""
+    from omegaconf import OmegaConf
+
+    from pipeline_testing import ROOT
+
+    conf = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "task" / "dqn.yaml"))
+    task = DQNTask(net=mlp(), loss=nn.SmoothL1Loss(), optimizer=sgd(0.1), env=GYM)
+    read = {"envs_per_agent": task.envs_per_agent, "fast_acting": task.fast_acting, "save_replay": task.save_replay,
+            "replay_save_max_mb": task.replay_save_max_mb, "capture_video": task.capture_video,
+            "threshold": None if task.threshold == 475.0 else task.threshold, **task.hp}
+    # hand_gradients only chooses how the same gradient is computed (tests/nets/test_td_grad.py)
+    expected = {k: v for k, v in conf.items() if k not in ("_target_", "hand_gradients")}
+    assert {k: read[k] for k in expected} == expected
+    assert task.n_agents == 1 and task.agent_seeds == [0]
 
 
 def test_what_the_task_reads_from_the_env_and_its_defaults():
@@ -112,6 +137,7 @@ def test_what_the_task_reads_from_the_env_and_its_defaults():
     assert task.replay_bytes_per_transition == 2 * 4 * 4 + 8 + 4 + 4
     assert task.net(torch.zeros(3, 5, 4)).shape == (3, 5, 2)
     assert make(fast_acting=False).fast_acting is False and make(capture_video=True).capture_video is True
+    assert task.elapsed_s() == 0.0  # no training yet
     # agent 1 starts from the single run's weights of seed 5; the target and the record start equal to it
     single = make(seed=5)
     assert same(member(task.net, 1), member(single.net, 0), atol=0)
@@ -210,6 +236,36 @@ def test_random_and_greedy_extremes():
             assert torch.equal(greedy.buffer.actions[a * 1000 : a * 1000 + 16], member(greedy.net, a)(obs).argmax(1))
 
 
+@pytest.mark.parametrize("k, env, fast", [(1, GYM, True), (1, GYM, False), (2, TENSOR, True)])
+def test_greedy_acting_uses_the_weights_after_each_rounds_updates(k, env, fast):
+    task = make(k=k, env=env, eps_start=0.0, eps_end=0.0, total_steps=64, gradient_steps=8, optimizer=sgd(1.0), seed=1,
+                fast_acting=fast)
+    nets = {}
+    task.checkpoint_hook = lambda final=False: nets.setdefault(task.env_steps, [member(task.net, a) for a in range(k)])
+    start = [member(task.net, a) for a in range(k)]
+    fit(task)
+    assert (task.fast_greedy is not None) is fast
+    changed = 0
+    for a in range(k):
+        for r, acting in enumerate([start[a]] + [nets[s][a] for s in (16, 32, 48)]):
+            rows = slice(a * 1000 + 16 * r, a * 1000 + 16 * (r + 1))
+            with torch.no_grad():
+                assert torch.equal(task.buffer.actions[rows], acting(task.buffer.obs[rows]).argmax(1)), (a, r)
+                changed += int((start[a](task.buffer.obs[rows]).argmax(1) != task.buffer.actions[rows]).any())
+    assert changed  # the updates changed some greedy choice, so stale weights would show
+
+
+def test_a_non_finite_loss_stops_the_run_with_a_hint():
+    from pipeline.tasks.base import NonFiniteLossError
+
+    task = make(total_steps=32, learning_starts=NEVER)
+    fit(task)
+    with torch.no_grad():
+        next(task.net.parameters())[0, 0, 0] = float("nan")
+    with pytest.raises(NonFiniteLossError, match=r"^loss became nan at step 32; lower optimizer\.lr, use loss=huber or set task\.max_grad_norm$"):
+        task.learn()
+
+
 # ---- one update, by hand -----------------------------------------------------------------------
 
 
@@ -257,6 +313,7 @@ UPDATES = {
     "k3-huber-tanh-clipped": dict(k=3, loss=nn.SmoothL1Loss(), act="tanh", double=False, clip=0.05),
     "k2-mse-relu-double-clipped": dict(k=2, loss=nn.MSELoss(), act="relu", double=True, clip=0.05),
     "k1-mse-tanh-clipped": dict(k=1, loss=nn.MSELoss(), act="tanh", double=False, clip=0.05),
+    "k2-l1-relu": dict(k=2, loss=nn.L1Loss(), act="relu", double=False, clip=None),
 }
 
 
@@ -271,6 +328,10 @@ def test_an_update_is_each_agents_own_td_step(case):
         for p in task.net.parameters():
             p.mul_(torch.arange(1, c["k"] + 1, dtype=p.dtype).view(-1, *[1] * (p.dim() - 1)))
     fit(task)
+    with torch.no_grad():  # CartPole pays 1 a step: other rewards and ends, so each transition's own count
+        g = torch.Generator().manual_seed(0)
+        task.buffer.rewards.copy_(torch.randn(task.buffer.rewards.shape, generator=g))
+        task.buffer.dones.copy_((torch.rand(task.buffer.dones.shape, generator=g) < 0.3).float())
     task.learn()  # the first update copies the online net into the target, then moves the online net
     task.log_progress()  # starts a fresh window of losses
     assert not same(member(task.net, 0, c["act"]), member(task.target_net, 0, c["act"]))
@@ -311,12 +372,12 @@ def test_the_hard_target_copy_comes_once_per_interval():
     task = make(k=2, total_steps=96, target_update_interval=40, gradient_steps=1)
     after_round = []
     task.checkpoint_hook = lambda final=False: after_round.append(
-        {"step": task.env_steps, "net": [member(task.net, i) for i in range(2)],
+        {"step": task.env_steps, "final": final, "net": [member(task.net, i) for i in range(2)],
          "target": [member(task.target_net, i) for i in range(2)]})
     start = [member(task.net, i) for i in range(2)]
     fit(task)
-    steps = [r["step"] for r in after_round[:-1]]  # the last call is the final one (on_train_end)
-    assert steps == [16, 32, 48, 64, 80, 96]
+    # the hook runs after every round, then once more, final, when training ends
+    assert [(r["step"], r["final"]) for r in after_round] == [(s, False) for s in (16, 32, 48, 64, 80, 96)] + [(96, True)]
     copied_from = {16: start, 32: start, 48: after_round[1]["net"], 64: after_round[1]["net"],
                    80: after_round[3]["net"], 96: after_round[3]["net"]}
     for r in after_round[:-1]:
@@ -338,6 +399,9 @@ def test_rounds_learning_starts_and_gradient_steps_are_counted():
     assert [m["train/updates"] for m in metrics] == [6.0, 6.0]
     # the scheduler steps once per round that learned
     assert task.optimizers().optimizer.param_groups[0]["lr"] == 0.25
+    short = make(total_steps=33, learning_starts=NEVER)  # a last round of one env step
+    fit(short)
+    assert short.env_steps == 33
     none = make(total_steps=32, gradient_steps=0, scheduler=lambda opt: torch.optim.lr_scheduler.StepLR(opt, 1, 0.5))
     fit(none)
     assert none.updates == [0] and none.optimizers().optimizer.param_groups[0]["lr"] == 0.05
@@ -386,12 +450,12 @@ def greedy_means(task, net, slots, agents, episodes, offset):
 
 
 def test_evaluations_happen_when_env_steps_cross_eval_every():
-    """Rounds end at 16, ..., 96; eval_every 24: evaluations at 32, 48, 80 and 96, of the weights of that moment."""
-    task = make(k=2, total_steps=96, eval_every=24, eval_episodes=3, learning_starts=NEVER)
+    """Rounds end at 16, ..., 96; eval_every 40: evaluations at 48 and 80 (the rounds crossing 40 and 80), of the weights then."""
+    task = make(k=2, total_steps=96, eval_every=40, eval_episodes=3, learning_starts=NEVER)
     expected = greedy_means(task, task.net, [0, 1], [0, 1], 3, EVAL_SEED_OFFSET)  # no learning: the weights stay
     fit(task)
     for a in range(2):
-        assert [e[0] for e in task.evaluations[a]] == [32, 48, 80, 96]
+        assert [e[0] for e in task.evaluations[a]] == [48, 80]
         for step, mean, std in task.evaluations[a]:
             assert (mean, std) == pytest.approx(expected[a])
             assert task.curves[a].rows[step]["eval/return_mean"] == pytest.approx(expected[a][0])
@@ -403,7 +467,7 @@ def test_evaluations_happen_when_env_steps_cross_eval_every():
 def test_an_agent_that_reaches_stop_at_return_leaves_the_batch_and_the_others_carry_on():
     """Three agents with Adam; the one with the best first evaluation stops there. The other two end with exactly
     the weights they have in a run where nobody stops (their optimizer moments, replay, envs and draws are kept)."""
-    common = dict(k=3, seed=1, total_steps=96, eval_every=32, eval_episodes=2, gradient_steps=2,
+    common = dict(k=3, seed=1, total_steps=96, eval_every=32, eval_episodes=2, gradient_steps=2, envs_per_agent=2,
                   optimizer=lambda p: torch.optim.Adam(p, lr=0.01))
     free = make(**common)
     fit(free)
@@ -459,6 +523,22 @@ def test_all_agents_stopping_ends_training_and_time_to_threshold_is_recorded():
     assert high.time_to_threshold_s == [None, None] and high.agent_record(0)["time_to_threshold_s"] is None
 
 
+def test_reaching_exactly_the_threshold_or_the_stop_counts_and_the_first_time_is_kept():
+    probe = make(k=2, eval_episodes=2)
+    (m0, _), (m1, _) = greedy_means(probe, probe.net, [0, 1], [0, 1], 2, EVAL_SEED_OFFSET)
+    assert m0 != m1
+    low, high = min(m0, m1), max(m0, m1)
+    # no learning: every evaluation gives the same means; the threshold is the lower mean, the stop the higher
+    task = make(k=2, total_steps=96, eval_every=32, eval_episodes=2, learning_starts=NEVER, threshold=low, stop_at_return=high)
+    elapsed = {}
+    task.checkpoint_hook = lambda final=False: elapsed.setdefault(task.env_steps, task.elapsed_s())
+    fit(task)
+    top = int(m1 > m0)
+    assert task.stop_step[top] == 32 and task.stop_step[1 - top] is None and task.slots == [1 - top]
+    # both reached the threshold at the first evaluation (32); later evaluations do not move the time
+    assert all(0 < t <= elapsed[32] for t in task.time_to_threshold_s)
+
+
 def test_the_tuner_sees_every_agents_last_evaluation_and_can_stop_them_all():
     study = optuna.create_study(direction="maximize", pruner=optuna.pruners.ThresholdPruner(lower=10_000.0))
     trial = study.ask()
@@ -475,7 +555,10 @@ def test_logged_rows_and_the_shared_batch_rows():
     for k in (1, 2):
         shared = CurveLog(f"/nonexistent-shared-{k}.csv", step_key="env_step", flush_every_s=NEVER)
         task = make(k=k, total_steps=240, log_every=96, eval_every=240, eps_duration=200, eps_end=0.1, gradient_steps=1)
-        metrics = fit(task, logger=CurveLogger(shared))
+        tr = trainer(logger=CurveLogger(shared), log_every_n_steps=1)
+        task.curves = [CurveLog(f"/nonexistent-rows-{k}-{i}.csv", flush_every_s=NEVER) for i in range(k)]
+        metrics = task.fit_and_evaluate(tr, None, None)
+        assert tr.progress_bar_metrics == {"env_step": 240.0}  # the progress bar shows env steps, not the loggers
         rows = task.curves[0].rows
         assert {s for s, r in rows.items() if "train/epsilon" in r} == {96, 192, 240}
         for step in (96, 192, 240):
@@ -484,28 +567,47 @@ def test_logged_rows_and_the_shared_batch_rows():
             assert {"train/loss", "train/q_mean", "train/episodic_return"} <= set(rows[step])
         assert rows[240]["train/episodic_return"] == pytest.approx(np.mean(task.episode_returns[0][-10:]))
         assert len(task.episode_returns[0]) > 10  # the mean is over the last ten only
-        if k == 1:
-            assert shared.rows[96]["train/epsilon"] == rows[96]["train/epsilon"]
-            assert shared.rows[240]["eval/return_mean"] == rows[240]["eval/return_mean"]
-            assert not any(key.startswith("batch/") for r in shared.rows.values() for key in r)
+        # the last row's rate is the run's: env steps over training seconds (as the record's)
+        assert rows[240]["perf/env_steps_per_s"] == pytest.approx(240 / task._train_seconds, rel=0.05)
+        if k == 1:  # one agent: every row of its curve also goes to the loggers, and nothing else
+            assert shared.rows == rows
         else:
-            assert shared.rows[96]["batch/env_steps_per_s"] > 0 and "train/epsilon" not in shared.rows[96]
+            assert {key for r in shared.rows.values() for key in r} == {
+                "batch/env_steps_per_s", "batch/eval_return_mean", "batch/agents_learning", "batch/final_eval_return_mean"}
+            assert shared.rows[240]["batch/env_steps_per_s"] == pytest.approx(480 / task._train_seconds, rel=0.05)
             assert shared.rows[240]["batch/eval_return_mean"] == pytest.approx(np.mean([task.evaluations[a][0][1] for a in range(2)]))
             assert shared.rows[240]["batch/agents_learning"] == 2.0
             assert shared.rows[240]["batch/final_eval_return_mean"] == pytest.approx(np.mean([m["eval/return_mean"] for m in metrics]))
         assert {"act", "env", "learn", "log", "eval", "final_eval"} <= set(task.time_breakdown_s)
 
 
-def test_time_breakdown_fits_in_the_wall_time():
+@pytest.mark.parametrize("k, env", [(2, TENSOR), (1, GYM)])
+def test_time_breakdown_fits_in_the_wall_time(k, env):
     import time
 
-    task = make(k=2, total_steps=64, eval_every=32, log_every=32)
+    task = make(k=k, env=env, total_steps=64, eval_every=32, log_every=32)
     t0 = time.perf_counter()
     fit(task)
     wall = time.perf_counter() - t0
     parts = task.time_breakdown_s
+    assert set(parts) == {"act", "env", "learn", "eval", "log", "final_eval"}
     assert all(v > 0 for v in parts.values()) and sum(parts.values()) <= wall
     assert 0 < task.elapsed_s() <= wall and task._train_seconds > 0
+
+
+@pytest.mark.parametrize("k, env", [(2, TENSOR), (1, GYM)])
+def test_acting_time_is_summed_over_every_step_of_a_round(k, env):
+    import time
+
+    task = make(k=k, env=env, total_steps=16, learning_starts=NEVER, eps_end=0.5)
+    task.curves = [CurveLog(f"/nonexistent-t-{i}.csv", flush_every_s=NEVER) for i in range(k)]
+    trainer().fit(task)  # (no final evaluation: the env stays open)
+    before = task.time_breakdown_s["act"] + task.time_breakdown_s["env"]
+    t0 = time.perf_counter()
+    task.collect(300)
+    wall = time.perf_counter() - t0
+    spent = task.time_breakdown_s["act"] + task.time_breakdown_s["env"] - before
+    assert 0.5 * wall <= spent <= wall  # most of a long round is acting and stepping, all of it counted once
 
 
 def test_the_record_of_each_agent():
@@ -531,9 +633,10 @@ def test_the_record_of_each_agent():
 # ---- checkpoints ---------------------------------------------------------------------------------
 
 
-def stopped_at(step, **hp):
+def stopped_at(step, breakdown=None, **hp):
     """A run that saves its checkpoint state after the round ending at `step` and stops there (as a kill would)."""
     task = make(**hp)
+    task.time_breakdown_s = dict(breakdown or {})
     saved = {}
 
     def hook(final=False):
@@ -546,13 +649,13 @@ def stopped_at(step, **hp):
     return saved["state"]
 
 
-@pytest.mark.parametrize("k", [1, 2])
-def test_a_resumed_run_continues_exactly(k):
-    hp = dict(k=k, total_steps=96, eval_every=32, eval_episodes=1, log_every=32, gradient_steps=2,
-              optimizer=lambda p: torch.optim.Adam(p, lr=0.01), scheduler=lambda opt: torch.optim.lr_scheduler.StepLR(opt, 1, 0.9))
+@pytest.mark.parametrize("k, env", [(1, GYM), (2, TENSOR), (2, GYM)])
+def test_a_resumed_run_continues_exactly(k, env):
+    hp = dict(k=k, env=env, total_steps=96, eval_every=32, eval_episodes=1, log_every=32, gradient_steps=2,
+              optimizer=lambda p: torch.optim.Adam(p, lr=0.01), scheduler=lambda opt: torch.optim.lr_scheduler.StepLR(opt, 2, 0.5))
     whole = make(**hp)
     fit(whole)
-    state = stopped_at(48, **hp)
+    state = stopped_at(48, breakdown={"earlier_segment": 2.5}, **hp)  # after 3 scheduler steps: mid-period
     assert state["env_steps"] == 48 and state["replay"] is not None and state["format"] == "pipeline.dqn/2"
     resumed = make(**hp)
     resumed.load_checkpoint_state(state)
@@ -564,8 +667,14 @@ def test_a_resumed_run_continues_exactly(k):
         assert resumed.evaluations[i] == whole.evaluations[i] and resumed.updates[i] == whole.updates[i]
         assert resumed.episode_returns[i] == whole.episode_returns[i]
         assert resumed.agent_record(i)["replay_restored_on_resume"] is True
+        for step in (64, 96):  # the rows after the resume, the first one's losses from both sides of it
+            assert {k: v for k, v in resumed.curves[i].rows[step].items() if not k.startswith("perf/")} == {
+                k: v for k, v in whole.curves[i].rows[step].items() if not k.startswith("perf/")}
+        assert set(resumed.curves[i].rows) == {64, 96}  # a log row at 64 (log_every 32 after 32), not at 48
     assert resumed.optimizers().optimizer.param_groups[0]["lr"] == whole.optimizers().optimizer.param_groups[0]["lr"]
     assert resumed.elapsed_s() >= state["elapsed_s"] > 0
+    assert resumed.time_breakdown_s["earlier_segment"] == 2.5  # the earlier segments' time is carried on
+    assert resumed.optimizers().optimizer.param_groups[0]["lr"] == 0.01 * 0.5**3  # 6 learning rounds, halved every 2
 
 
 def test_a_resume_without_the_replay_refills_it_and_says_so():
@@ -612,6 +721,14 @@ def test_resuming_where_an_agent_had_stopped_keeps_only_the_learning_agents():
 
 
 def test_a_finished_run_is_not_trained_again_and_bad_checkpoints_are_refused():
+    state = stopped_at(32, k=2, total_steps=32)  # the last round's checkpoint: the budget is spent
+    again = make(k=2, total_steps=32)
+    again.load_checkpoint_state(state)
+    assert again.elapsed_s() == state["elapsed_s"] > 0  # the earlier segment's training time, nothing running
+    assert [m["train/updates"] for m in fit(again)] == [4.0, 4.0]
+    assert not hasattr(again, "buffer") and again.env_steps == 32
+    # no training in this segment: no rate to report
+    assert again.agent_record(0)["env_steps_per_s"] is None and again.agent_record(0)["batch_env_steps_per_s"] is None
     state = stopped_at(32, k=2, total_steps=32, eval_every=32, stop_at_return=0.0)
     assert state["slots"] == []
     again = make(k=2, total_steps=32, eval_every=32, stop_at_return=0.0)
@@ -620,10 +737,13 @@ def test_a_finished_run_is_not_trained_again_and_bad_checkpoints_are_refused():
     assert not hasattr(again, "buffer") and len(metrics) == 2 and again.stop_step == [32, 32]
     with pytest.raises(ValueError, match="checkpoint format 'other' is not 'pipeline.dqn/2'"):
         make(k=2).load_checkpoint_state({**state, "format": "other"})
-    with pytest.raises(ValueError, match=r"checkpoint holds seeds 0..1 \(2 agents\), this run has 1..2"):
-        make(k=2, seed=1).load_checkpoint_state(state)
+    state = stopped_at(16, k=3, total_steps=32)
+    with pytest.raises(ValueError, match=r"^checkpoint holds seeds 0\.\.2 \(3 agents\), this run has 1\.\.3; "
+                                         r"resume with the same seed and seeds_per_process$"):
+        make(k=3, seed=1).load_checkpoint_state(state)
     state = stopped_at(16, k=2, total_steps=32)
-    with pytest.raises(ValueError, match="checkpoint weights do not fit this model"):
+    with pytest.raises(ValueError, match=r"^checkpoint weights do not fit this model \(changed model\.\* since\?\): "
+                                         r"Error\(s\) in loading state_dict for EnsembleMLP:$"):
         make(k=2, net=lambda in_features, out_features: MLP(in_features, out_features, hidden=(9,))).load_checkpoint_state(state)
 
 
@@ -637,3 +757,38 @@ def test_noisy_agents_learn_with_their_own_noise():
     a, b = batch.net.member_state_dict(1), single.net.member_state_dict(0)
     assert all(torch.allclose(a[key], b[key], atol=1e-5) for key in a)
     assert batch.updates == [6, 6] and batch.fast_greedy is None
+
+
+def test_a_noisy_update_draws_fresh_noise_before_its_targets():
+    """Each gradient step of a noisy net redraws both nets' noise from the agents' generators, then computes its
+    targets and loss: redone here step by step on copies of the networks."""
+    import copy
+
+    def noisy(in_features, out_features):
+        return NoisyQNet(in_features, out_features, hidden=(8,))
+
+    task = make(k=2, net=noisy, total_steps=32, learning_starts=NEVER, gradient_steps=3, optimizer=sgd(0.1),
+                max_grad_norm=None, target_update_interval=NEVER)
+    fit(task)
+    task.learn()  # the target now lags the online net
+    net, target = copy.deepcopy(task.net), copy.deepcopy(task.target_net)
+    generators = []
+    for g in task.generators:
+        generators.append(torch.Generator())
+        generators[-1].set_state(g.get_state())
+    batches = task.buffer.sample(3, 8, generators)
+    for g in range(3):
+        obs, actions, rewards, next_obs, dones = (x[g] for x in batches)
+        net.reset_noise(generators)
+        target.reset_noise(generators)
+        with torch.no_grad():
+            y = rewards + 0.99 * (1 - dones) * target(next_obs).max(-1).values
+        q = net(obs).gather(2, actions.unsqueeze(2)).squeeze(2)
+        net.zero_grad()
+        nn.functional.smooth_l1_loss(q, y, reduction="none").mean(1).sum().backward()
+        with torch.no_grad():
+            for p in net.parameters():
+                p -= 0.1 * p.grad
+    task.learn()
+    for (name, a), b in zip(task.net.state_dict().items(), net.state_dict().values()):
+        assert torch.allclose(a, b, atol=1e-6), name
