@@ -43,7 +43,7 @@ MODULES: dict[str, list[str]] = {
     "rl/replay.py": ["tests/rl/test_replay.py", "tests/rl/test_replay_properties.py"],
     "rl/cartpole_tensor.py": ["tests/rl/test_cartpole_tensor.py", "tests/rl/test_cartpole_properties.py"],
     "rl/acrobot_tensor.py": ["tests/rl/test_acrobot_tensor.py"],
-    "rl/tensor_env.py": ["tests/rl/test_tensor_env.py", "tests/rl/test_cartpole_tensor.py"],
+    "rl/tensor_env.py": ["tests/rl/test_tensor_env.py"],
     "rl/vector.py": ["tests/rl/test_vector.py"],
     "rl/gym_state.py": ["tests/rl/test_gym_state.py"],
     "rl/acting.py": ["tests/rl/test_acting.py"],

@@ -42,6 +42,7 @@ def test_start_states_are_gymnasiums_distribution_from_each_envs_own_stream():
     env = TensorAcrobot(3)
     first = env.reset([5, 6, 7])
     # Uniform on [-0.1, 0.1] and rounded to float32, like gymnasium's reset.
+    assert env.state.dtype == torch.float64  # float32 numbers, held in the env's dtype
     assert (env.state.abs() <= 0.1).all() and torch.equal(env.state, env.state.float().double())
     assert first.shape == (3, 6) and first.dtype == torch.float32
     assert torch.allclose(first[:, 0], torch.cos(env.state[:, 0]).float())
@@ -99,6 +100,10 @@ def test_a_time_limit_and_no_auto_reset_are_passed_on():
         assert step.truncated.tolist() == [t == 3] * 2
     # Without auto-reset the finished envs stay where they ended.
     assert torch.equal(step.obs, step.final_obs) and env.episodes.tolist() == [0, 0]
+    restarting = TensorAcrobot(2, max_episode_steps=1)  # auto-reset unless asked otherwise
+    restarting.reset([0, 1])
+    step = restarting.step(torch.ones(2, dtype=torch.int64))
+    assert restarting.episodes.tolist() == [1, 1] and not torch.equal(step.obs, step.final_obs)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

@@ -101,19 +101,28 @@ def test_atari_ids_get_the_dqn_preprocessing_by_default_and_as_asked():
 
 
 def test_atari_evaluation_plays_whole_games_with_unclipped_rewards():
-    """Space Invaders, firing all the time: points of 5-30 an alien, and a life lost within 1000 frames."""
+    """Space Invaders, sweeping right and left while firing: points of 5-30 an alien, a life lost within 1000
+    frames and more points after it, so either clipping or a stop at the lost life would change the return."""
+    sweep = [4] * 8 + [5] * 8  # RIGHTFIRE, LEFTFIRE
+    calls = []
+
+    def policy(obs: torch.Tensor) -> torch.Tensor:
+        calls.append(1)
+        return torch.full((obs.shape[0],), sweep[(len(calls) - 1) % 16], dtype=torch.int64)
+
     kwargs = {"max_episode_steps": 1000}
-    fire = lambda obs: torch.ones(obs.shape[0], dtype=torch.int64)  # noqa: E731
-    returns = evaluate_greedy(fire, "ALE/SpaceInvaders-v5", 1, seed=0,
+    returns = evaluate_greedy(policy, "ALE/SpaceInvaders-v5", 1, seed=0,
                               env_kwargs={**kwargs, "clip_rewards": True, "terminal_on_life_loss": True})  # fmt: skip
     env = make_env("ALE/SpaceInvaders-v5", clip_rewards=False, terminal_on_life_loss=False, **kwargs)
     env.reset(seed=0)
-    total, rewards, done = 0.0, set(), False
+    total, rewards, done, t, lives_at = 0.0, [], False, 0, None
     while not done:
-        _, reward, terminated, truncated, _ = env.step(1)
-        total, done = total + reward, terminated or truncated
-        rewards.add(reward)
-    assert max(rewards) > 1 and env.unwrapped.ale.lives() < 3  # clipping or a stop at a lost life would show
+        _, reward, terminated, truncated, _ = env.step(sweep[t % 16])
+        total, done, t = total + reward, terminated or truncated, t + 1
+        rewards.append(reward)
+        if lives_at is None and env.unwrapped.ale.lives() < 3:
+            lives_at = t
+    assert max(rewards) > 1 and lives_at is not None and sum(rewards[lives_at:]) > 0
     assert returns == [total]
 
 

@@ -167,3 +167,32 @@ def test_on_the_accelerator_the_env_steps_shrinks_and_saves_as_on_the_cpu():
     moved = Walk(2, device="cuda")
     moved.load_state_dict(cpu)
     assert moved.rows.device.type == "cuda" and moved.elapsed.device.type == "cuda"
+
+
+@pytest.mark.parametrize("auto_reset", [True, False])
+def test_each_step_follows_the_rules_env_by_env(auto_reset):
+    """Every field of every step against the rules written out for one env at a time: terminated past 1.5,
+    truncated once the clock reaches the limit (even on a terminating step), finished envs (only those)
+    restarted at their next episode's start, `final_obs` where the action led."""
+    seeds, actions = [0, 1, 2], torch.tensor([1, 0, 1])
+    env = Walk(3, auto_reset=auto_reset)
+    env.reset(seeds)
+    position = starts(seeds, [0, 0, 0]).tolist()
+    clock, episode = [0, 0, 0], [0, 0, 0]
+    for t in range(14):
+        step = env.step(actions)
+        for b in range(3):
+            moved = position[b] + 0.25 * int(actions[b])
+            terminated, truncated = moved > 1.5, clock[b] + 1 >= 6
+            assert (bool(step.terminated[b]), bool(step.truncated[b])) == (terminated, truncated), (t, b)
+            assert bool(step.done[b]) == (terminated or truncated) and float(step.reward[b]) == 1.0 - terminated
+            assert step.final_obs[b].tolist() == [float(torch.tensor(moved).float()), float(clock[b] + 1)]
+            if auto_reset and (terminated or truncated):
+                episode[b] += 1
+                position[b], clock[b] = starts([seeds[b]], [episode[b]]).item(), 0
+                assert step.obs[b].tolist() == [float(torch.tensor(position[b]).float()), 0.0]
+            else:
+                position[b], clock[b] = moved, clock[b] + 1
+                assert torch.equal(step.obs[b], step.final_obs[b])
+        assert env.episodes.tolist() == episode and env.elapsed.tolist() == clock
+    assert max(episode) >= (2 if auto_reset else 0)
