@@ -48,7 +48,8 @@ DQN = ("experiment=dqn_cartpole", "task.stop_at_return=null", "trainer.enable_pr
 @pytest.mark.parametrize("batch", [(), ("seeds_per_process=3", "env=cartpole_tensor", "task.envs_per_agent=4")], ids=["k1-gym", "k3-tensor"])
 def test_kill_9_then_ckpt_path_last_continues_a_dqn_run(tmp_path, batch):
     """Killed after its first checkpoint and resumed, the run ends exactly where an uninterrupted one does."""
-    budget = 12_288
+    # Long enough after the first checkpoint (4,096) that the kill lands mid-run even on a slow, loaded machine.
+    budget = 24_576
     args = (*DQN, f"task.total_steps={budget}", "checkpoint.every_steps=4096", *batch)
     run_dir = tmp_path / "killed"
     agent_dir = run_dir if not batch else run_dir / "seed1"
@@ -57,6 +58,7 @@ def test_kill_9_then_ckpt_path_last_continues_a_dqn_run(tmp_path, batch):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     killed = read_result(agent_dir)
+    assert proc.returncode == -signal.SIGKILL, f"the run ended ({proc.returncode}) before the kill: raise the budget"
     assert killed["status"] == "failed" and killed["checkpoint"]["replay_saved"] is True
     saved_at = killed["checkpoint"]["step"]
     rows_before = pd.read_csv(agent_dir / "metrics.csv")

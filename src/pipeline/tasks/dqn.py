@@ -414,7 +414,7 @@ class DQNTask(Task):
                 target_net, self.net, batches.rewards.transpose(0, 1).reshape(K, G * B), next_obs,
                 batches.dones.transpose(0, 1).reshape(K, G * B), hp["gamma"], double=False,
             ).view(K, G, B).transpose(0, 1)
-        losses, q_means = [], []
+        losses, qs, targets = [], [], []
         for g in range(G):
             obs, actions, rewards, next_obs, dones = (t[g] for t in batches)
             if self.noisy:
@@ -427,27 +427,32 @@ class DQNTask(Task):
             if layers is not None:
                 # The same gradient as the autograd branch below, without the autograd engine.
                 q = td_grads_(layers, obs, actions, target, self.hand_beta)
-                with torch.no_grad():
-                    per_agent = self.loss_fn(q, target).mean(1)
             else:
                 q = self.net(obs).gather(2, actions.unsqueeze(2)).squeeze(2)
                 # Mean within each agent, SUM across agents: each agent gets exactly its own gradient.
                 per_agent = self.loss_fn(q, target).mean(1)
                 opt.zero_grad(set_to_none=True)
                 per_agent.sum().backward()
+                losses.append(per_agent.detach())
             if hp["max_grad_norm"]:
                 clip(params, hp["max_grad_norm"])
             opt.step()
             if hp["target_update"] == "soft":
                 soft_update(self.target_net, self.net, hp["tau"])
-            losses.append(per_agent.detach())
-            q_means.append(q.detach().mean(1))
+            qs.append(q.detach())
+            targets.append(target)
         if self.fast_greedy is not None:
             self.fast_greedy.refresh()
+        # The round's Q-values [G, K, B]; the hand-written branch forms its loss values here, in one go.
+        q_round = torch.stack(qs)
+        if losses:
+            round_loss = torch.stack(losses).mean(0)
+        else:
+            with torch.no_grad():
+                round_loss = self.loss_fn(q_round, torch.stack(targets)).mean((0, 2))
         # One host sync per round, not per update.
-        round_loss = torch.stack(losses).mean(0)
         check_finite(round_loss, self.env_steps, hint="lower optimizer.lr, use loss=huber or set task.max_grad_norm")
-        for slot, (loss, q) in enumerate(zip(round_loss.tolist(), torch.stack(q_means).mean(0).tolist())):
+        for slot, (loss, q) in enumerate(zip(round_loss.tolist(), q_round.mean((0, 2)).tolist())):
             agent = self.slots[slot]
             self.updates[agent] += G
             self._recent[agent]["loss"].append(loss)
