@@ -114,11 +114,11 @@ def test_bad_values_are_refused_in_one_line():
 
 def test_the_constructors_defaults_are_the_configs():
     """DQNTask built from Python without options behaves as conf/task/dqn.yaml configures it."""
+    from importlib.resources import files
+
     from omegaconf import OmegaConf
 
-    from pipeline_testing import ROOT
-
-    conf = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "task" / "dqn.yaml"))
+    conf = OmegaConf.to_container(OmegaConf.create((files("pipeline.conf") / "task" / "dqn.yaml").read_text()))
     task = DQNTask(net=mlp(), loss=nn.SmoothL1Loss(), optimizer=sgd(0.1), env=GYM)
     read = {"envs_per_agent": task.envs_per_agent, "fast_acting": task.fast_acting, "save_replay": task.save_replay,
             "replay_save_max_mb": task.replay_save_max_mb, "capture_video": task.capture_video,
