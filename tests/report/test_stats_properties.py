@@ -361,9 +361,14 @@ def test_summarize_passes_its_reps_and_seed_everywhere_and_skips_lone_metrics():
 
 
 def test_rl_per_seed_entries_carry_time_to_threshold():
-    runs = [_run(f"r/{s}", s, 500.0, time_to_threshold_s=t, threshold=475.0) for s, t in ((0, 12.5), (1, None))]
+    # An RL record is one with env_steps (pipeline.record.RunRecord.is_rl), as every DQN/CEM record has.
+    runs = [_run(f"r/{s}", s, 500.0, time_to_threshold_s=t, threshold=475.0, env_steps=40_000) for s, t in ((0, 12.5), (1, None))]
     per_seed = stats.group_stats("r", runs, reps=20)["per_seed"]
     assert per_seed["0"]["time_to_threshold_s"] == 12.5 and per_seed["1"]["time_to_threshold_s"] is None
+    assert per_seed["0"]["env_steps"] == 40_000
+    # Without env_steps the record is not an RL run, whatever else it carries: no RL columns.
+    plain = stats.group_stats("p", [_run("p/0", 0, 1.0, threshold=475.0)], reps=20)["per_seed"]
+    assert "time_to_threshold_s" not in plain["0"]
 
 
 def test_summarize_draws_the_curve_from_the_groups_valid_runs_only(tmp_path):

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.record import RunRecord as TypedRecord
+
 RESULT_FILE = "result.json"
 METRICS_FILE = "metrics.csv"
 # report/ holds our own output and wandb/ holds logger internals; neither contains run records,
@@ -32,7 +34,11 @@ class RunRecordWarning(UserWarning):
 
 @dataclass
 class RunRecord:
-    """One run as the report sees it: the parsed result.json plus where it lives."""
+    """One run as the report sees it: the parsed result.json plus where it lives.
+
+    `record` is the same result.json read through the typed definition run.py writes
+    (`pipeline.record.RunRecord`): what kind of run it is comes from there, not from guesses here.
+    """
 
     dir: Path
     input_root: Path
@@ -88,8 +94,12 @@ class RunRecord:
         return str(curve) if curve else None
 
     @property
+    def record(self) -> TypedRecord:
+        return TypedRecord.from_dict(self.result)
+
+    @property
     def is_rl(self) -> bool:
-        return "time_to_threshold_s" in self.result or self.result.get("threshold") is not None
+        return self.record.is_rl
 
     @property
     def relative_dir(self) -> str:
@@ -98,7 +108,7 @@ class RunRecord:
 
     @property
     def counts_env_steps(self) -> bool:
-        return self.result.get("env_steps") is not None
+        return self.record.env_steps is not None
 
     def metric_bounds(self, metric: str | None) -> tuple[float | None, float | None]:
         """What ``metric`` can take, from the record's optional ``metric_bounds`` (e.g. CartPole's [0, 500])."""
