@@ -69,6 +69,15 @@ STABLE = [
     "record.py",
     "nets/heads.py",
     "nets/mlp.py",
+    "nets/ensemble.py",
+    "nets/cnn.py",
+    "nets/factory.py",
+    "rl/acting.py",
+    "rl/tensor_env.py",
+    "rl/acrobot_tensor.py",
+    "rl/gym_state.py",
+    "rl/envs.py",
+    "rl/vector.py",
     "tasks/supervised.py",
 ]
 

@@ -196,3 +196,39 @@ def test_each_step_follows_the_rules_env_by_env(auto_reset):
                 assert torch.equal(step.obs[b], step.final_obs[b])
         assert env.episodes.tolist() == episode and env.elapsed.tolist() == clock
     assert max(episode) >= (2 if auto_reset else 0)
+
+
+def _splitmix64_reference(z: int) -> int:
+    """Vigna's splitmix64 step on unsigned 64-bit Python ints."""
+    z = (z + 0x9E3779B97F4A7C15) % 2**64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) % 2**64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) % 2**64
+    return z ^ (z >> 31)
+
+
+def test_hashed_uniforms_are_the_top_53_bits_of_splitmix64_of_key_xor_counter_and_lane():
+    seeds, counters, n = [0, 7, 2**40], [0, 3, 12345], 5
+    got = hashed_uniform(seed_keys(torch.tensor(seeds)), torch.tensor(counters), n)
+    assert got.dtype == torch.float64 and got.shape == (n, 3)
+    for b, (seed, counter) in enumerate(zip(seeds, counters)):
+        key = _splitmix64_reference(seed)
+        for lane in range(n):
+            bits = _splitmix64_reference(key ^ (counter * n + lane))
+            assert got[lane, b].item() == (bits >> 11) * 2.0**-53, (lane, b)
+    many = hashed_uniform(seed_keys(torch.arange(4000)), torch.zeros(4000, dtype=torch.int64), 2)
+    assert 0.0 <= many.min() < 0.001 and 0.999 < many.max() < 1.0 and abs(many.mean().item() - 0.5) < 0.02
+
+
+def test_kept_envs_keep_their_state_clock_and_stream():
+    env, reference = Walk(3), Walk(3)
+    for e in (env, reference):
+        e.reset([4, 5, 6])
+        e.step(torch.tensor([1, 1, 0]))
+    before = env.state_dict()
+    env.keep_envs_(torch.tensor([2, 0]))
+    after = env.state_dict()
+    assert torch.equal(after["rows"], before["rows"][:, [2, 0]])
+    assert all(torch.equal(after[k], before[k][[2, 0]]) for k in ("elapsed", "seeds", "episodes"))
+    for _ in range(8):  # on through new episodes, each from its own stream
+        a, b = env.step(torch.tensor([0, 1])), reference.step(torch.tensor([1, 1, 0]))
+        assert torch.equal(a.obs, b.obs[[2, 0]]) and torch.equal(a.done, b.done[[2, 0]])
