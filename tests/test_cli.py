@@ -105,6 +105,7 @@ def test_group_options_compose(make_cfg, group):
         assert cfg[group] is not None
 
 
+@pytest.mark.slow
 def test_cuda_request_without_gpu_is_one_clear_line(tmp_path):
     import torch
 

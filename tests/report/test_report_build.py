@@ -229,6 +229,7 @@ def test_seeds_that_stop_early_hold_and_the_band_stays_inside_the_bounds(tmp_pat
     assert "15 of 16 seeds stopped earlier and hold their last value" in (tmp_path / "out" / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_hundred_runs(tmp_path):
     rng = np.random.default_rng(0)
     written: dict[str, list[float]] = {}

@@ -28,6 +28,7 @@ def test_per_seed_rows_and_summary(two_group_report, two_group_sweep):
     assert values[f"probability_of_improvement/eval/return_mean/{RL_GROUP} > {OTHER_GROUP}"] == 1.0
 
 
+@pytest.mark.slow
 def test_offline_report_run(tmp_path, monkeypatch):
     import wandb
 

@@ -77,6 +77,7 @@ def _wide_csv(path, columns):
     return path
 
 
+@pytest.mark.slow
 def test_one_column_layout_loads_with_data_n_bidders(tmp_path, make_cfg):
     bids = simulate_first_price_bids(900, 3, generator=torch.Generator().manual_seed(0)).bids
     path = tmp_path / "bids.csv"
@@ -86,6 +87,7 @@ def test_one_column_layout_loads_with_data_n_bidders(tmp_path, make_cfg):
     assert record["n_bidders"] == 3 and record["metrics"]["data/rows_used"] == 900
 
 
+@pytest.mark.slow
 def test_bad_rows_are_an_error_or_dropped_and_counted(tmp_path, make_cfg):
     auctions = simulate_first_price_bids(1000, 2, generator=torch.Generator().manual_seed(1)).bids.view(-1, 2)
     path = _wide_csv(tmp_path / "bids.csv", auctions)
@@ -101,6 +103,7 @@ def test_bad_rows_are_an_error_or_dropped_and_counted(tmp_path, make_cfg):
     assert record["data_rows"]["rejected"] == {"wrong_field_count": 2, "negative": 1}
 
 
+@pytest.mark.slow
 def test_asymmetric_bidders_are_detected_and_inverted_one_by_one(tmp_path, make_cfg):
     """Values U[0, 1] and U[0, 2] in their first-price equilibrium: the KS test rejects symmetry, each bidder is
     inverted against its own competitor, second price is predicted, first price and bounds are not (and say so)."""
@@ -119,6 +122,7 @@ def test_asymmetric_bidders_are_detected_and_inverted_one_by_one(tmp_path, make_
     assert any("_eps" in k for k in pooled["metrics"])
 
 
+@pytest.mark.slow
 def test_value_scale_other_than_one(tmp_path, make_cfg):
     """Values U[0, 2]: reserves, truths and estimates in those units (truth at reserve r: 2 * R(r / 2))."""
     rules = "task.rules=[second_price_r0.0,second_price_r1.0,second_price_r1.8,first_price_n3]"
@@ -133,6 +137,7 @@ def test_value_scale_other_than_one(tmp_path, make_cfg):
     assert record["primary_metric"] == "cf/second_price_r1.0/point"
 
 
+@pytest.mark.slow
 def test_known_value_top_replaces_the_estimate(tmp_path, make_cfg):
     (record,) = run(make_cfg(*FAST, "task.value_top=1.0"), tmp_path / "known")
     assert record["status"] == "ok", record["error"]

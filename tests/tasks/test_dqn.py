@@ -161,6 +161,7 @@ def test_other_tasks_refuse_several_seeds_per_process(tmp_path):
     assert "trains one seed per process" in (proc.stdout + proc.stderr) or (record and "one seed per process" in record["error"])
 
 
+@pytest.mark.slow
 def test_end_to_end_debug_run(tmp_path):
     proc = run_cli("experiment=dqn_cartpole", "trainer=debug", f"hydra.run.dir={tmp_path}")
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -283,6 +283,7 @@ def test_image_grid_tiles_in_rows():
     assert grid[1, 1] == 0.0 and grid[4, 7] == 1.0 and grid[0, 0] == 0.5
 
 
+@pytest.mark.slow
 def test_tensorboard_and_wandb_get_pictures_histograms_and_graph(make_cfg, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
