@@ -259,7 +259,11 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
         config_checks.check_missing(cfg)
         config_checks.check_types(cfg, ctx.choices)
         seed_everything(cfg.seed, deterministic=bool(cfg.seeding.deterministic))
-        device = setup_device(cfg.device.accelerator, ctx.num_threads if ctx.num_threads is not None else cfg.device.num_threads)
+        device = setup_device(
+            cfg.device.accelerator,
+            ctx.num_threads if ctx.num_threads is not None else cfg.device.num_threads,
+            flush_denormal=OmegaConf.select(cfg, "device.flush_denormal", default=True),
+        )
         t0 = time.perf_counter()
         datamodule = None if _is_empty(cfg.get("data")) else instantiate(cfg.data)
         if datamodule is not None:
