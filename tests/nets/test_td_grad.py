@@ -83,3 +83,20 @@ def test_chunked_forward_equals_the_network(monkeypatch, chunk_elements):
     out = td_grad.relu_mlp_forward(relu_mlp_layers(net), x)
     assert out.shape == expected.shape == (3, 50, 3)
     torch.testing.assert_close(out, expected, rtol=1e-6, atol=1e-7)
+
+
+class _Net(nn.Module):
+    def __init__(self, *layers):
+        super().__init__()
+        self.net = nn.Sequential(*layers)
+
+
+def test_a_net_ending_in_relu_or_without_biases_keeps_autograd():
+    """The written-out gradient assumes Linear -> ReLU -> ... -> Linear with biases; anything else is refused."""
+    torch.manual_seed(0)
+    ends_in_relu = EnsembleMLP([_Net(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3), nn.ReLU()) for _ in range(2)])
+    no_bias = EnsembleMLP([_Net(nn.Linear(6, 8, bias=False), nn.ReLU(), nn.Linear(8, 3, bias=False)) for _ in range(2)])
+    plain = EnsembleMLP([_Net(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3)) for _ in range(2)])
+    assert relu_mlp_layers(ends_in_relu) is None
+    assert relu_mlp_layers(no_bias) is None
+    assert [layer.out_features for layer in relu_mlp_layers(plain)] == [8, 3]
