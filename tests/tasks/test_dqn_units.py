@@ -805,3 +805,22 @@ def test_a_noisy_update_draws_fresh_noise_before_its_targets():
     task.learn()
     for (name, a), b in zip(task.net.state_dict().items(), net.state_dict().values()):
         assert torch.allclose(a, b, atol=1e-6), name
+
+
+ATARI = {"id": "ALE/Pong-v5", "backend": "gym", "kwargs": {"frame_skip": 4, "screen_size": 84, "noop_max": 30,
+                                                            "frame_stack": 4, "terminal_on_life_loss": False, "clip_rewards": True}}
+
+
+def test_image_observations_stay_uint8_from_the_env_to_the_replay():
+    """Atari frames are stored as bytes: 4x less replay memory than float32, and the record says so."""
+    task = make(env=ATARI, buffer_size=64)
+    frame_bytes = 4 * 84 * 84
+    assert task.obs_shape == (4, 84, 84) and task.obs_dtype == torch.uint8
+    # obs + next_obs as bytes, then action (int64), reward and done (float32).
+    assert task.replay_bytes_per_transition == 2 * frame_bytes + 8 + 4 + 4
+    task.on_fit_start()
+    try:
+        assert task.buffer.obs.dtype == torch.uint8 and task.buffer.next_obs.dtype == torch.uint8
+        assert task.buffer.obs.shape[-3:] == (4, 84, 84)
+    finally:
+        task.env.close()
