@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from pipeline.devices import DeviceError, resolve_accelerator, setup_device
+from pipeline.devices import DeviceError, flushes_denormals, resolve_accelerator, setup_device
 
 
 @pytest.fixture(autouse=True)
@@ -34,3 +34,20 @@ def test_unknown_accelerator_is_one_line_with_the_choices():
 def test_the_packaged_device_options_flush_denormals(make_cfg):
     for option in ("auto", "cpu", "cuda", "mps"):
         assert make_cfg(f"device={option}").device.flush_denormal is True
+
+
+def test_flushes_denormals_reads_the_current_setting():
+    torch.set_flush_denormal(True)
+    assert flushes_denormals() is True
+    torch.set_flush_denormal(False)
+    assert flushes_denormals() is False
+
+
+@pytest.mark.slow
+def test_a_run_gives_the_caller_its_denormal_setting_back(make_cfg, tmp_path):
+    from pipeline.run import run
+
+    torch.set_flush_denormal(False)
+    records = run(make_cfg("experiment=supervised_digits", "trainer=debug", "trainer.enable_progress_bar=false"), tmp_path)
+    assert records[0]["status"] == "ok"
+    assert flushes_denormals() is False

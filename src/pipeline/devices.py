@@ -37,6 +37,11 @@ def resolve_accelerator(requested: str) -> str:
     raise DeviceError(f"unknown device.accelerator {requested!r}; choose auto, cpu, cuda or mps")
 
 
+def flushes_denormals() -> bool:
+    """Whether CPU arithmetic flushes denormal floats to zero right now (torch has a setter, no getter)."""
+    return torch.tensor([1e-39], dtype=torch.float32).mul(1.0).item() == 0.0
+
+
 def setup_device(accelerator: str, num_threads: int | None, flush_denormal: bool = True) -> torch.device:
     """Resolve the accelerator, apply the CPU thread count and denormal flushing, and say what was picked."""
     name = resolve_accelerator(accelerator)

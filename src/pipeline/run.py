@@ -37,7 +37,7 @@ from omegaconf import DictConfig, OmegaConf
 from pipeline import config_checks
 from pipeline.checkpoint import CheckpointPolicy, checkpoint_path, load_safely, save_atomic
 from pipeline.curves import METRICS, CurveLog, CurveLogger
-from pipeline.devices import setup_device
+from pipeline.devices import flushes_denormals, setup_device
 from pipeline.grouping import group_name, semantic_config
 from pipeline.job import JobContext
 from pipeline.loggers import build_loggers, finish_loggers
@@ -221,9 +221,13 @@ def run_job(cfg: DictConfig, ctx: JobContext) -> list[dict]:
         lock.acquire()
     except RunDirBusy as exc:
         raise RunRefused(str(exc)) from None
+    # The run flushes denormals (device.flush_denormal); whoever called it gets their own setting back
+    # (hypothesis, for one, refuses to run in a process that flushes subnormal floats).
+    flushing = flushes_denormals()
     try:
         return _run_locked(cfg, ctx, run_dir, seeds, dirs)
     finally:
+        torch.set_flush_denormal(flushing)
         lock.release()
 
 
