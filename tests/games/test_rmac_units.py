@@ -830,27 +830,30 @@ def test_a_clamp_that_fires_is_listed_with_both_numbers():
     assert found.clamps == [f"{key}: raw {raw:.6g} reported {reported:.6g} (point {point:.6g})"]
 
 
-def test_predict_composes_the_documented_pieces():
-    """With the scale given (values on [0, 1], headroom 1): the logged game on the bids, the point's value
+@pytest.mark.parametrize("random_bids, value_top, headroom, bandwidth", [(False, 1.0, 1.0, 0.04), (True, 0.8, 1.25, 0.1)])
+def test_predict_composes_the_documented_pieces(random_bids, value_top, headroom, bandwidth):
+    """With the scale given: the logged game on the bids with types up to headroom x the top, the point's value
     CDF from `inverted_value_cdf`, second price read off it, first price by fictitious play on its cells,
-    the bounds from that start with the point's types added; bids as a list are read as float64."""
-    bids = (0.5 * _quantiles(400)).tolist()
+    the bounds from that start with the point's types added; bids as a list are read as float64. Bids at
+    U[0, 0.5] quantiles with top 1 (1 / 0.05 is a whole number of cells), then random bids, where the logged
+    game's smoothing moves the second-price upper bound (by 0.02 against the default bandwidth) and the values
+    (about U[0, 1]) above the top 0.8 count at 0.8 in the point."""
+    generator = torch.Generator().manual_seed(0)
+    tensor = 0.5 * (torch.rand(400, generator=generator, dtype=F64) if random_bids else _quantiles(400))
     rules = ["second_price_r0.45", "first_price_n3"]
-    # Values (about U[0, 1]) above the given top 0.8 count at 0.8 in the point; the bounds' types reach 1.25 x 0.8.
-    found = predict_counterfactuals(bids, 2, rules, [0.01], scale=known_value_scale(0.8), headroom=1.25,
-                                    bandwidth=0.1, n_iters=6, point_iters=30, grid=0.05)
-    tensor = torch.tensor(bids, dtype=F64)
-    logged = fit_logged_auction(tensor, 2, 0.05, bandwidth=0.1, top=math.ceil(0.8 * 1.25 / 0.05 - 1e-9) * 0.05)
+    found = predict_counterfactuals(tensor.tolist(), 2, rules, [0.01], scale=known_value_scale(value_top),
+                                    headroom=headroom, bandwidth=bandwidth, n_iters=6, point_iters=30, grid=0.05)
+    logged = fit_logged_auction(tensor, 2, 0.05, bandwidth=bandwidth, top=math.ceil(value_top * headroom / 0.05 - 1e-9) * 0.05)
     assert logged.actions[-1].item() == pytest.approx(1.0)
-    values, cdf = inverted_value_cdf(tensor, 2, 0.05, 0.1)
-    assert values[-1].item() > 0.9  # the cap at 0.8 binds
-    weights = value_type_weights(values, cdf, logged.actions, 0.8)
-    mask = value_point_mask(values, logged, 0.8)
+    values, cdf = inverted_value_cdf(tensor, 2, 0.05, bandwidth)
+    assert (values[-1].item() > value_top + 0.1) == random_bids  # where the cap binds
+    weights = value_type_weights(values, cdf, logged.actions, value_top)
+    mask = value_point_mask(values, logged, value_top)
     for name in rules:
         rule = parse_rule(name)
         n_new = rule.bidders(2)
         start = solve_equilibrium(weights, logged.types, rule, n_new, logged.actions, 0.05, 30)
-        point = second_price_point(values, cdf, 2, 0.45, "revenue", 0.8) if name.startswith("second") else start.revenue
+        point = second_price_point(values, cdf, 2, 0.45, "revenue", value_top) if name.startswith("second") else start.revenue
         assert found.table[f"cf/{name}/point"] == pytest.approx(point, rel=1e-12), name
         lower, upper = solve_bounds(logged, start, rule, n_new, [0.01], "revenue", 6, mask)
         assert found.raw[f"cf/{name}/lower_eps0.01"] == pytest.approx(lower.item(), rel=1e-12), name
