@@ -6,7 +6,6 @@ from the agents' own seeded generators, evaluations with `evaluate_agents` on a 
 weights, and a K-agent run is compared with the single runs of its seeds.
 """
 
-import math
 
 import lightning as L
 import numpy as np
