@@ -338,7 +338,10 @@ def test_the_tuner_sees_the_members_validation_accuracy_and_prunes(tmp_path):
     accs = [task.curves[i].rows[0]["val/acc"] for i in range(4)]
     assert fast_iqm(accs) != fast_iqm([task.curves[i].rows[0]["train/acc"] for i in range(4)])  # it is the validation's
     assert trial.storage.get_trial(trial._trial_id).intermediate_values == {0: pytest.approx(fast_iqm(accs))}
-    assert 1 not in task.curves[0].rows or "val/acc" not in task.curves[0].rows[1]  # no second epoch
+    # Epoch 0 trained and validated; nothing trained after it: the only later row is the final test.
+    rows = task.curves[0].rows
+    assert sorted(rows) == [0, 1] and "val/acc" in rows[0]
+    assert sorted(rows[1]) == ["test/acc", "test/loss"]
     record = task.agent_record(0)
     assert record["early_stop"] == {"epoch": 0, "reason": PRUNED_REASON}
     assert record["metric_bounds"] == {"test/acc": [0.0, 1.0], "val/acc": [0.0, 1.0]}

@@ -656,8 +656,9 @@ def test_with_any_type_and_bid_allowed_the_bounds_reach_the_extremes():
     rule = parse_rule("first_price_n2")
     start = solve_equilibrium(weights, logged.types, rule, 2, logged.actions, 0.05, 100)
     lower, upper = solve_bounds(logged, start, rule, 2, [1.0], "revenue", 40)
-    assert 0.0 <= lower.item() < 1.0 / 41 + 1e-9
-    assert 1.0 - 1.0 / 41 - 1e-9 < upper.item() <= 1.0
+    low_end, high_end = 1.0 / 41, 40.0 / 41  # one Frank-Wolfe step 1/(k+1) from each end, k = 40
+    assert 0.0 <= lower.item() < low_end + 1e-9
+    assert high_end - 1e-9 < upper.item() <= 1.0
 
 
 def test_bounds_move_by_frank_wolfe_steps_of_one_over_k_plus_one():
