@@ -537,22 +537,18 @@ def test_second_price_point_with_more_knots_a_top_and_a_cap():
     wide = torch.linspace(0, 2, 201, dtype=F64)
     cdf = wide / 2
     # Values U[0, 2] capped at 1, 2 bidders, reserve 0: the price is min(V1, V2, 1), P(min > x) = (1 - x/2)^2,
-    # E = int_0^1 (1 - x/2)^2 dx = 7/12. Measured 0.58292, 4.2e-4 low: see the xfail test below.
-    assert second_price_point(wide, cdf, 2, 0.0, "revenue", max_value=1.0) == pytest.approx(7 / 12, abs=1e-3)
+    # E = int_0^1 (1 - x/2)^2 dx = 7/12 (Simpson exact on these quadratics). Before the curve was cut at the
+    # cap's jump this read 0.58292, 4.2e-4 low.
+    assert second_price_point(wide, cdf, 2, 0.0, "revenue", max_value=1.0) == pytest.approx(7 / 12, abs=1e-12)
+    # A cap between knots (1.005): P(min > x) = (1 - x/2)^2 up to the cap, E = int_0^1.005 (1 - x/2)^2 dx.
+    expected = (8 - (2 - 1.005) ** 3) / 12
+    assert second_price_point(wide, cdf, 2, 0.0, "revenue", max_value=1.005) == pytest.approx(expected, abs=1e-12)
+    # Welfare capped at 1: E[min(max(V1, V2), 1)] = int_0^1 (1 - (x/2)^2) dx = 11/12.
+    assert second_price_point(wide, cdf, 2, 0.0, "welfare", max_value=1.0) == pytest.approx(11 / 12, abs=1e-12)
     assert second_price_point(wide, cdf, 2, 0.0, "revenue") == pytest.approx(2 / 3, abs=1e-9)
     assert second_price_point(wide, cdf, 2, 1.0, "revenue", max_value=1.0) == 0.0
     assert second_price_point(values, values.clone(), 2, 1.0, "welfare") == 0.0
     assert second_price_point(values, values.clone(), 2, 1.5, "revenue") == 0.0
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    "second_price_point with max_value: the capped values pile on the top knot, and Simpson's rule on the "
-    "last piece reads the CDF after that jump (1) at its right end instead of its left limit, so the "
-    "integral of H is off by (piece width) * (1 - H(F(top-))) / 6: 4.2e-4 here, 0.01 grid"
-))
-def test_capped_second_price_integrates_up_to_the_jump_at_the_cap():
-    wide = torch.linspace(0, 2, 201, dtype=F64)
-    assert second_price_point(wide, wide / 2, 2, 0.0, "revenue", max_value=1.0) == pytest.approx(7 / 12, abs=1e-6)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -886,3 +882,14 @@ def test_a_density_vanishing_at_the_top_is_capped_at_twice_the_rough_top():
     cap = 2 * scale.estimated_top_value / scale.unit
     assert values[-1].item() > cap + 0.1
     assert scale.top == pytest.approx(math.ceil(cap / 0.01) * 0.01)
+
+
+def test_a_bandwidth_under_a_third_of_a_grid_step_is_a_clear_error():
+    """Under 0.3 cells the local quadratic is singular (LinAlgError at 0.1) or wild (a top of 5e5 at 0.25,
+    measured): refused by name. At 0.3 cells U[0, 0.5] bids of 2 bidders read values up to ~1 (measured 0.986)."""
+    bids = torch.linspace(0.0, 0.5, 5001, dtype=F64)
+    for bandwidth in (0.001, 0.0025):
+        with pytest.raises(ValueError, match=r"bandwidth 0.00(1|25) is under 0.3 grid steps .*>= 0.003 or a finer"):
+            inverted_value_cdf(bids, 2, 0.01, bandwidth=bandwidth)
+    values, _ = inverted_value_cdf(bids, 2, 0.01, bandwidth=0.003)
+    assert float(values[-1]) == pytest.approx(1.0, abs=0.02)
