@@ -229,6 +229,21 @@ def test_make_ensemble_members_start_as_the_single_seed_runs_and_the_rng_is_left
         assert all(torch.equal(state[k], v) for k, v in net.state_dict().items())
 
 
+def test_make_ensemble_leaves_the_accelerators_generators_alone(monkeypatch):
+    """Members are built on the CPU: seeding them must not reseed CUDA's generators (torch.manual_seed
+    does, and fork_rng(devices=[]) would not restore them: a GPU run's CUDA stream ended seeded to seeds[-1])."""
+    reseeded = []
+    monkeypatch.setattr(torch.cuda, "manual_seed_all", lambda seed: reseeded.append(seed))
+    monkeypatch.setattr(torch.cuda, "manual_seed", lambda seed: reseeded.append(seed))
+    make_ensemble(*MODELS["mlp"], SEEDS, N_ACTIONS)
+    assert reseeded == []
+    if torch.cuda.is_available():
+        monkeypatch.undo()
+        before = torch.cuda.get_rng_state()
+        make_ensemble(*MODELS["mlp"], SEEDS, N_ACTIONS)
+        assert torch.equal(torch.cuda.get_rng_state(), before)
+
+
 @pytest.mark.parametrize("train", [True, False])
 def test_member_outputs_equal_the_single_networks(model, train):
     factory, obs_shape = model

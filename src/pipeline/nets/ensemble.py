@@ -382,9 +382,12 @@ def _seeded_members(factory: Callable[..., nn.Module], seeds: Sequence[int], in_
     if len(seeds) == 0:
         raise ValueError("an ensemble needs at least one seed")
     members = []
+    # Members are built on the CPU: seed only its generator, inside a fork that restores it. (torch.manual_seed
+    # would also seed every CUDA generator, which the fork does not restore: on a GPU machine the caller's
+    # CUDA stream was left seeded to seeds[-1].)
     with torch.random.fork_rng(devices=[]):
         for s in seeds:
-            torch.manual_seed(int(s))
+            torch.default_generator.manual_seed(int(s))
             members.append(make_net(factory, in_features, out_features))
     return members
 
