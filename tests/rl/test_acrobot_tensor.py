@@ -73,6 +73,15 @@ def test_angles_wrap_as_gymnasium_wraps_them_boundaries_included():
         assert got.tolist() == [wrap(v, -np.pi, np.pi) for v in x]
 
 
+def test_a_diverged_angle_is_an_error_not_a_hang():
+    """gymnasium's wrap loops forever on an infinite angle; ours says what diverged. 20 turns still wrap."""
+    for bad, message in ((float("inf"), "not finite"), (float("-inf"), "not finite"), (1e5, "over 1000 turns")):
+        with pytest.raises(FloatingPointError, match=message):
+            _wrap(torch.tensor([0.5, bad], dtype=torch.float64), -np.pi, np.pi)
+    far = torch.tensor([40 * np.pi + 0.25], dtype=torch.float64)
+    assert _wrap(far, -np.pi, np.pi).item() == pytest.approx(0.25, abs=1e-12)
+
+
 def test_other_link_constants_follow_gymnasium_too():
     """The dynamics read the class constants as gymnasium does: change them on both, they still agree."""
     constants = {"LINK_LENGTH_1": 1.3, "LINK_MASS_1": 0.8, "LINK_MASS_2": 0.7, "LINK_COM_POS_1": 0.6,

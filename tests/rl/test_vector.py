@@ -431,3 +431,17 @@ def test_on_the_accelerator_gym_rows_and_evaluations_come_as_device_tensors():
     assert make_vector_env(CARTPOLE_TENSOR, [0], envs_per_agent=1, device="cuda").reset().device.type == "cuda"
     returns = evaluate_agents(left, CARTPOLE_TENSOR, [0], n_episodes=2, seed_offset=0, device="cuda")
     assert returns.device.type == "cpu" and returns.dtype == torch.float64
+
+
+@pytest.mark.parametrize("n_agents", [1, 2])
+def test_a_gym_vector_env_asked_before_reset_says_to_reset(n_agents):
+    """state_dict / observation / keep_envs_ before reset(): one line naming the env and the fix
+    (was an AttributeError on a private field); keep_envs_ closes nothing when it refuses."""
+    env = make_vector_env({"id": "CartPole-v1"}, list(range(n_agents)), 1)
+    for call, what in ((env.state_dict, "state_dict"), (env.observation, "observation"),
+                       (lambda: env.keep_envs_(torch.tensor([0])), "keep_envs_")):
+        with pytest.raises(RuntimeError, match=rf"CartPole-v1 vector env: {what}\(\) before reset\(\); call reset\(\)"):
+            call()
+    assert env.num_envs == n_agents
+    env.reset()
+    assert env.state_dict()["obs"].shape == (n_agents, 4)

@@ -151,6 +151,7 @@ class GymVectorEnv:
         self.return_bounds = _gym_return_bounds(env_id, self.envs[0])
         self.episodes = np.zeros(len(self.envs), dtype=np.int64)
         self._vector = self._batch(self.envs)
+        self._current: torch.Tensor | None = None  # set by reset / step / load_state_dict
         # A bare function on CPU: this runs five times per step of the single-seed loop.
         self._tensor = torch.from_numpy if self.device.type == "cpu" else lambda a: torch.from_numpy(a).to(self.device)
 
@@ -186,6 +187,11 @@ class GymVectorEnv:
 
     def observation(self) -> torch.Tensor:
         """What the agents see now (after reset, a step or load_state_dict)."""
+        return self._started("observation()")
+
+    def _started(self, what: str) -> torch.Tensor:
+        if self._current is None:
+            raise RuntimeError(f"{self.env_id} vector env: {what} before reset(); call reset() (or load_state_dict) first")
         return self._current
 
     def step(self, actions: torch.Tensor) -> TensorStep:
@@ -221,13 +227,14 @@ class GymVectorEnv:
         )
 
     def keep_envs_(self, rows: torch.Tensor) -> None:
+        current = self._started("keep_envs_()")
         keep = [int(r) for r in rows.tolist()]
         for i in set(range(len(self.envs))) - set(keep):
             self.envs[i].close()
         self.envs = [self.envs[i] for i in keep]
         self.seeds = [self.seeds[i] for i in keep]
         self.episodes = self.episodes[keep]
-        self._current = self._current.index_select(0, rows.to(self._current.device))
+        self._current = current.index_select(0, rows.to(current.device))
         self._vector = self._batch(self.envs)
 
     def state_dict(self) -> dict:
@@ -236,7 +243,7 @@ class GymVectorEnv:
             "env_id": self.env_id,
             "seeds": torch.tensor(self.seeds, dtype=torch.int64),
             "episodes": torch.from_numpy(self.episodes.copy()),
-            "obs": self._current.cpu().clone(),
+            "obs": self._started("state_dict()").cpu().clone(),
             "envs": [snapshot_env(env) for env in self.envs],
         }
 
