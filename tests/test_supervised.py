@@ -81,8 +81,8 @@ def test_the_scheduler_steps_the_learning_rate_in_a_real_fit(make_cfg, tmp_path)
     (record,) = run(make_cfg(*SHORT, "scheduler=step", "scheduler.step_size=1", "scheduler.gamma=0.5", "optimizer.lr=0.008"), tmp_path)
     assert record["status"] == "ok", record["error"]
     lr = pd.read_csv(tmp_path / "metrics.csv").dropna(subset=["train/lr"]).set_index("step")["train/lr"]
-    # Logged at each epoch's end, after the epoch's scheduler step.
-    assert lr.tolist() == pytest.approx([0.004, 0.002, 0.001])
+    # The rate each epoch ran with (its start): the configured 0.008, then halved once per epoch.
+    assert lr.tolist() == pytest.approx([0.008, 0.004, 0.002])
 
 
 def test_k_seeds_in_one_process_write_k_ordinary_records(make_cfg, tmp_path):

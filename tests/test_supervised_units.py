@@ -283,13 +283,13 @@ def test_batch_size_comes_from_the_datamodule_or_its_loader(tmp_path):
     assert len(task.train_dataloader()) == 3 and len(task.val_dataloader()) == len(task.test_dataloader()) == 1
 
 
-@pytest.mark.parametrize("interval, expected", [("epoch", [2**-1, 2**-2, 2**-3]), ("step", [2**-3, 2**-6, 2**-9])])
+@pytest.mark.parametrize("interval, expected", [("epoch", [1.0, 2**-1, 2**-2]), ("step", [1.0, 2**-3, 2**-6])])
 def test_the_scheduler_steps_the_learning_rate(tmp_path, interval, expected):
     """StepLR(1, 0.5): halved after each epoch, or after each of the 3 batches.
 
     The rate the weights saw is pinned by SGD by hand with those rates. The curve's train/lr at epoch e
-    is the rate after epoch e's scheduler steps (Lightning steps an epoch scheduler before the epoch-end
-    hook), i.e. the rate epoch e + 1 starts with.
+    is the rate epoch e started with (its first batch's), as Lightning's LearningRateMonitor logs it;
+    before, it was the rate after epoch e's scheduler steps, one epoch ahead.
     """
     task = make_task(lr=1.0, k=2, scheduler=lambda opt: torch.optim.lr_scheduler.StepLR(opt, 1, 0.5),
                      scheduler_interval=interval)

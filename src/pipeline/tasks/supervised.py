@@ -168,6 +168,9 @@ class SupervisedTask(Task):
         n = len(self.splits["train"][1])
         self.order = torch.stack([torch.randperm(n, generator=g) for g in self.generators]).to(self.device)
         self._epoch_sums = {}
+        # The curve's train/lr at epoch e is the rate epoch e started with (as Lightning's LearningRateMonitor
+        # logs it per epoch): read here, since an epoch scheduler has already stepped by the epoch-end hook.
+        self._epoch_lr = self.trainer.optimizers[0].param_groups[0]["lr"] if self.trainer.optimizers else None
 
     def training_step(self, batch, batch_idx):
         x_all, y_all = self.splits["train"]
@@ -190,7 +193,7 @@ class SupervisedTask(Task):
 
     def on_train_epoch_end(self) -> None:
         self._write_epoch("train", self.current_epoch)
-        lr = self.trainer.optimizers[0].param_groups[0]["lr"] if self.trainer.optimizers else None
+        lr = getattr(self, "_epoch_lr", None)
         if lr is not None:
             for i in range(self.n_agents):
                 self._agent_row(i, self.current_epoch, {"train/lr": float(lr)})
