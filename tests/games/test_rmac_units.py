@@ -824,7 +824,11 @@ def test_a_clamp_that_fires_is_listed_with_both_numbers():
     key = "cf/second_price_r0.93/upper_eps0.001"
     raw, reported, point = found.raw[key], found.table[key], found.table["cf/second_price_r0.93/point"]
     assert raw < found.raw["cf/second_price_r0.93/upper_eps0"] == reported
-    assert found.clamps == [f"{key}: raw {raw:.6g} reported {reported:.6g} (point {point:.6g})"]
+    # The move is printed: a clamp of 2e-5 on a range of 89 (a 4-bidder lognormal log in dollars) read
+    # "raw 33.223 reported 33.223" at 6 digits.
+    assert found.clamps == [f"{key}: raw {raw:.8g} reported {reported:.8g} (moved {reported - raw:+.2g}, "
+                            f"{(reported - raw) / found.scale.top:.1g} of the value range; point {point:.6g})"]
+    assert "moved +0.00035, 0.0003 of the value range" in found.clamps[0]
 
 
 @pytest.mark.parametrize("random_bids, value_top, headroom, bandwidth", [(False, 1.0, 1.0, 0.04), (True, 0.8, 1.25, 0.1)])

@@ -812,7 +812,9 @@ def predict_counterfactuals(
                 key = result_key(rule, f"{side}_eps{eps_label(eps)}", statistic)
                 raw[key], table[key] = float(raw_value[i]), float(value[i])
                 if table[key] != raw[key]:
-                    clamps.append(f"{key}: raw {raw[key]:.6g} reported {table[key]:.6g} (point {point:.6g})")
+                    move = table[key] - raw[key]
+                    clamps.append(f"{key}: raw {raw[key]:.8g} reported {table[key]:.8g} (moved {move:+.2g}, "
+                                  f"{abs(move) / (scale.top * unit):.1g} of the value range; point {point:.6g})")
     return Counterfactuals(table, raw, clamps, scale)
 
 
