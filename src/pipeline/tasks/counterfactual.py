@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pipeline.games.asymmetric import NOT_ESTIMATED, asymmetric_table
+from pipeline.games.asymmetric import ESTIMATED, NOT_ESTIMATED, asymmetric_table
 from pipeline.games.auction import default_rules, parse_rule, reserve_top
 from pipeline.games.plots import plot_revenue_vs_reserve
 from pipeline.games.rmac import (
@@ -93,12 +93,14 @@ class CounterfactualTask(Task):
         return result
 
     def _asymmetric(self, logged, metrics: dict) -> dict:
-        """Each bidder inverted against its own highest competing bid; second price only, no bounds."""
+        """Each bidder inverted against its own highest competing bid; second price and first price with the
+        logged number of bidders, each bidder with its own value distribution; no bounds."""
         t0 = time.perf_counter()
         table, skipped = asymmetric_table(logged.by_bidder, self.rules, self.grid, self.compute_device,
                                           None if self.value_top is None else known_value_scale(self.value_top, self.grid))
         self.add_time("asymmetric", time.perf_counter() - t0)
         metrics |= {k: v for k, v in table.items() if k.split("/")[0] in [PREFIX[s] for s in self.statistics]}
+        self.extras["asymmetric"]["skipped_rules"] = skipped
         log.warning(f"asymmetric bidders: {NOT_ESTIMATED}; skipped rules {skipped}")
         return metrics
 
@@ -152,7 +154,7 @@ class CounterfactualTask(Task):
                                         "rejected": dict(logged.rows.rejected), "blank_lines": logged.rows.blank_lines}
         self.extras["symmetry"] = self._check_symmetry(logged)
         if self.extras["symmetry"]["decision"].startswith("asymmetric"):
-            self.extras["asymmetric"] = {"estimated": "second-price point estimates", "not_estimated": NOT_ESTIMATED}
+            self.extras["asymmetric"] = {"estimated": ESTIMATED, "not_estimated": NOT_ESTIMATED}
             metrics = self._asymmetric(logged, metrics)
         else:
             metrics = self._symmetric(logged, metrics)
