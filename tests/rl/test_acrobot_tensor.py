@@ -74,12 +74,19 @@ def test_angles_wrap_as_gymnasium_wraps_them_boundaries_included():
 
 
 def test_a_diverged_angle_is_an_error_not_a_hang():
-    """gymnasium's wrap loops forever on an infinite angle; ours says what diverged. 20 turns still wrap."""
-    for bad, message in ((float("inf"), "not finite"), (float("-inf"), "not finite"), (1e5, "over 1000 turns")):
-        with pytest.raises(FloatingPointError, match=message):
+    """gymnasium's wrap loops forever on an infinite angle; ours stops after 1000 passes and says what diverged.
+    An angle 1000 turns out still wraps (both directions); 1001 turns is refused."""
+    def message(what):
+        return rf"^acrobot: a joint angle {what} \(the state diverged\); check the actions and any state set by hand$"
+
+    for bad in (float("inf"), float("-inf")):
+        with pytest.raises(FloatingPointError, match=message("is not finite")):
             _wrap(torch.tensor([0.5, bad], dtype=torch.float64), -np.pi, np.pi)
-    far = torch.tensor([40 * np.pi + 0.25], dtype=torch.float64)
-    assert _wrap(far, -np.pi, np.pi).item() == pytest.approx(0.25, abs=1e-12)
+    for sign in (1, -1):
+        far = torch.tensor([sign * (1000 * 2 * np.pi + 0.25)], dtype=torch.float64)
+        assert _wrap(far, -np.pi, np.pi).item() == pytest.approx(sign * 0.25, abs=1e-9)
+        with pytest.raises(FloatingPointError, match=message("is over 1000 turns out of range")):
+            _wrap(far + sign * 2 * np.pi, -np.pi, np.pi)
 
 
 def test_other_link_constants_follow_gymnasium_too():

@@ -108,20 +108,20 @@ def _wrap(x: torch.Tensor, low: float, high: float) -> torch.Tensor:
     passes = 0
     while bool((x > high).any()):
         x = torch.where(x > high, x - period, x)
-        passes = _count_pass(x, passes)
+        passes = _one_more_pass(x, passes)
     while bool((x < low).any()):
         x = torch.where(x < low, x + period, x)
-        passes = _count_pass(x, passes)
+        passes = _one_more_pass(x, passes)
     return x
 
 
-def _count_pass(x: torch.Tensor, passes: int) -> int:
-    """A state that needs more than a few passes has diverged: an infinite angle would loop forever
-    (gymnasium's `wrap` hangs there), a huge one for hours. Either is an error that says so."""
-    if passes == 8 and not bool(torch.isfinite(x).all()):
-        raise FloatingPointError("acrobot: a joint angle is not finite (the state diverged); check the actions "
-                                 "and any state set by hand (env.state / load_state_dict)")
-    if passes == 1000:
-        raise FloatingPointError(f"acrobot: a joint angle is over 1000 turns out of range ({float(x.abs().max()):g} "
-                                 "rad after 1000 wraps); check any state set by hand")
-    return passes + 1
+_MAX_WRAPS = 1000
+
+
+def _one_more_pass(x: torch.Tensor, passes: int) -> int:
+    """A state that needs more than `_MAX_WRAPS` passes has diverged: an infinite angle would loop forever
+    (gymnasium's `wrap` hangs there), a huge one for hours. Either is an error that says which."""
+    if passes < _MAX_WRAPS:
+        return passes + 1
+    what = "is not finite" if not bool(torch.isfinite(x).all()) else f"is over {_MAX_WRAPS} turns out of range"
+    raise FloatingPointError(f"acrobot: a joint angle {what} (the state diverged); check the actions and any state set by hand")
