@@ -107,26 +107,35 @@ def test_bad_rows_are_an_error_or_dropped_and_counted(tmp_path, make_cfg):
 def test_asymmetric_bidders_are_detected_and_inverted_one_by_one(tmp_path, make_cfg):
     """Values U[0, 1] and U[0, 2] in their first-price equilibrium: the KS test rejects symmetry, each bidder is
     inverted against its own competitor, second price and first price with the logged two bidders are predicted
-    with each bidder's own values; first price with three bidders and the bounds are not (and the record says so)."""
+    with each bidder's own values, points and per-bidder RMAC bounds; first price with three bidders is not (and
+    the record says so)."""
     bids, _ = asymmetric_uniform_equilibrium(3000, seed=2)
     path = _wide_csv(tmp_path / "asym.csv", bids)
     rules = "task.rules=[second_price_r0.0,second_price_r0.5,first_price_n2,first_price_n3]"
     (record,) = run(make_cfg(*FAST, rules, "task.statistics=[revenue,welfare]", f"data.path={path}"), tmp_path / "auto")
     assert record["status"] == "ok", record["error"]
     assert record["symmetry"]["decision"] == "asymmetric" and record["symmetry"]["min_p_value"] < 1e-6
-    assert "robust bounds are not estimated" in record["asymmetric"]["not_estimated"]
-    assert "first price" in record["asymmetric"]["estimated"]
+    assert "first-price rules with another number of bidders" in record["asymmetric"]["not_estimated"]
+    assert "first price" in record["asymmetric"]["estimated"] and "bounds" in record["asymmetric"]["estimated"]
     assert record["asymmetric"]["skipped_rules"] == ["first_price_n3"]
     m = record["metrics"]
-    assert not any("_eps" in k for k in m) and "cf/first_price_n3/point" not in m
+    assert not any("first_price_n3" in k for k in m)
+    assert m["cf/bound_clamps"] == 0 and record["bound_clamps"] == []
     # Reserves in the bids' range (default rules in the data's units are not used here: the overrides name them).
     assert m["cf/second_price_r0.0/point"] == pytest.approx(5 / 12, abs=0.01)
     # The closed-form equilibrium's revenue 0.4590 and welfare 1.0628 (tests/games/test_asymmetric.py).
     assert m["cf/first_price_n2/point"] == pytest.approx(0.4590, abs=0.015)
     assert m["cfw/first_price_n2/point"] == pytest.approx(1.0628, abs=0.04)
+    for prefix, truth in (("cf", 0.4590), ("cfw", 1.0628)):  # the eps = 0.02 bounds hold the truth
+        assert m[f"{prefix}/first_price_n2/lower_eps0.02"] <= truth <= m[f"{prefix}/first_price_n2/upper_eps0.02"]
+        for eps in ("0.001", "0.005", "0.02"):
+            point = m[f"{prefix}/first_price_n2/point"]
+            assert m[f"{prefix}/first_price_n2/lower_eps{eps}"] <= point <= m[f"{prefix}/first_price_n2/upper_eps{eps}"]
     (pooled,) = run(make_cfg(*FAST, f"data.path={path}", "data.symmetric=true"), tmp_path / "pooled")
     assert pooled["status"] == "ok" and "declared" in pooled["symmetry"]["decision"]
     assert any("_eps" in k for k in pooled["metrics"])
+    # The pooled (symmetric) bounds are another computation, not what the asymmetric run reported.
+    assert pooled["metrics"]["cf/second_price_r0.5/lower_eps0.02"] != m["cf/second_price_r0.5/lower_eps0.02"]
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pipeline.games.asymmetric import ESTIMATED, NOT_ESTIMATED, asymmetric_table
+from pipeline.games.asymmetric import ESTIMATED, NOT_ESTIMATED, asymmetric_bounds, asymmetric_table
 from pipeline.games.auction import default_rules, parse_rule, reserve_top
 from pipeline.games.plots import plot_revenue_vs_reserve
 from pipeline.games.rmac import (
@@ -94,12 +94,22 @@ class CounterfactualTask(Task):
 
     def _asymmetric(self, logged, metrics: dict) -> dict:
         """Each bidder inverted against its own highest competing bid; second price and first price with the
-        logged number of bidders, each bidder with its own value distribution; no bounds."""
+        logged number of bidders, points and RMAC bounds, each bidder with its own value distribution."""
         t0 = time.perf_counter()
-        table, skipped = asymmetric_table(logged.by_bidder, self.rules, self.grid, self.compute_device,
-                                          None if self.value_top is None else known_value_scale(self.value_top, self.grid))
+        scale = None if self.value_top is None else known_value_scale(self.value_top, self.grid)
+        table, skipped = asymmetric_table(logged.by_bidder, self.rules, self.grid, self.compute_device, scale)
         self.add_time("asymmetric", time.perf_counter() - t0)
-        metrics |= {k: v for k, v in table.items() if k.split("/")[0] in [PREFIX[s] for s in self.statistics]}
+        table = {k: v for k, v in table.items() if k.split("/")[0] in [PREFIX[s] for s in self.statistics]}
+        t0 = time.perf_counter()
+        bounds, clamps = asymmetric_bounds(logged.by_bidder, self.rules, table, self.epsilons, self.statistics,
+                                           self.grid, self.compute_device, scale, self.n_iters)
+        self.add_time("asymmetric_bounds", time.perf_counter() - t0)
+        metrics |= table | bounds
+        metrics["cf/bound_clamps"] = float(len(clamps))
+        self.extras["bound_clamps"] = clamps
+        if clamps:
+            log.warning(f"{len(clamps)} robust bound(s) clamped to the point or a smaller epsilon's bound; "
+                        f"first: {clamps[0]}")
         self.extras["asymmetric"]["skipped_rules"] = skipped
         log.warning(f"asymmetric bidders: {NOT_ESTIMATED}; skipped rules {skipped}")
         return metrics
