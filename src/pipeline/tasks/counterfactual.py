@@ -96,6 +96,9 @@ class CounterfactualTask(Task):
         """Each bidder inverted against its own highest competing bid; second price and first price with the
         logged number of bidders, points and RMAC bounds, each bidder with its own value distribution."""
         t0 = time.perf_counter()
+        if self.value_top is not None and self.value_top < float(logged.by_bidder.max()):
+            raise ValueError(f"task.value_top={self.value_top} is below the largest bid {float(logged.by_bidder.max()):g}; "
+                             "raise it, or set task.value_top=null to estimate each bidder's top from the bids")
         scale = None if self.value_top is None else known_value_scale(self.value_top, self.grid)
         table, skipped = asymmetric_table(logged.by_bidder, self.rules, self.grid, self.compute_device, scale)
         self.add_time("asymmetric", time.perf_counter() - t0)
