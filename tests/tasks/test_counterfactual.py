@@ -136,6 +136,8 @@ def test_asymmetric_bidders_are_detected_and_inverted_one_by_one(tmp_path, make_
     assert any("_eps" in k for k in pooled["metrics"])
     # The pooled (symmetric) bounds are another computation, not what the asymmetric run reported.
     assert pooled["metrics"]["cf/second_price_r0.5/lower_eps0.02"] != m["cf/second_price_r0.5/lower_eps0.02"]
+    (refused,) = run(make_cfg(*FAST, f"data.path={path}", "task.value_top=0.5"), tmp_path / "low")
+    assert refused["status"] == "failed" and "task.value_top=0.5 is below the largest bid" in refused["error"]
 
 
 @pytest.mark.slow
