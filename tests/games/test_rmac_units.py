@@ -543,6 +543,9 @@ def test_second_price_point_with_more_knots_a_top_and_a_cap():
     # A cap between knots (1.005): P(min > x) = (1 - x/2)^2 up to the cap, E = int_0^1.005 (1 - x/2)^2 dx.
     expected = (8 - (2 - 1.005) ** 3) / 12
     assert second_price_point(wide, cdf, 2, 0.0, "revenue", max_value=1.005) == pytest.approx(expected, abs=1e-12)
+    # Only the last knot above the cap (values 0, 0.5, 1, 2 with F = x/2): E = int_0^1.5 (1 - x/2)^2 dx = 0.65625.
+    four = torch.tensor([0.0, 0.5, 1.0, 2.0], dtype=F64)
+    assert second_price_point(four, four / 2, 2, 0.0, "revenue", max_value=1.5) == pytest.approx(0.65625, abs=1e-12)
     # Welfare capped at 1: E[min(max(V1, V2), 1)] = int_0^1 (1 - (x/2)^2) dx = 11/12.
     assert second_price_point(wide, cdf, 2, 0.0, "welfare", max_value=1.0) == pytest.approx(11 / 12, abs=1e-12)
     assert second_price_point(wide, cdf, 2, 0.0, "revenue") == pytest.approx(2 / 3, abs=1e-9)
@@ -829,6 +832,11 @@ def test_a_clamp_that_fires_is_listed_with_both_numbers():
     assert found.clamps == [f"{key}: raw {raw:.8g} reported {reported:.8g} (moved {reported - raw:+.2g}, "
                             f"{(reported - raw) / found.scale.top:.1g} of the value range; point {point:.6g})"]
     assert "moved +0.00035, 0.0003 of the value range" in found.clamps[0]
+    # In other units (bids, reserve and epsilon x 10): the move x 10, its share of the range the same.
+    tenfold = predict_counterfactuals(5 * _quantiles(1000), 2, ["second_price_r9.3"], [0.01, 0.0], n_iters=5,
+                                      point_iters=100, grid=0.05)
+    assert tenfold.scale.unit == pytest.approx(10.0) and len(tenfold.clamps) == 1
+    assert "moved +0.0035, 0.0003 of the value range" in tenfold.clamps[0]
 
 
 @pytest.mark.parametrize("random_bids, value_top, headroom, bandwidth", [(False, 1.0, 1.0, 0.04), (True, 0.8, 1.25, 0.1)])
@@ -897,3 +905,35 @@ def test_a_bandwidth_under_a_third_of_a_grid_step_is_a_clear_error():
             inverted_value_cdf(bids, 2, 0.01, bandwidth=bandwidth)
     values, _ = inverted_value_cdf(bids, 2, 0.01, bandwidth=0.003)
     assert float(values[-1]) == pytest.approx(1.0, abs=0.02)
+
+
+def _spiky_bids(where: str) -> torch.Tensor:
+    """Half the bids on one point next to an end: the local quadratic's level leaves [0, 1] there
+    (measured: up to 1.011 below a spike at the top, down to -0.008 above one at the bottom)."""
+    g = torch.Generator().manual_seed(0)
+    spread = torch.rand(500, generator=g, dtype=F64) * 0.5
+    if where == "top":
+        return torch.cat([spread, torch.full((500,), 0.5, dtype=F64), torch.tensor([0.9], dtype=F64)])
+    return torch.cat([torch.tensor([0.0], dtype=F64), torch.full((500,), 0.1, dtype=F64), 0.1 + spread])
+
+
+@pytest.mark.parametrize("where", ["top", "bottom"])
+def test_the_inverted_values_read_the_fitted_cdf_level_kept_inside_0_1(where):
+    """inverted_value_cdf's composition on bids where the fitted level overshoots: v = b + clamp(F, 0, 1) /
+    ((n - 1) f), then the running minimum from the top; the CDF is the empirical one at the same points."""
+    bids, grid, n = _spiky_bids(where), 0.01, 3
+    cells = default_bandwidth(bids) / grid
+    index = torch.round(bids / grid).long()
+    lo, hi = int(index.min()), int(index.max())
+    edge = cdf_points(lo, hi, (float(bids.min()) / grid, float(bids.max()) / grid))
+    counts = torch.bincount(index - lo, minlength=hi - lo + 1).to(F64)
+    empirical = torch.cat([torch.zeros(1, dtype=F64), counts.cumsum(0)]) / bids.numel()
+    level_weights, slope_weights = local_cdf_fit(edge, cells)
+    level = level_weights @ empirical
+    assert float(level.max()) > 1.005 if where == "top" else float(level.min()) < -0.005
+    density = (slope_weights @ empirical) / grid
+    floor = 1e-6 / (float(bids.max()) - float(bids.min()))
+    expected = edge * grid + level.clamp(0.0, 1.0) / ((n - 1) * density.clamp_min(floor))
+    values, cdf = inverted_value_cdf(bids, n, grid)
+    assert torch.allclose(values, expected.flip(0).cummin(0).values.flip(0), rtol=1e-12, atol=1e-12)
+    assert torch.equal(cdf, empirical)

@@ -170,7 +170,7 @@ class SupervisedTask(Task):
         self._epoch_sums = {}
         # The curve's train/lr at epoch e is the rate epoch e started with (as Lightning's LearningRateMonitor
         # logs it per epoch): read here, since an epoch scheduler has already stepped by the epoch-end hook.
-        self._epoch_lr = self.trainer.optimizers[0].param_groups[0]["lr"] if self.trainer.optimizers else None
+        self._epoch_lr = float(self.trainer.optimizers[0].param_groups[0]["lr"])  # configure_optimizers always gives one
 
     def training_step(self, batch, batch_idx):
         x_all, y_all = self.splits["train"]
@@ -193,10 +193,8 @@ class SupervisedTask(Task):
 
     def on_train_epoch_end(self) -> None:
         self._write_epoch("train", self.current_epoch)
-        lr = getattr(self, "_epoch_lr", None)
-        if lr is not None:
-            for i in range(self.n_agents):
-                self._agent_row(i, self.current_epoch, {"train/lr": float(lr)})
+        for i in range(self.n_agents):
+            self._agent_row(i, self.current_epoch, {"train/lr": self._epoch_lr})
 
     def _write_epoch(self, split: str, step: int) -> None:
         sums = self._epoch_sums.pop(split, None)
