@@ -269,3 +269,13 @@ def test_three_symmetric_bidders_through_the_asymmetric_path():
             rule = key.split("/")[1]
             statistic = "revenue" if key.startswith("cf/") else "welfare"
             assert value == pytest.approx(symmetric_truth(rule, 3, statistic), abs=0.02 if rule.endswith("0.8") else 0.01), key
+
+
+def test_a_bidder_with_one_bid_is_refused_by_name():
+    """Bidder 1 always bids 0.3: bidder 0 has nothing to be inverted against, and bidder 1 no bid range."""
+    bids, _ = asymmetric_uniform_equilibrium(500)
+    bids[:, 1] = 0.3
+    with pytest.raises(ValueError, match=r"bidder 0 .*competing bids span 0, .*too little to invert against"):
+        inverted_value_cdfs(bids)
+    with pytest.raises(ValueError, match=r"bidder 0 .*bids span 0, .*too little to invert its values"):
+        inverted_value_cdfs(bids.flip(1))

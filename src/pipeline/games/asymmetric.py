@@ -125,15 +125,19 @@ def inverted_value_cdf_of_bidder(
     regular = lo + step * torch.arange(n_points + 1, dtype=torch.float64, device=bids.device)
     regular[-1] = hi
     edge = torch.cat([regular, bids.min()[None], bids.max()[None]]).unique()  # sorted
+    if float(competing.max()) - float(competing.min()) < 3 * step:
+        raise ValueError(f"the highest competing bids span {float(competing.max()) - float(competing.min()):g}, "
+                         f"under 3 / {n_points} of all bids' range: too little to invert against")
     cells = (default_bandwidth(competing) if bandwidth is None else float(bandwidth)) / step
-    if cells <= 0:
-        raise ValueError("the competing bids have no spread: too few to invert")
     empirical = _empirical_cdf(competing, edge)
     empirical[0], empirical[-1] = 0.0, 1.0  # the CDF just below the lowest and at the highest bid
     level_weights, slope_weights = local_cdf_fit(edge / step, cells)
     level = (level_weights @ empirical).clamp(0.0, 1.0)
     density = (slope_weights @ empirical) / step
     own = (edge >= float(bids.min())) & (edge <= float(bids.max()))
+    if int(own.sum()) < 4:
+        raise ValueError(f"a bidder's bids span {float(bids.max()) - float(bids.min()):g}, under 3 / {n_points} of "
+                         "all bids' range: too little to invert its values")
     values = edge + level / density.clamp_min(1e-6 / spread)
     values, points = values[own], edge[own]
     cdf = _empirical_cdf(bids, points)
@@ -171,7 +175,10 @@ def _inversions(
     competing = highest_competing_bids(table)
     out = []
     for i in range(table.shape[1]):
-        values, cdf, points = inverted_value_cdf_of_bidder(table[:, i], competing[:, i], bandwidth)
+        try:
+            values, cdf, points = inverted_value_cdf_of_bidder(table[:, i], competing[:, i], bandwidth)
+        except ValueError as error:
+            raise ValueError(f"bidder {i} (column {i} of the bids): {error}") from error
         cap = 2 * _rough_top(table[:, i], competing[:, i]) if max_value is None else float(max_value)
         out.append((values.clamp_max(cap), cdf, points))
     return out
