@@ -43,12 +43,11 @@ from pipeline.games.rmac import (
     _cap_types,
     _interp,
     _nice,
-    clamp_bounds,
     default_bandwidth,
-    eps_label,
     equilibrium_guess,
+    first_order_values,
     fit_logged_auction,
-    local_cdf_fit,
+    reported_bounds,
     result_key,
     type_grid,
     value_type_weights,
@@ -131,14 +130,11 @@ def inverted_value_cdf_of_bidder(
     cells = (default_bandwidth(competing) if bandwidth is None else float(bandwidth)) / step
     empirical = _empirical_cdf(competing, edge)
     empirical[0], empirical[-1] = 0.0, 1.0  # the CDF just below the lowest and at the highest bid
-    level_weights, slope_weights = local_cdf_fit(edge / step, cells)
-    level = (level_weights @ empirical).clamp(0.0, 1.0)
-    density = (slope_weights @ empirical) / step
     own = (edge >= float(bids.min())) & (edge <= float(bids.max()))
     if int(own.sum()) < 4:
         raise ValueError(f"a bidder's bids span {float(bids.max()) - float(bids.min()):g}, under 3 / {n_points} of "
                          "all bids' range: too little to invert its values")
-    values = edge + level / density.clamp_min(1e-6 / spread)
+    values = first_order_values(edge / step, empirical, cells, step, 1, spread)
     values, points = values[own], edge[own]
     cdf = _empirical_cdf(bids, points)
     cdf[0], cdf[-1] = 0.0, 1.0
@@ -516,14 +512,10 @@ def asymmetric_bounds(
             point = points[result_key(rule, "point", statistic)]
             lower, upper = solve_asymmetric_bounds(logged, masks, start, inside, [e / unit for e in epsilons],
                                                    statistic, n_iters)
-            lower, upper = lower * unit, upper * unit
-            reported_lower, reported_upper = clamp_bounds(point, lower, upper)
-            for i, eps in enumerate(epsilons):
-                for side, raw, value in (("lower", lower, reported_lower), ("upper", upper, reported_upper)):
-                    key = result_key(rule, f"{side}_eps{eps_label(eps)}", statistic)
-                    out[key] = float(value[i])
-                    if out[key] != float(raw[i]):
-                        clamps.append(f"{key}: raw {float(raw[i]):.6g} reported {out[key]:.6g} (point {point:.6g})")
+            reported, _, lines = reported_bounds(rule, statistic, epsilons, point, lower * unit, upper * unit,
+                                                 top_value)
+            out |= reported
+            clamps += lines
     return out, clamps
 
 

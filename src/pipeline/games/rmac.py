@@ -242,16 +242,26 @@ def inverted_value_cdf(bids: Tensor, n_bidders: int, grid: float, bandwidth: flo
     if cells < 0.3:  # measured: 0.25 cells read a top of 5e5 on U[0, 0.5] bids, 0.1 is singular
         raise ValueError(f"bandwidth {cells * grid:g} is under 0.3 grid steps ({grid:g} each): the local fit to the bid "
                          f"CDF needs several grid cells; use a bandwidth >= {0.3 * grid:g} or a finer grid")
-    level_weights, slope_weights = local_cdf_fit(edge, cells)
-    level = (level_weights @ empirical).clamp(0.0, 1.0)
-    density = (slope_weights @ empirical) / grid  # per bid unit
     spread = (float(bids.max()) - float(bids.min())) or 1.0
-    values = edge * grid + level / ((n_bidders - 1) * density.clamp_min(1e-6 / spread))
+    values = first_order_values(edge, empirical, cells, grid, n_bidders - 1, spread)
     # Values rise with bids. Where the fit says otherwise it is at the bottom, where F and f both
     # vanish (values with a density near 0 there, like F = v^2, read F / f = 0 / 0): the running
     # minimum from the top keeps each value at or below every value above it. At the top f never
     # vanishes in equilibrium (f(b_max) = 1 / ((n - 1) (v_top - b_max))).
     return values.flip(0).cummin(0).values.flip(0), empirical
+
+
+def first_order_values(edge: Tensor, empirical: Tensor, cells: float, step: float, opponents: int, spread: float) -> Tensor:
+    """v(b) = b + F(b) / (opponents * f(b)) at each b = edge * step, F and f the level (kept in [0, 1]) and the
+    slope of `local_cdf_fit` (``cells`` wide, in units of ``step``) applied to the ``empirical`` CDF at ``edge``.
+
+    Symmetric bidders: F the pooled bids' CDF and ``opponents`` = n - 1; one bidder of an asymmetric log: F the
+    CDF of its highest competing bid and ``opponents`` = 1. f is floored at 1e-6 / ``spread`` (the bids' range).
+    """
+    level_weights, slope_weights = local_cdf_fit(edge, cells)
+    level = (level_weights @ empirical).clamp(0.0, 1.0)
+    density = (slope_weights @ empirical) / step  # per bid unit
+    return edge * step + level / (opponents * density.clamp_min(1e-6 / spread))
 
 
 def default_bandwidth(bids: Tensor) -> float:
@@ -805,22 +815,37 @@ def predict_counterfactuals(
         if not epsilons:
             continue
         lower, upper = solve_bounds(logged, start, inside, n_new, internal_eps, statistic, n_iters, point_mask)
-        lower, upper = lower * unit, upper * unit
-        reported_lower, reported_upper = clamp_bounds(point, lower, upper)
-        for i, eps in enumerate(epsilons):
-            for side, raw_value, value in (("lower", lower, reported_lower), ("upper", upper, reported_upper)):
-                key = result_key(rule, f"{side}_eps{eps_label(eps)}", statistic)
-                raw[key], table[key] = float(raw_value[i]), float(value[i])
-                if table[key] != raw[key]:
-                    move = table[key] - raw[key]
-                    clamps.append(f"{key}: raw {raw[key]:.8g} reported {table[key]:.8g} (moved {move:+.2g}, "
-                                  f"{abs(move) / (scale.top * unit):.1g} of the value range; point {point:.6g})")
+        reported, raw_bounds, lines = reported_bounds(rule, statistic, epsilons, point, lower * unit, upper * unit,
+                                                      scale.top * unit)
+        table |= reported
+        raw |= raw_bounds
+        clamps += lines
     return Counterfactuals(table, raw, clamps, scale)
 
 
 def clamp_bounds(point: float, lower: Tensor, upper: Tensor) -> tuple[Tensor, Tensor]:
     """Bounds (ordered by increasing epsilon) forced around the point and monotone in epsilon."""
     return torch.cummin(lower.clamp(max=point), 0).values, torch.cummax(upper.clamp(min=point), 0).values
+
+
+def reported_bounds(
+    rule: Rule, statistic: str, epsilons: Sequence[float], point: float, lower: Tensor, upper: Tensor, value_range: float
+) -> tuple[dict[str, float], dict[str, float], list[str]]:
+    """One rule's bounds as reported (`clamp_bounds`), as the optimiser left them, and one line per clamp
+    (the move and its share of ``value_range``), all in the data's units: (reported, raw, clamp lines)."""
+    reported_lower, reported_upper = clamp_bounds(point, lower, upper)
+    reported: dict[str, float] = {}
+    raw: dict[str, float] = {}
+    lines: list[str] = []
+    for i, eps in enumerate(epsilons):
+        for side, raw_value, value in (("lower", lower, reported_lower), ("upper", upper, reported_upper)):
+            key = result_key(rule, f"{side}_eps{eps_label(eps)}", statistic)
+            raw[key], reported[key] = float(raw_value[i]), float(value[i])
+            if reported[key] != raw[key]:
+                move = reported[key] - raw[key]
+                lines.append(f"{key}: raw {raw[key]:.8g} reported {reported[key]:.8g} (moved {move:+.2g}, "
+                             f"{abs(move) / value_range:.1g} of the value range; point {point:.6g})")
+    return reported, raw, lines
 
 
 def counterfactual_table(bids, n_bidders: int, rules: Sequence[str], *args, **kwargs) -> dict[str, float]:
