@@ -837,6 +837,10 @@ def test_a_clamp_that_fires_is_listed_with_both_numbers():
                                       point_iters=100, grid=0.05)
     assert tenfold.scale.unit == pytest.approx(10.0) and len(tenfold.clamps) == 1
     assert "moved +0.0035, 0.0003 of the value range" in tenfold.clamps[0]
+    # Two rules that each clamp: both listed, in the rules' order.
+    both = predict_counterfactuals(0.5 * _quantiles(1000), 2, ["second_price_r0.93", "second_price_r0.9"], [0.001, 0.0],
+                                   n_iters=5, point_iters=100, grid=0.05)
+    assert [line.split(":")[0] for line in both.clamps] == [key, "cf/second_price_r0.9/upper_eps0.001"]
 
 
 @pytest.mark.parametrize("random_bids, value_top, headroom, bandwidth", [(False, 1.0, 1.0, 0.04), (True, 0.8, 1.25, 0.1)])
