@@ -20,3 +20,10 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: int = 600, env: dict |
 
 def read_result(run_dir: Path) -> dict:
     return json.loads((Path(run_dir) / "result.json").read_text())
+
+
+def sweep_dir(root: Path) -> Path:
+    """The one sweep folder a `-m` run started in ``root`` made (outputs/multirun/<date>/<time>)."""
+    dirs = [p for p in (root / "outputs" / "multirun").glob("*/*") if p.is_dir()]
+    assert len(dirs) == 1, dirs
+    return dirs[0]

@@ -8,16 +8,10 @@
 
 import json
 import os
-from pathlib import Path
 
 import pytest
 
-from pipeline_testing import read_result, run_cli
-
-
-def _sweep_dir(root: Path) -> Path:
-    (sweep,) = [p for p in (root / "outputs" / "multirun").glob("*/*") if p.is_dir()]
-    return sweep
+from pipeline_testing import read_result, run_cli, sweep_dir
 
 
 @pytest.mark.slow
@@ -27,7 +21,7 @@ def test_submitit_local_sweep_ends_in_records_and_a_report(tmp_path):
         "hydra.launcher.timeout_min=10", cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    sweep = _sweep_dir(tmp_path)
+    sweep = sweep_dir(tmp_path)
     records = sorted((json.loads(p.read_text()) for p in sweep.glob("*/result.json")), key=lambda r: r["seed"])
     assert [(r["seed"], r["status"]) for r in records] == [(3, "ok"), (4, "ok")]
     # submitit ran each job in its own process, with its own submitit log folder.
@@ -46,7 +40,7 @@ def test_parallel_launcher_lowers_threads_to_fit_the_cores(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     # n_jobs = cores parallel jobs leave one thread each (cores // n_jobs); each job says so in its log.
-    logs = [p.read_text() for p in _sweep_dir(tmp_path).glob("*/*.log")]
+    logs = [p.read_text() for p in sweep_dir(tmp_path).glob("*/*.log")]
     assert len(logs) == 2, logs
     for log in logs:
         assert f"device.num_threads={cores + 1} lowered to 1: {cores} parallel jobs on {cores} cores" in log

@@ -1,19 +1,12 @@
 """Multi-seed sweeps through real Hydra launchers, ending in a report; failures and resume lose nothing."""
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 from matplotlib.image import imread
 
-from pipeline_testing import run_cli
-
-
-def _sweep_dir(root: Path) -> Path:
-    dirs = [p for p in (root / "outputs" / "multirun").glob("*/*") if p.is_dir()]
-    assert len(dirs) == 1, dirs
-    return dirs[0]
+from pipeline_testing import run_cli, sweep_dir
 
 
 @pytest.mark.slow
@@ -23,7 +16,7 @@ def test_joblib_sweep_with_wandb_writes_report_and_offline_runs(tmp_path):
         "logger=[csv,wandb]", cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    sweep = _sweep_dir(tmp_path)
+    sweep = sweep_dir(tmp_path)
     jobs = sorted(p for p in sweep.iterdir() if (p / "result.json").is_file())
     assert [p.name for p in jobs] == ["0_seed=0,trainer=debug", "1_seed=1,trainer=debug", "2_seed=2,trainer=debug"]
     assert proc.stdout.count("[job ") == 3 and "report:" in proc.stdout
@@ -56,7 +49,7 @@ def test_joblib_sweep_with_wandb_writes_report_and_offline_runs(tmp_path):
 def test_failed_run_is_reported_and_resume_reruns_only_it(tmp_path):
     args = ["-m", "experiment=supervised_digits", "trainer=debug", "seed=0,1", "optimizer=sgd", "optimizer.lr=0.05,1e30"]
     proc = run_cli(*args, cwd=tmp_path)
-    sweep = _sweep_dir(tmp_path)
+    sweep = sweep_dir(tmp_path)
     results = {p.parent.name: json.loads(p.read_text()) for p in sweep.glob("*/result.json")}
     assert len(results) == 4
     failed = [name for name, r in results.items() if r["status"] == "failed"]
