@@ -7,8 +7,9 @@ of a local quadratic fit to the empirical CDF of M_i (`pipeline.games.rmac.local
 first-order bias at the top of the bids, where the strong bidder's top values are decided). Its
 value CDF points are P(V_i <= v_i(b)) = G_i(b), G_i the empirical CDF of its own bids.
 
-Second price (`second_price_from_cdfs`): bidding the value is dominant, so revenue and welfare are
-integrals of the highest and second-highest value's CDFs under the per-bidder value CDFs.
+Second price (`pipeline.games.rmac.second_price_from_cdfs`, shared with symmetric bidders): bidding
+the value is dominant, so revenue and welfare are integrals of the highest and second-highest
+value's CDFs under the per-bidder value CDFs.
 
 First price (`first_price_equilibrium`): no closed form for asymmetric bidders, so fictitious play
 on a bid grid with one type distribution and one mixed strategy per bidder, each best-responding
@@ -43,12 +44,14 @@ from pipeline.games.rmac import (
     _cap_types,
     _interp,
     _nice,
+    _product_of_others,
     default_bandwidth,
     equilibrium_guess,
     first_order_values,
     fit_logged_auction,
     reported_bounds,
     result_key,
+    second_price_from_cdfs,
     type_grid,
     value_type_weights,
 )
@@ -181,58 +184,7 @@ def _inversions(
 
 
 # ---------------------------------------------------------------------------------------------------
-# Second price
-
-
-def _cdfs_at(cdfs: Sequence[tuple[Tensor, Tensor]], x: Tensor) -> Tensor:
-    """(bidders, len(x)): each bidder's value CDF at x, linear between its points, 0 below and 1 above them."""
-    return torch.stack([torch.where(x >= values[-1], 1.0, _interp(x, values, cdf)) for values, cdf in cdfs])
-
-
-def _product_of_others(x: Tensor) -> Tensor:
-    """(..., bidders, K) -> (..., bidders, K): for each bidder i, the product over the other bidders j != i."""
-    n = x.shape[-2]
-    return torch.stack([torch.cat([x[..., :i, :], x[..., i + 1:, :]], -2).prod(-2) for i in range(n)], -2)
-
-
-def order_statistic_cdfs(f: Tensor) -> tuple[Tensor, Tensor]:
-    """From (bidders, K) independent value CDFs: (P(highest <= x), P(second highest <= x)), each (K,).
-
-    P(second <= x) = P(all <= x) + sum_i P(V_i > x) prod_{j != i} P(V_j <= x).
-    """
-    first = f.prod(0)
-    return first, first + ((1 - f) * _product_of_others(f)).sum(0)
-
-
-def second_price_from_cdfs(cdfs: Sequence[tuple[Tensor, Tensor]], reserve: float) -> tuple[float, float]:
-    """(revenue, welfare) of second price with ``reserve`` for independent bidders with these value CDFs.
-
-    ``cdfs``: per bidder, (values, cdf) points, the CDF linear between them. With T the largest
-    value, F1 and F2 the CDFs of the highest and second-highest value (`order_statistic_cdfs`):
-    revenue = r P(V(1) >= r > V(2)) + E[V(2) 1{V(2) >= r}] = r (F2(r) - F1(r)) + T - r F2(r) - int_r^T F2,
-    welfare = E[V(1) 1{V(1) >= r}] = T - r F1(r) - int_r^T F1, integrated by Simpson's rule between
-    the union of all the bidders' points (there the integrands are polynomials of degree n: exact for n <= 3).
-    """
-    top = max(float(values[-1]) for values, _ in cdfs)
-    reserve = float(reserve)
-    if reserve >= top:
-        return 0.0, 0.0
-    every = torch.cat([values for values, _ in cdfs])
-    knots = torch.cat([every.new_tensor([reserve, top]), every[every > reserve]]).unique()
-    middle = (knots[1:] + knots[:-1]) / 2
-    width = knots[1:] - knots[:-1]
-    integrals = []
-    for pick in (0, 1):
-        at = [order_statistic_cdfs(_cdfs_at(cdfs, x))[pick] for x in (knots[:-1], middle, knots[1:])]
-        integrals.append(float((width * (at[0] + 4 * at[1] + at[2]) / 6).sum()))
-    first_r, second_r = (float(s[0]) for s in order_statistic_cdfs(_cdfs_at(cdfs, knots[:1])))
-    revenue = reserve * (second_r - first_r) + top - reserve * second_r - integrals[1]
-    welfare = top - reserve * first_r - integrals[0]
-    return revenue, welfare
-
-
-# ---------------------------------------------------------------------------------------------------
-# First price
+# First price (second price needs no game: `pipeline.games.rmac.second_price_from_cdfs`)
 
 
 def win_probabilities(pmfs: Tensor) -> Tensor:

@@ -485,43 +485,84 @@ def value_point_mask(values: Tensor, logged: LoggedAuction, max_type: float | No
     return _cap_types(mask, logged.types, max_type)
 
 
+def _cdfs_at(cdfs: Sequence[tuple[Tensor, Tensor]], x: Tensor) -> Tensor:
+    """(bidders, len(x)): each bidder's value CDF at x, linear between its points and 1 beyond its last one.
+
+    At the last point itself the curve's own value (its left limit): a curve cut at a value cap
+    (`cap_curve`) ends below 1 there, and the integrals must stop at that jump, not read past it.
+    """
+    return torch.stack([torch.where(x > values[-1], 1.0, _interp(x, values, cdf)) for values, cdf in cdfs])
+
+
+def _product_of_others(x: Tensor) -> Tensor:
+    """(..., bidders, K) -> (..., bidders, K): for each bidder i, the product over the other bidders j != i."""
+    n = x.shape[-2]
+    return torch.stack([torch.cat([x[..., :i, :], x[..., i + 1:, :]], -2).prod(-2) for i in range(n)], -2)
+
+
+def order_statistic_cdfs(f: Tensor) -> tuple[Tensor, Tensor]:
+    """From (bidders, K) independent value CDFs: (P(highest <= x), P(second highest <= x)), each (K,).
+
+    P(second <= x) = P(all <= x) + sum_i P(V_i > x) prod_{j != i} P(V_j <= x).
+    """
+    first = f.prod(0)
+    return first, first + ((1 - f) * _product_of_others(f)).sum(0)
+
+
+def second_price_from_cdfs(cdfs: Sequence[tuple[Tensor, Tensor]], reserve: float) -> tuple[float, float]:
+    """(revenue, welfare) of second price with ``reserve`` for independent bidders with these value CDFs.
+
+    ``cdfs``: per bidder, (values, cdf) points, the CDF linear between them (`_cdfs_at`). Bidding the
+    value is dominant, so there is no game to solve: with T the largest value, F1 and F2 the CDFs of
+    the highest and second-highest value (`order_statistic_cdfs`),
+    revenue = r P(V(1) >= r > V(2)) + E[V(2) 1{V(2) >= r}] = r (F2(r) - F1(r)) + T - r F2(r) - int_r^T F2,
+    welfare = E[V(1) 1{V(1) >= r}] = T - r F1(r) - int_r^T F1, integrated by Simpson's rule between
+    the union of all the bidders' points (there the integrands are polynomials of degree n: exact for n <= 3).
+    Solving it on the grid instead (types at cell midpoints bidding grid points) moved every reserve's
+    revenue by up to half a cell, 0.004 on F = v^2 or sqrt(v) with a 0.01 grid, whatever N.
+    """
+    top = max(float(values[-1]) for values, _ in cdfs)
+    reserve = float(reserve)
+    if reserve >= top:
+        return 0.0, 0.0
+    every = torch.cat([values for values, _ in cdfs])
+    knots = torch.cat([every.new_tensor([reserve, top]), every[every > reserve]]).unique()
+    middle = (knots[1:] + knots[:-1]) / 2
+    width = knots[1:] - knots[:-1]
+    integrals = []
+    for pick in (0, 1):
+        at = [order_statistic_cdfs(_cdfs_at(cdfs, x))[pick] for x in (knots[:-1], middle, knots[1:])]
+        integrals.append(float((width * (at[0] + 4 * at[1] + at[2]) / 6).sum()))
+    first_r, second_r = (float(s[0]) for s in order_statistic_cdfs(_cdfs_at(cdfs, knots[:1])))
+    revenue = reserve * (second_r - first_r) + top - reserve * second_r - integrals[1]
+    welfare = top - reserve * first_r - integrals[0]
+    return revenue, welfare
+
+
+def cap_curve(values: Tensor, cdf: Tensor, max_value: float) -> tuple[Tensor, Tensor]:
+    """The value CDF through (values, cdf) with every value above ``max_value`` counted as ``max_value``.
+
+    The curve ends at the cap with F's left limit there (the jump to 1 is `_cdfs_at`'s "1 beyond the
+    last point"). Clamping the points instead read F after the jump on the last piece: 4.2e-4 low on
+    U[0, 2] capped at 1 with 2 bidders.
+    """
+    if float(values[-1]) <= max_value:
+        return values, cdf
+    below = values < max_value
+    at_cap = _interp(values.new_tensor([max_value]), values, cdf)
+    return torch.cat([values[below], values.new_tensor([max_value])]), torch.cat([cdf[below], at_cap])
+
+
 def second_price_point(
     values: Tensor, cdf: Tensor, n_bidders: int, reserve: float, statistic: str, max_value: float | None = None
 ) -> float:
-    """Second price with ``reserve`` under the value CDF through (values, cdf) (`inverted_value_cdf`), off the grid.
-
-    Bidding the value is dominant, so there is no game to solve: with F linear between its points
-    and T its top, revenue = r P(V(1) >= r > V(2)) + E[V(2) 1{V(2) >= r}]
-    = r n F(r)^(n-1) (1 - F(r)) + T - r H(r) - int_r^T H, H = F^n + n F^(n-1) (1 - F) the second
-    highest value's CDF, and welfare = E[V(1) 1{V(1) >= r}] = T - r F(r)^n - int_r^T F^n
-    (Simpson's rule between the CDF's points). Solving it on the grid instead (types at cell
-    midpoints bidding grid points) moved every reserve's revenue by up to half a cell, 0.004 on
-    F = v^2 or sqrt(v) with a 0.01 grid, whatever N. Values above ``max_value`` count as ``max_value``.
-    """
-    n = n_bidders
-    if max_value is not None and float(values[-1]) > max_value:
-        # The capped values jump to the cap: end the curve at the cap with F's left limit there, so the
-        # integrals below stop at the jump (clamping the points instead read F after the jump on the
-        # last piece: 4.2e-4 low on U[0, 2] capped at 1 with 2 bidders).
-        below = values < max_value
-        at_cap = _interp(values.new_tensor([max_value]), values, cdf)
-        values = torch.cat([values[below], values.new_tensor([max_value])])
-        cdf = torch.cat([cdf[below], at_cap])
-    top = float(values[-1])
-    if reserve >= top:
-        return 0.0
-
-    def second(f: Tensor) -> Tensor:
-        return f**n + n * f ** (n - 1) * (1 - f) if statistic == "revenue" else f**n
-
-    knots = torch.cat([values.new_tensor([reserve]), values[values > reserve]]).unique()
-    middle = (knots[1:] + knots[:-1]) / 2
-    at = [second(_interp(x, values, cdf)) for x in (knots[:-1], middle, knots[1:])]
-    integral = float(((knots[1:] - knots[:-1]) * (at[0] + 4 * at[1] + at[2]) / 6).sum())
-    f_r = float(_interp(values.new_tensor([reserve]), values, cdf)[0])
-    below = float(second(values.new_tensor([f_r]))[0])
-    sold_at_reserve = reserve * n * f_r ** (n - 1) * (1 - f_r) if statistic == "revenue" else 0.0
-    return sold_at_reserve + top - reserve * below - integral
+    """Second price with ``reserve`` for ``n_bidders`` with the value CDF through (values, cdf)
+    (`inverted_value_cdf`), off the grid: `second_price_from_cdfs` with every bidder alike. Values above
+    ``max_value`` count as ``max_value`` (`cap_curve`)."""
+    if max_value is not None:
+        values, cdf = cap_curve(values, cdf, max_value)
+    revenue, welfare = second_price_from_cdfs([(values, cdf)] * n_bidders, reserve)
+    return revenue if statistic == "revenue" else welfare
 
 
 # ---------------------------------------------------------------------------------------------------
