@@ -92,14 +92,28 @@ class CounterfactualTask(Task):
         result["decision"] = "asymmetric" if result["rejected"] else "symmetric (not rejected)"
         return result
 
+    def _known_scale(self, largest_bid: float):
+        """`task.value_top` as the value scale (None when the bids are to set it); refused below the largest bid."""
+        if self.value_top is None:
+            return None
+        if self.value_top < largest_bid:
+            raise ValueError(f"task.value_top={self.value_top} is below the largest bid {largest_bid:g}; "
+                             "raise it, or set task.value_top=null to estimate the values' top from the bids")
+        return known_value_scale(self.value_top, self.grid)
+
+    def _record_clamps(self, metrics: dict, clamps: list[str]) -> None:
+        # A clamp that fires means the bound optimiser fell short: count it, name it, never hide it.
+        metrics["cf/bound_clamps"] = float(len(clamps))
+        self.extras["bound_clamps"] = clamps
+        if clamps:
+            log.warning(f"{len(clamps)} robust bound(s) clamped to the point or a smaller epsilon's bound; "
+                        f"first: {clamps[0]}")
+
     def _asymmetric(self, logged, metrics: dict) -> dict:
         """Each bidder inverted against its own highest competing bid; second price and first price with the
         logged number of bidders, points and RMAC bounds, each bidder with its own value distribution."""
         t0 = time.perf_counter()
-        if self.value_top is not None and self.value_top < float(logged.by_bidder.max()):
-            raise ValueError(f"task.value_top={self.value_top} is below the largest bid {float(logged.by_bidder.max()):g}; "
-                             "raise it, or set task.value_top=null to estimate each bidder's top from the bids")
-        scale = None if self.value_top is None else known_value_scale(self.value_top, self.grid)
+        scale = self._known_scale(float(logged.by_bidder.max()))
         table, skipped = asymmetric_table(logged.by_bidder, self.rules, self.grid, self.compute_device, scale)
         self.add_time("asymmetric", time.perf_counter() - t0)
         table = {k: v for k, v in table.items() if k.split("/")[0] in [PREFIX[s] for s in self.statistics]}
@@ -108,11 +122,7 @@ class CounterfactualTask(Task):
                                            self.grid, self.compute_device, scale, self.n_iters)
         self.add_time("asymmetric_bounds", time.perf_counter() - t0)
         metrics |= table | bounds
-        metrics["cf/bound_clamps"] = float(len(clamps))
-        self.extras["bound_clamps"] = clamps
-        if clamps:
-            log.warning(f"{len(clamps)} robust bound(s) clamped to the point or a smaller epsilon's bound; "
-                        f"first: {clamps[0]}")
+        self._record_clamps(metrics, clamps)
         self.extras["asymmetric"]["skipped_rules"] = skipped
         log.warning(f"asymmetric bidders: {NOT_ESTIMATED}; skipped rules {skipped}")
         return metrics
@@ -120,12 +130,8 @@ class CounterfactualTask(Task):
     def _symmetric(self, logged, metrics: dict) -> dict:
         """Pooled bidders: point estimates and RMAC bounds per statistic, on one value grid."""
         t0 = time.perf_counter()
-        if self.value_top is not None:
-            if self.value_top < float(logged.bids.max()):
-                raise ValueError(f"task.value_top={self.value_top} is below the largest bid {float(logged.bids.max()):g}; "
-                                 "raise it, or set task.value_top=null to estimate it from the bids")
-            scale = known_value_scale(self.value_top, self.grid)
-        else:
+        scale = self._known_scale(float(logged.bids.max()))
+        if scale is None:
             scale = choose_value_scale(logged.bids, logged.n_bidders, self.grid, self.compute_device)
         self.add_time("value_grid", time.perf_counter() - t0)
         clamps: list[str] = []
@@ -141,12 +147,7 @@ class CounterfactualTask(Task):
                 table |= truth_table(logged.n_bidders, self.rules, statistic, logged.value_scale)
             metrics |= table
             clamps += found.clamps
-        # A clamp that fires means the bound optimiser fell short: count it, name it, never hide it.
-        metrics["cf/bound_clamps"] = float(len(clamps))
-        self.extras["bound_clamps"] = clamps
-        if clamps:
-            log.warning(f"{len(clamps)} robust bound(s) clamped to the point or a smaller epsilon's bound; "
-                        f"first: {clamps[0]}")
+        self._record_clamps(metrics, clamps)
         self.extras["value_grid"] = {"step": scale.unit * self.grid, "top": scale.unit * scale.top,
                                      "top_from": "task.value_top" if self.value_top is not None else "estimated",
                                      "rough_top_value": scale.estimated_top_value}
