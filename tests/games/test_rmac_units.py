@@ -941,3 +941,26 @@ def test_the_inverted_values_read_the_fitted_cdf_level_kept_inside_0_1(where):
     values, cdf = inverted_value_cdf(bids, n, grid)
     assert torch.allclose(values, expected.flip(0).cummin(0).values.flip(0), rtol=1e-12, atol=1e-12)
     assert torch.equal(cdf, empirical)
+
+
+def test_second_price_from_cdfs_with_bidders_of_different_tops():
+    """Values U[0, 1] and U[0, 2]: revenue E[min] = 5/12 and welfare E[max] = 13/12 at reserve 0; at 1.5
+    only the strong bidder can sell, at the reserve: (1.5 * 1/4, E[V2 1{V2 >= 1.5}] = 7/16). Above the weak
+    bidder's top its CDF is 1 (Simpson is exact on these quadratics)."""
+    from pipeline.games.rmac import second_price_from_cdfs
+
+    weak = (torch.tensor([0.0, 1.0], dtype=F64), torch.tensor([0.0, 1.0], dtype=F64))
+    strong = (torch.tensor([0.0, 2.0], dtype=F64), torch.tensor([0.0, 1.0], dtype=F64))
+    assert second_price_from_cdfs([weak, strong], 0.0) == pytest.approx((5 / 12, 13 / 12), abs=1e-12)
+    assert second_price_from_cdfs([weak, strong], 1.5) == pytest.approx((0.375, 7 / 16), abs=1e-12)
+    assert second_price_from_cdfs([weak, strong], 2.0) == (0.0, 0.0)
+
+
+def test_product_of_the_others_over_a_batch():
+    """(batch, bidders, K): for each bidder the product over the OTHER bidders, batch rows kept apart."""
+    from pipeline.games.rmac import _product_of_others
+
+    x = torch.arange(1, 25, dtype=F64).reshape(2, 3, 4)
+    expected = torch.stack([torch.stack([x[b, [j for j in range(3) if j != i]].prod(0) for i in range(3)])
+                            for b in range(2)])
+    assert torch.equal(_product_of_others(x), expected)
