@@ -165,6 +165,9 @@ def test_a_killed_supervised_run_resumes_and_keeps_its_earlier_rows(tmp_path):
     curve = pd.read_csv(tmp_path / "metrics.csv")
     val = curve.dropna(subset=["val/acc"])
     assert val["step"].tolist() == list(range(30))  # every epoch once, in order
+    # The training rows too: an epoch's train row is written in the task's epoch-end hook, so the checkpoint
+    # of that epoch must be saved after it (before, the row of the checkpointed epoch was lost on a kill).
+    assert curve.dropna(subset=["train/loss", "train/lr"])["step"].tolist() == list(range(30))
     kept = before[before["step"] <= saved].dropna(subset=["val/acc"])
     assert val[val["step"] <= saved]["val/acc"].tolist() == kept["val/acc"].tolist()
     assert record["metrics"]["test/acc"] > 0.9

@@ -31,7 +31,7 @@ from pathlib import Path
 import lightning as L
 import torch
 from hydra.utils import get_class, instantiate
-from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.callbacks import Callback, Checkpoint
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline import config_checks
@@ -68,12 +68,16 @@ class ValidationTimer(Callback):
         self.seconds += time.perf_counter() - self._start
 
 
-class EpochCheckpointer(Callback):
+class EpochCheckpointer(Checkpoint):
     """Lightning-loop tasks: a checkpoint at epoch ends when the policy says so; a stop request ends the fit.
 
     Saved at epoch ends only: a mid-epoch Lightning checkpoint of our index-based loaders would
     resume at the start of the epoch anyway. An interrupted run therefore continues from its last
-    finished epoch.
+    finished epoch. A `Checkpoint` so that Lightning runs its epoch end AFTER the task's, as it does
+    ModelCheckpoint's: the task writes that epoch's train row (and a GAN steps its schedulers and
+    scores the epoch) there, and the checkpoint of an epoch must hold all of it. As a plain Callback
+    it saved first, and a run killed after that save lost the checkpointed epoch's train row for good
+    (the resumed run starts at the next epoch).
     """
 
     def __init__(self, path: Path, policy: CheckpointPolicy, stop: StopRequests, on_save, saved_epoch: int | None = None) -> None:
@@ -158,15 +162,19 @@ def one_line(exc: BaseException) -> str:
 def make_trainer(cfg: DictConfig, accelerator: str, run_dir: Path, loggers, callbacks) -> L.Trainer:
     from pipeline.callbacks import build_callbacks, trainer_kwargs
 
+    built = build_callbacks(cfg, run_dir, own=callbacks)
+    kwargs = trainer_kwargs(cfg)
+    if any(isinstance(c, Checkpoint) for c in built):  # Lightning refuses a Checkpoint callback with its switch off
+        kwargs["enable_checkpointing"] = True
     return L.Trainer(
         accelerator=accelerator,
         devices=1,
         precision=cfg.device.precision,
         logger=loggers or False,
-        callbacks=build_callbacks(cfg, run_dir, own=callbacks),
+        callbacks=built,
         default_root_dir=str(run_dir),
         deterministic=bool(cfg.seeding.deterministic),
-        **trainer_kwargs(cfg),
+        **kwargs,
     )
 
 
