@@ -18,6 +18,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
+import gymnasium as gym
 import torch
 
 
@@ -83,7 +84,8 @@ class TensorEnv(ABC):
 
     env_id: str
     observation_shape: tuple[int, ...]
-    n_actions: int
+    n_actions: int  # discrete envs
+    action_space: gym.spaces.Space  # the space of one env's action, as gymnasium's env has it
     reward_threshold: float | None
     state_size: int
     time_limit = 500
