@@ -150,7 +150,7 @@ class DQNTask(Task):
         obs_space, act_space = probe.observation_space, probe.action_space
         probe.close()
         if not hasattr(act_space, "n"):
-            raise ValueError(f"DQN needs a discrete action space; {self.env_id} has {act_space}")
+            raise ValueError(f"DQN needs a discrete action space; {self.env_id} has {act_space}: use task=ppo for continuous actions")
         self.obs_shape = tuple(obs_space.shape)
         self.obs_dtype = torch.uint8 if obs_space.dtype == np.uint8 else torch.float32
         self.n_actions = int(act_space.n)
