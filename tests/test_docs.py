@@ -6,6 +6,7 @@ test_durable, the presets' debug runs); this file catches a renamed option, key 
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import shlex
 from pathlib import Path
@@ -81,17 +82,28 @@ def test_heading_anchors_follow_github():
     assert heading_anchor("Many seeds in one process (`seeds_per_process`)") == "many-seeds-in-one-process-seeds_per_process"
 
 
-def documented_commands() -> list[tuple[str, str]]:
-    """(page, command) for each `python -m pipeline ...` line in a code block of the docs, continuations joined."""
+def documented_commands(prefix: str = "python -m pipeline ") -> list[tuple[str, str]]:
+    """(page, command) for each line starting with ``prefix`` in a code block of the docs, continuations joined."""
     found = []
     for page in PAGES:
         for block in _FENCE.findall(page.read_text()):
             joined = re.sub(r"\\\n\s*", " ", block)
             for line in joined.splitlines():
                 line = line.strip()
-                if line.startswith("python -m pipeline "):
+                if line.startswith(prefix):
                     found.append((str(page.relative_to(ROOT)), line))
     return found
+
+
+def test_documented_modules_exist():
+    # `python -m pipeline.eval ...`, `python -m pipeline.report ...`: the modules they name can be run.
+    modules = {line.split()[2] for _, line in documented_commands("python -m pipeline.")}
+    assert {"pipeline.eval", "pipeline.report"} <= modules
+    for module in sorted(modules):
+        spec = importlib.util.find_spec(module)
+        assert spec is not None, module
+        if spec.submodule_search_locations:  # a package runs through its __main__
+            assert importlib.util.find_spec(f"{module}.__main__") is not None, module
 
 
 def _first_of_sweep(override: str, parsed) -> str | None:
