@@ -49,6 +49,18 @@ def test_dqn_presets_get_a_few_rounds_and_a_small_buffer(make_cfg, preset):
     assert task.eval_every < task.total_steps and task.eval_episodes <= 2 and task.final_eval_episodes <= 2
 
 
+@pytest.mark.parametrize("preset", ["ppo_cartpole", "ppo_pendulum"])
+def test_ppo_presets_get_three_small_iterations_whose_minibatches_still_split(make_cfg, preset):
+    task = _debug_cfg(make_cfg, preset).task
+    batch = task.num_steps * task.envs_per_agent
+    assert (task.num_steps, task.envs_per_agent, task.total_steps) == (32, 2, 3 * 64)
+    assert batch % task.num_minibatches == 0 and task.update_epochs <= 2
+    assert task.eval_every < task.total_steps and task.eval_episodes <= 2 and task.final_eval_episodes <= 2
+    # A rollout the user typed is kept, and the minibatch count follows it.
+    typed = _debug_cfg(make_cfg, preset, "task.num_steps=30", "task.envs_per_agent=3", keep={"task.num_steps", "task.envs_per_agent"}).task
+    assert typed.total_steps == 3 * 90 and 90 % typed.num_minibatches == 0
+
+
 def test_atari_debug_buffer_is_small_and_episodes_short(make_cfg):
     cfg = _debug_cfg(make_cfg, "dqn_atari", "device=cpu")
     bytes_per_transition = 2 * 4 * 84 * 84 + 16

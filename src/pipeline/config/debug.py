@@ -9,6 +9,7 @@ replay buffer and short evaluations. Keys the user typed on the command line are
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -59,6 +60,22 @@ def _short_atari_episodes(cfg: DictConfig, keep: set[str]) -> None:
         OmegaConf.update(cfg, key, ATARI_MAX_FRAMES, force_add=True)
 
 
+def _ppo(cfg: DictConfig, keep: set[str]) -> None:
+    _shrink(cfg, "task.num_steps", 32, keep)
+    _shrink(cfg, "task.envs_per_agent", 2, keep)
+    task = cfg.task
+    batch = int(task.num_steps) * int(task.envs_per_agent)
+    _shrink(cfg, "task.total_steps", ROUNDS * batch, keep)
+    # Minibatches must still split the (smaller) rollout: the largest count that divides it, at most 4.
+    _shrink(cfg, "task.num_minibatches", math.gcd(batch, min(int(task.num_minibatches), 4)), keep)
+    _shrink(cfg, "task.update_epochs", 2, keep)
+    # One evaluation during training and the final one: both code paths run.
+    _shrink(cfg, "task.eval_every", 2 * batch, keep)
+    _shrink(cfg, "task.log_every", batch, keep)
+    _shrink(cfg, "task.eval_episodes", EVAL_EPISODES, keep)
+    _shrink(cfg, "task.final_eval_episodes", EVAL_EPISODES, keep)
+
+
 def _cem(cfg: DictConfig, keep: set[str]) -> None:
     _shrink(cfg, "task.episodes_per_batch", 4, keep)
     _shrink(cfg, "task.max_iterations", ROUNDS, keep)
@@ -84,6 +101,7 @@ def _counterfactual(cfg: DictConfig, keep: set[str]) -> None:
 TASKS: dict[str, Callable[[DictConfig, set[str]], None]] = {
     "DQNTask": _dqn,
     "BatchedDQNTask": _dqn,
+    "PPOTask": _ppo,
     "CEMTask": _cem,
     "GANTask": _gan,
     "CounterfactualTask": _counterfactual,
