@@ -37,9 +37,6 @@ if not OmegaConf.has_resolver("pipeline_uid"):
 
 @hydra.main(version_base="1.3", config_path="pkg://pipeline.conf", config_name="config")
 def hydra_entry(cfg: DictConfig) -> list[dict]:
-    from pipeline.config.debug import apply_debug
-
-    apply_debug(cfg)  # trainer=debug wins over the preset's own lengths (idempotent: run.py may call it too)
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     if not multirun:
         _check_before_running(cfg)

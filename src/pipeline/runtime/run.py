@@ -164,9 +164,6 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> list[dict]:
 
 def run_job(cfg: DictConfig, ctx: JobContext) -> list[dict]:
     """Run one job (K agents) and write its records. Refusals raise RunRefused; every other failure is recorded."""
-    from pipeline.config.debug import apply_debug
-
-    cfg = apply_debug(cfg)
     run_dir = Path(ctx.run_dir)
     raw_k = cfg.get("seeds_per_process") or 1
     k = int(raw_k) if isinstance(raw_k, int) else -1
