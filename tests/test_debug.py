@@ -12,8 +12,8 @@ from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 import pipeline
-from pipeline.debug import REPLAY_CAP, apply_debug, debug_trainer
-from pipeline.quiet import HARMLESS
+from pipeline.config.debug import REPLAY_CAP, apply_debug, debug_trainer
+from pipeline.runtime.quiet import HARMLESS
 from pipeline_testing import ROOT, read_result
 
 PRESETS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))

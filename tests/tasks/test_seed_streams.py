@@ -17,9 +17,9 @@ import torch
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 from omegaconf import OmegaConf
 
-from pipeline import eval as replay
+from pipeline import eval as replay_cli
 from pipeline.rl.tensor_env import TensorEnv
-from pipeline.run import run
+from pipeline.runtime.run import run
 
 EVAL_EPISODES, FINAL_EPISODES, REPLAY_EPISODES = 2, 3, 4  # distinct, so a batch's size names its phase
 
@@ -74,10 +74,10 @@ def save_config(cfg, run_dir) -> None:
 
 def replay_seeds(calls, run_dir, capsys) -> list[int]:
     start = len(calls)
-    assert replay.main([str(run_dir), f"episodes={REPLAY_EPISODES}"]) == 0, capsys.readouterr().err
+    assert replay_cli.main([str(run_dir), f"episodes={REPLAY_EPISODES}"]) == 0, capsys.readouterr().err
     got = seeded(calls, start)
     assert len(got) == REPLAY_EPISODES
-    assert json.loads((run_dir / replay.EVAL_FILE).read_text())["seeds"] == got  # eval.json tells the truth
+    assert json.loads((run_dir / "eval.json").read_text())["seeds"] == got  # eval.json tells the truth
     return got
 
 
