@@ -16,6 +16,7 @@ from pipeline.config import checks as config_checks
 from pipeline.config.checks import ConfigError, check_group_overrides
 from pipeline.runtime import quiet
 from pipeline.runtime.context import exit_status
+from pipeline.store.layout import error_log_path, result_path
 from pipeline.store.record import summary_line
 
 log = logging.getLogger("pipeline")
@@ -64,7 +65,7 @@ def hydra_entry(cfg: DictConfig) -> list[dict]:
             exit_status.set(int((record.get("interrupted") or {}).get("exit_code") or 130))
         else:
             where = record.get("run_dir")
-            log.error(f"run failed: {record.get('error')}  (record kept in {where}/result.json, traceback in {where}/error.log)")
+            log.error(f"run failed: {record.get('error')}  (record kept in {result_path(where)}, traceback in {error_log_path(where)})")
             exit_status.set(1)
     if len(records) > 1:
         values = [(r.get("metrics") or {}).get(r.get("primary_metric") or "") for r in records]

@@ -36,7 +36,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from pipeline.config import checks as config_checks
 from pipeline.config.checks import one_line
-from pipeline.config.grouping import group_name, semantic_config
+from pipeline.config.grouping import flatten, group_name, is_ignored, semantic_config
 from pipeline.runtime.checkpointing import (
     CheckpointPolicy,
     EpochCheckpointer,
@@ -48,8 +48,9 @@ from pipeline.runtime.devices import flushes_denormals, setup_device
 from pipeline.runtime.loggers import CurveLogger, build_loggers, finish_loggers
 from pipeline.runtime.rundir import Interrupted, RunDirBusy, RunDirLock, StopRequests
 from pipeline.runtime.seeding import seed_everything
-from pipeline.store.checkpoint import checkpoint_path, load_safely, save_atomic
-from pipeline.store.curves import METRICS, CurveLog
+from pipeline.store.checkpoint import load_safely, save_model
+from pipeline.store.curves import CurveLog
+from pipeline.store.layout import RESULT, agent_dirs, checkpoint_path, error_log_path, metrics_path
 from pipeline.store.record import RunRecord, git_commit, read_record, versions
 
 log = logging.getLogger("pipeline")
@@ -130,10 +131,6 @@ def make_trainer(cfg: DictConfig, accelerator: str, run_dir: Path, loggers, call
     )
 
 
-def agent_dirs(run_dir: Path, seeds: list[int]) -> list[Path]:
-    return [run_dir] if len(seeds) == 1 else [run_dir / f"seed{s}" for s in seeds]
-
-
 def exit_code_of(records: list[dict]) -> int:
     if any(r.get("status") == "interrupted" for r in records):
         return int((records[0].get("interrupted") or {}).get("exit_code") or 130)
@@ -206,8 +203,11 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
                 f"{run_dir} already holds a finished run (status ok); choose a new dir (hydra.run.dir=<dir>) to run it "
                 "again, or continue it to a larger budget with ckpt_path=last"
             )
-        log.info(f"{run_dir} finished ok; continuing it from its checkpoint (result.json keeps the finished record until this ends ok)")
     ckpt = _resolve_ckpt(cfg, ckpt_file, any(p is not None for p in previous))
+    if ckpt is not None:
+        _refuse_changed_config(cfg, run_dir, previous)
+    if extending and ckpt is not None:
+        log.info(f"{run_dir} finished ok; continuing it from its checkpoint ({RESULT} keeps the finished record until this ends ok)")
     if extending and ckpt is None:
         raise RunRefused(f"{run_dir} finished ok and has no checkpoint to continue from; choose a new dir to run it again")
 
@@ -256,7 +256,7 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
                  higher_is_better=task.higher_is_better, device=str(device))
         r.write()
     try:
-        curves = [CurveLog(d / METRICS, resume_step=resume_step) for d in dirs]
+        curves = [CurveLog(metrics_path(d), resume_step=resume_step) for d in dirs]
         resolved = OmegaConf.to_container(cfg, resolve=True)
         logger_spec = {} if k > 1 else dict(cfg.get("logger") or {})
         logger_spec.pop("csv", None)
@@ -305,7 +305,7 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
             raise Interrupted(getattr(task, "resume_step", None))
         for i, (r, d) in enumerate(zip(records, dirs)):
             state = task.agent_state_dict(i) if hasattr(task, "agent_state_dict") else task.export_state_dict()
-            save_atomic(state, d / "model.pt")
+            save_model(state, d)
             extras = task.agent_record(i) if hasattr(task, "agent_record") else task.record_extras()
             r.update(status="ok", error=None, metrics=per_agent[i], **extras)
             if r.primary_metric not in per_agent[i]:
@@ -338,6 +338,28 @@ def _capture_videos(cfg: DictConfig, records: list[RunRecord], dirs: list[Path],
             log_to_run_loggers(cfg, result, d)
         except Exception as exc:  # a logger problem must not fail a finished run
             log.warning(f"video not logged: {one_line(exc)}")
+
+
+# What a resume may change: the budget (continue a finished run further), and what the record's config
+# already leaves out (config.grouping.IGNORED: seeds, loggers, threads, checkpoint cadence, ...).
+RESUME_FREE = ("task.total_steps", "trainer.max_epochs", "trainer.max_steps")
+
+
+def _refuse_changed_config(cfg: DictConfig, run_dir: Path, previous: list[RunRecord | None]) -> None:
+    """A resume continues the run its checkpoint holds: with another config it would silently mix two runs."""
+    before = next((p.config for p in previous if p is not None and p.config), None)
+    if before is None:
+        return
+    now = flatten(semantic_config(OmegaConf.to_container(cfg, resolve=True)))
+    before = flatten(before)
+    differing = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k) and not is_ignored(k, RESUME_FREE))
+    if differing:
+        shown = ", ".join(f"{k} ({before.get(k, '-')} -> {now.get(k, '-')})" for k in differing[:5])
+        more = f" and {len(differing) - 5} more" if len(differing) > 5 else ""
+        raise RunRefused(
+            f"cannot resume {run_dir} with another config: {shown}{more}; resume with the run's own settings, or "
+            "start a new run in a new dir (hydra.run.dir=<dir>)"
+        )
 
 
 def _resolve_ckpt(cfg: DictConfig, last: Path, has_previous: bool) -> Path | None:
@@ -399,7 +421,7 @@ def _start_records(cfg, ctx: JobContext, dirs, seeds, previous, resume_step, sid
         )
         r.update(choices=dict(ctx.choices))
         if resume_step is None:
-            (d / "error.log").unlink(missing_ok=True)
+            error_log_path(d).unlink(missing_ok=True)
         if side_file is not None:
             r.file = side_file
         r.write()
@@ -420,9 +442,9 @@ def _finish(records, t_start, stop, loggers, curves, cfg, dirs, videos: bool = F
         c.flush()
     for r in records:
         side = getattr(r, "file", None)
-        r.file = "result.json"
+        r.file = RESULT
         r.write()
-        if side and side != "result.json":
+        if side and side != RESULT:
             (Path(r.run_dir) / side).unlink(missing_ok=True)
     _publish(loggers, records)
     finish_loggers(loggers, "ok")
@@ -478,7 +500,7 @@ def _end_unfinished(records, t_start, stop, loggers, curves, task, end: str, **f
 def _fail(records, exc, run_dir, t_start, stop, loggers, curves, task=None) -> list[dict]:
     trace = traceback.format_exc()
     for d in {Path(run_dir), *(Path(r.run_dir) for r in records)}:
-        (d / "error.log").write_text(trace)
+        error_log_path(d).write_text(trace)
     return _end_unfinished(records, t_start, stop, loggers, curves, task, "failed", error=one_line(exc))
 
 
