@@ -115,13 +115,18 @@ def _group_section(name: str, g: dict[str, Any]) -> list[str]:
         lines.append(f"- mean wall time per run: {fmt(g['wall_time_s_mean'])} s")
     if g["iqm"] is not None:
         lines.append(f"- IQM {fmt(g['iqm'])} {fmt_ci(g['iqm_ci'])}, mean {fmt(g['mean'])} {fmt_ci(g['mean_ci'])}")
+    if g.get("table_value"):
+        lines.append(f"- value: {g['table_value']}")
     curve = g.get("curve")
     if curve and curve["steps"]:
         held = sum(h is not None for h in curve["held_from"])
+        final = curve.get("last_point") == "final"
+        ends = "ends at the final evaluation, the table's IQM" if final else "ends at"
         lines.append(
-            f"- curve `{curve['metric']}`: IQM {fmt(curve['iqm'][-1])} "
+            f"- curve `{curve['metric']}` {ends}: IQM {fmt(curve['iqm'][-1])} "
             f"{fmt_ci([curve['ci_low'][-1], curve['ci_high'][-1]])} at {fmt(curve['steps'][-1])} {curve['x']}"
-            + (f"; {held} of {len(curve['held_from'])} seeds stopped earlier and hold their last value" if held else "")
+            + (f"; {held} of {len(curve['held_from'])} seeds stopped earlier and hold their "
+               f"{'final evaluation' if final else 'last value'}" if held else "")
         )
     if g["ci_note"]:
         lines.append(f"- note: {g['ci_note']}")

@@ -256,6 +256,37 @@ def threshold_stats(runs: Sequence[RunRecord]) -> dict[str, Any]:
     }
 
 
+def config_value(runs: Sequence[RunRecord], key: str) -> Any:
+    """A resolved-config value (flat dotted key) that every run shares, or None."""
+    values = {json_key(run.result.get("config") or {}, key) for run in runs}
+    return values.pop() if len(values) == 1 else None
+
+
+def json_key(config: dict, key: str) -> Any:
+    value = config.get(key)
+    return value if isinstance(value, (int, float, str)) and not isinstance(value, bool) else None
+
+
+def table_value_note(runs: Sequence[RunRecord], metric: str | None, curve: str | None) -> str | None:
+    """Which evaluation the table's number is: said in the report next to the curve."""
+    if not runs or metric is None:
+        return None
+    final_episodes = config_value(runs, "task.final_eval_episodes")
+    eval_episodes = config_value(runs, "task.eval_episodes")
+    if final_episodes is not None:
+        during = f" ({eval_episodes} episodes each)" if eval_episodes is not None else ""
+        text = (f"the table's `{metric}` is each seed's final evaluation after training ({final_episodes} greedy "
+                f"episodes, `task.final_eval_episodes`)")
+        if curve == metric:
+            return text + f"; the curve's points are the in-training evaluations{during}, and its last point is that final evaluation"
+        return text
+    if curve == metric:
+        return f"the table's `{metric}` is each seed's final value; the curve's last point is the same value"
+    if curve:
+        return f"the table's `{metric}` is each seed's final value after training; the curve draws `{curve}` during training, another metric"
+    return f"the table's `{metric}` is each seed's final value after training"
+
+
 def group_stats(
     name: str, runs: Sequence[RunRecord], reps: int = DEFAULT_REPS, seed: int = DEFAULT_SEED
 ) -> dict[str, Any]:
@@ -312,6 +343,7 @@ def group_stats(
         "primary_metric": metric,
         "higher_is_better": higher_is_better,
         "primary_curve": next((run.primary_curve for run in runs if run.primary_curve), None),
+        "table_value": table_value_note(valid, metric, next((run.primary_curve for run in runs if run.primary_curve), None)),
         "n_runs": len(runs),
         "n_ok": len(valid),
         "n_failed": len(failed),
@@ -404,8 +436,10 @@ def summarize(runs: Sequence[RunRecord], reps: int = DEFAULT_REPS, seed: int = D
     groups = {name: group_stats(name, members, reps=reps, seed=seed) for name, members in by_group.items()}
     curve_seeds = {}
     for name, members in by_group.items():
-        valid_dirs = {entry["dir"] for entry in groups[name]["per_seed"].values()}
-        curve = group_curve([run for run in members if str(run.dir) in valid_dirs], reps=reps, seed=seed)
+        # In the table's order, so the curve's final point resamples exactly as the table's CI does.
+        by_dir = {str(run.dir): run for run in members}
+        valid = [by_dir[entry["dir"]] for entry in groups[name]["per_seed"].values()]
+        curve = group_curve(valid, reps=reps, seed=seed)
         groups[name]["curve"], curve_seeds[name] = curve if curve is not None else (None, [])
     comparisons, notes = compare_groups(groups, reps=reps, seed=seed)
     warnings_out = [w for stats in groups.values() for w in stats["warnings"]] + notes
