@@ -138,7 +138,7 @@ def test_files_written(two_group_report, two_group_sweep):
     assert "RuntimeError: replay buffer \\| exploded" in markdown
     for image in two_group_report["images"]:
         assert f"]({image['file']})" in markdown
-    assert "| dqn_cartpole | eval/return_mean | 3 | 1 | 476.7 ± 25.17 | 480 |" in markdown
+    assert "| dqn_cartpole | eval/return_mean | 3 | 1 | 0 | 0 | 0 | 476.7 ± 25.17 | 480 |" in markdown
     assert "2/3" in markdown  # seeds that reached the threshold
 
 
@@ -151,7 +151,7 @@ def test_single_run_dir_and_single_seed(tmp_path):
     assert "collapses" in group["ci_note"]
     assert report["comparisons"] == {}
     markdown = (run / "report" / "report.md").read_text()
-    assert "| solo | eval/return_mean | 1 | 0 | 0.9 ± 0 | 0.9 |" in markdown
+    assert "| solo | eval/return_mean | 1 | 0 | 0 | 0 | 0 | 0.9 ± 0 | 0.9 |" in markdown
     assert json.loads((run / "report" / "report.json").read_text())["groups"]["solo"]["iqm"] == 0.9
 
 
@@ -323,7 +323,7 @@ def test_all_failed_group_lower_is_better_and_duplicate_seeds(tmp_path):
     assert pairs[("low", "high")] == 1.0 and pairs[("high", "low")] == 0.0
     assert comparison["performance_profile"]["direction"] == "score < tau"
     markdown = (sweep / "report" / "report.md").read_text()
-    assert "| crashes | eval/return_mean | 0 | 2 | — |" in markdown
+    assert "| crashes | eval/return_mean | 0 | 2 | 0 | 0 | 0 | — |" in markdown
     assert "ValueError: bad lr 1" in markdown
     _strict_json(sweep / "report" / "report.json")
 

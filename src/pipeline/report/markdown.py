@@ -5,7 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from pipeline.report.collect import NOT_OK
+
 ERROR_CELL_CHARS = 240
+STATUS_TITLES = {"failed": "Failed runs", "interrupted": "Interrupted runs (resume them to complete the group)",
+                 "pruned": "Pruned runs (stopped by the tuner)", "running": "Runs still running (this report is partial)"}
 
 
 def fmt(value: Any) -> str:
@@ -53,10 +57,10 @@ def _summary(groups: dict[str, Any]) -> list[str]:
         mean_std = "—" if g["mean"] is None else f"{fmt(g['mean'])} ± {fmt(g['std'])}"
         iqm = "—" if g["iqm"] is None else f"{fmt(g['iqm'])} {fmt_ci(g['iqm_ci'])}"
         rows.append(
-            [name, g["primary_metric"], g["n_ok"], g["n_failed"], mean_std, fmt(g["median"]), iqm,
-             fmt(g["min"]), fmt(g["max"])]
+            [name, g["primary_metric"], g["n_ok"], *(g[f"n_{status}"] for status in NOT_OK), mean_std, fmt(g["median"]),
+             iqm, fmt(g["min"]), fmt(g["max"])]
         )
-    header = ["group", "primary metric", "ok", "failed", "mean ± std", "median", "IQM [95% CI]", "min", "max"]
+    header = ["group", "primary metric", "ok", *NOT_OK, "mean ± std", "median", "IQM [95% CI]", "min", "max"]
     return ["## Summary", "", *table(header, rows)]
 
 
@@ -109,7 +113,9 @@ def _group_section(name: str, g: dict[str, Any]) -> list[str]:
         "",
         f"- experiment: `{g['experiment']}`, task: `{g['task']}`",
         f"- primary metric: `{g['primary_metric']}` ({direction}); learning curve: `{g['primary_curve']}`",
-        f"- runs: {g['n_runs']} ({g['n_ok']} ok, {g['n_failed']} failed, {g['n_excluded']} excluded)",
+        f"- runs: {g['n_runs']} ({g['n_ok']} ok, " + ", ".join(f"{g[f'n_{status}']} {status}" for status in NOT_OK)
+        + "".join(f", {len(entries)} {status}" for status, entries in g["other_status"].items())
+        + f", {g['n_excluded']} excluded)",
     ]
     if g["wall_time_s_mean"] is not None:
         lines.append(f"- mean wall time per run: {fmt(g['wall_time_s_mean'])} s")
@@ -147,9 +153,12 @@ def _group_section(name: str, g: dict[str, Any]) -> list[str]:
         rows.append([*row, f"`{entry['relative_dir']}`"])
     if rows:
         lines += ["Per seed:", "", *table(header, rows)]
-    if g["failed"]:
-        failed_rows = [[f["seed"], one_line(f["error"], ERROR_CELL_CHARS), f"`{f['relative_dir']}`"] for f in g["failed"]]
-        lines += ["Failed runs:", "", *table(["seed", "error", "dir"], failed_rows)]
+    listed = {**{status: g[status] for status in NOT_OK}, **g["other_status"]}
+    for status, entries in listed.items():
+        if entries:
+            title = STATUS_TITLES.get(status, f"Runs with status `{status}`")
+            rows = [[e["seed"], one_line(e["error"], ERROR_CELL_CHARS), f"`{e['relative_dir']}`"] for e in entries]
+            lines += [f"{title}:", "", *table(["seed", "error" if status == "failed" else "why", "dir"], rows)]
     if g["excluded"]:
         excluded_rows = [[e["seed"], e["reason"], f"`{e['relative_dir']}`"] for e in g["excluded"]]
         lines += ["Excluded runs (status ok, no usable final value):", "", *table(["seed", "reason", "dir"], excluded_rows)]
@@ -170,6 +179,11 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"({settings['bootstrap_reps']} resamples, seed {settings['seed']}). std uses ddof=1.",
         "",
     ]
+    counts = report["status_counts"]
+    lines += ["Runs by status: " + ", ".join(f"{status} {n}" for status, n in counts.items()) + ".", ""]
+    if report["partial"]:
+        lines += [f"> **Partial report:** {counts['running']} run(s) still running; every number below may change "
+                  "when they finish. Build the report again then.", ""]
     for warning in report["warnings"]:
         lines += [f"> **Warning:** {one_line(warning)}", ""]
     lines += _summary(report["groups"])

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.report.collect import RunRecord
+from pipeline.report.collect import STATUSES, RunRecord
 
 DEFAULT_REPS = 2000
 DEFAULT_SEED = 0
@@ -287,6 +287,19 @@ def table_value_note(runs: Sequence[RunRecord], metric: str | None, curve: str |
     return f"the table's `{metric}` is each seed's final value after training"
 
 
+def status_warning(group: str, status: str, n: int) -> str:
+    runs = f"{n} {status} run{'s' if n != 1 else ''}"
+    if status == "running":
+        return f"group {group} has {n} run{'s' if n != 1 else ''} still running: this report is partial; build it again when they finish"
+    if status == "interrupted":
+        return f"group {group} has {runs}: resume them (each record's `interrupted.resume` says how) to complete the group"
+    if status == "pruned":
+        return f"group {group} has {n} run{'s' if n != 1 else ''} pruned by the tuner: shortened runs, left out of the statistics"
+    if status == "failed":
+        return f"group {group} has {runs}"
+    return f"group {group} has {n} run{'s' if n != 1 else ''} with status {status!r}, left out of the statistics"
+
+
 def group_stats(
     name: str, runs: Sequence[RunRecord], reps: int = DEFAULT_REPS, seed: int = DEFAULT_SEED
 ) -> dict[str, Any]:
@@ -294,11 +307,15 @@ def group_stats(
     runs = sorted(runs, key=_seed_sort_key)
     warnings_out: list[str] = []
     ok_runs = [run for run in runs if run.ok]
-    failed = [
-        {"seed": run.seed, "error": run.error, "dir": str(run.dir), "relative_dir": run.relative_dir}
-        for run in runs
-        if not run.ok
-    ]
+    # Every status a record can hold is counted and listed (failed, interrupted, pruned, running, and any
+    # other a record names); none of them enters the statistics.
+    not_ok: dict[str, list[dict[str, Any]]] = {status: [] for status in STATUSES if status != "ok"}
+    for run in runs:
+        if not run.ok:
+            not_ok.setdefault(run.status, []).append(
+                {"seed": run.seed, "error": run.error, "dir": str(run.dir), "relative_dir": run.relative_dir}
+            )
+    failed = not_ok["failed"]
     metric_counts = Counter(run.primary_metric for run in runs if run.primary_metric)
     metric = metric_counts.most_common(1)[0][0] if metric_counts else None
     if len(metric_counts) > 1:
@@ -347,6 +364,10 @@ def group_stats(
         "n_runs": len(runs),
         "n_ok": len(valid),
         "n_failed": len(failed),
+        "n_interrupted": len(not_ok["interrupted"]),
+        "n_pruned": len(not_ok["pruned"]),
+        "n_running": len(not_ok["running"]),
+        "status_counts": {"ok": len(ok_runs), **{status: len(entries) for status, entries in not_ok.items()}},
         "n_excluded": len(excluded),
         "values": values,
         "per_seed": per_seed,
@@ -356,6 +377,10 @@ def group_stats(
         "mean_ci": None,
         "ci_note": None,
         "failed": failed,
+        "interrupted": not_ok["interrupted"],
+        "pruned": not_ok["pruned"],
+        "running": not_ok["running"],
+        "other_status": {status: entries for status, entries in not_ok.items() if status not in STATUSES},
         "excluded": [
             {"seed": run.seed, "reason": reason, "dir": str(run.dir), "relative_dir": run.relative_dir}
             for run, reason in excluded
@@ -378,8 +403,9 @@ def group_stats(
             f"with fewer than {MIN_SEEDS} the CIs are wide and a comparison is anecdotal, "
             "run more seeds (e.g. seed='range(0,10)')"
         )
-    if failed:
-        warnings_out.append(f"group {name} has {len(failed)} failed run{'s' if len(failed) != 1 else ''}")
+    for status, entries in not_ok.items():
+        if entries:
+            warnings_out.append(status_warning(name, status, len(entries)))
     stats["warnings"] = warnings_out
     return stats
 

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline.report.collect import PRUNED_REASON
+
 OBJECTIVES = ("iqm", "ci_low", "mean", "time_to_threshold", "auc")
 
 
@@ -93,7 +95,7 @@ def collect(run_dir: Path, seeds: list[int], objective: str) -> SeedDistribution
         if record is not None and dist.higher_is_better is None:
             dist.higher_is_better = bool(record.get("higher_is_better", True))
         stop = (record or {}).get("early_stop") or {}
-        if stop.get("reason") == "pruned by the tuner":
+        if stop.get("reason") == PRUNED_REASON:
             dist.pruned_at_step = int(stop.get("env_step", stop.get("epoch")) or 0)  # RL: env steps; supervised: epochs
         score = seed_score(record, objective, horizon)
         if score is None:

@@ -14,7 +14,11 @@ from typing import Any
 
 from lightning.pytorch.callbacks import Callback
 
-PRUNED_REASON = "pruned by the tuner"
+from pipeline.report.collect import (
+    PRUNED_REASON,  # what a pruned run's early_stop says; the report counts it as pruned
+)
+
+__all__ = ["PRUNED_REASON", "PruningCallback", "TrialReporter"]
 
 
 class TrialReporter:
