@@ -21,7 +21,7 @@ GROUP = "dqn_cartpole"
 # Holds a run dir's lock the way a training process does (pipeline's own RunDirLock), then waits.
 OWNER = """
 import sys, time
-from pipeline.rundir import RunDirLock
+from pipeline.runtime.rundir import RunDirLock
 RunDirLock(sys.argv[1]).acquire()
 print("locked", flush=True)
 time.sleep(float(sys.argv[2]))
