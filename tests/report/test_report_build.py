@@ -347,3 +347,24 @@ def test_report_groups_by_resolved_config_and_names_the_difference(tmp_path):
     assert sorted(groups["dqn_cartpole seeding.deterministic=true"]["values"]) == [103.0, 104.0]
     assert groups["dqn_cartpole old"]["values"] == [1.0]
     assert "### dqn_cartpole seeding.deterministic=true" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_a_seeds_per_process_report_shows_the_cost_per_seed_and_the_batch_wall_time(tmp_path):
+    """Two batches of 16 seeds (each seed's record holds its batch's wall time): 91.2 s and 96.0 s per batch is
+    5.7 s and 6.0 s per seed, not 'a run' of 93.6 s."""
+    for job, wall in ((0, 91.2), (1, 96.0)):
+        for agent in range(16):
+            seed = 16 * job + agent
+            write_run(tmp_path / "sweep" / str(job) / f"seed{seed}", seed=seed, group="dqn_cartpole", value=400.0 + seed,
+                      extra={"wall_time_s": wall, "seeds_per_process": 16, "agent": agent})
+    report = build_report([tmp_path / "sweep"], tmp_path / "out", reps=100)
+    g = report["groups"]["dqn_cartpole"]
+    assert g["seeds_per_process"] == [16] and g["n_batches"] == 2
+    assert g["seed_cost_s_mean"] == pytest.approx((91.2 / 16 + 96.0 / 16) / 2, rel=1e-12)
+    assert g["batch_wall_time_s_mean"] == pytest.approx((91.2 + 96.0) / 2, rel=1e-12)
+    assert g["per_seed"]["0"]["seed_cost_s"] == pytest.approx(5.7) and g["per_seed"]["0"]["wall_time_s"] == 91.2
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert "- cost per seed: mean 5.85 s (a process's wall time / the seeds it trained, seeds_per_process=16)" in text
+    assert "- wall time per batch of 16 seeds (one process): mean 93.6 s over 2 batches" in text
+    assert "wall time per run" not in text
+    assert "| seed | eval/return_mean | seed cost s (batch / K) |" in text and "| 0 | 400 | 5.7 |" in text

@@ -164,6 +164,23 @@ class RunRecord:
             return None, None
         return finite_or_none(bounds[0]), finite_or_none(bounds[1])
 
+    @property
+    def seeds_per_process(self) -> int:
+        k = self.result.get("seeds_per_process")
+        return k if isinstance(k, int) and not isinstance(k, bool) and k > 0 else 1
+
+    @property
+    def seed_cost_s(self) -> float | None:
+        """What one seed cost: the process's wall time shared among the K seeds it trained (K = 1: the wall time).
+        A K-seed run's record holds the whole batch's wall time."""
+        wall = self.get_float("wall_time_s")
+        return None if wall is None else wall / self.seeds_per_process
+
+    @property
+    def batch_dir(self) -> Path:
+        """The dir of the process that trained this seed: a K-seed batch keeps each seed in `<job dir>/seed<n>/`."""
+        return self.dir.parent if self.seeds_per_process > 1 else self.dir
+
     def get_float(self, key: str) -> float | None:
         return finite_or_none(self.result.get(key))
 

@@ -106,6 +106,21 @@ def _comparisons(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _cost_lines(g: dict[str, Any]) -> list[str]:
+    if g["seed_cost_s_mean"] is None:
+        return []
+    ks = g["seeds_per_process"]
+    if ks == [1]:
+        return [f"- wall time per run: mean {fmt(g['seed_cost_s_mean'])} s"]
+    k = "/".join(str(v) for v in ks)
+    lines = [f"- cost per seed: mean {fmt(g['seed_cost_s_mean'])} s (a process's wall time / the seeds it trained, "
+             f"seeds_per_process={k})"]
+    if g["batch_wall_time_s_mean"] is not None:
+        lines.append(f"- wall time per batch of {k} seeds (one process): mean {fmt(g['batch_wall_time_s_mean'])} s "
+                     f"over {g['n_batches']} batch{'es' if g['n_batches'] != 1 else ''}")
+    return lines
+
+
 def _group_section(name: str, g: dict[str, Any]) -> list[str]:
     direction = "higher is better" if g["higher_is_better"] else "lower is better"
     lines = [
@@ -117,8 +132,7 @@ def _group_section(name: str, g: dict[str, Any]) -> list[str]:
         + "".join(f", {len(entries)} {status}" for status, entries in g["other_status"].items())
         + f", {g['n_excluded']} excluded)",
     ]
-    if g["wall_time_s_mean"] is not None:
-        lines.append(f"- mean wall time per run: {fmt(g['wall_time_s_mean'])} s")
+    lines += _cost_lines(g)
     if g["iqm"] is not None:
         lines.append(f"- IQM {fmt(g['iqm'])} {fmt_ci(g['iqm_ci'])}, mean {fmt(g['mean'])} {fmt_ci(g['mean_ci'])}")
     if g.get("table_value"):
@@ -139,13 +153,14 @@ def _group_section(name: str, g: dict[str, Any]) -> list[str]:
     lines.append("")
 
     rl = g["threshold"] is not None
-    header = ["seed", g["primary_metric"] or "value", "wall time s"]
+    batched = g["seeds_per_process"] != [1]
+    header = ["seed", g["primary_metric"] or "value", "seed cost s (batch / K)" if batched else "wall time s"]
     if rl:
         header += ["time to threshold s", "env steps", "env steps/s"]
     header.append("dir")
     rows = []
     for entry in g["per_seed"].values():
-        row = [entry["seed"], fmt(entry["value"]), fmt(entry["wall_time_s"])]
+        row = [entry["seed"], fmt(entry["value"]), fmt(entry["seed_cost_s"] if batched else entry["wall_time_s"])]
         if rl:
             reached = entry.get("time_to_threshold_s")
             row += ["never" if reached is None else fmt(reached), fmt(entry.get("env_steps")),

@@ -287,6 +287,19 @@ def table_value_note(runs: Sequence[RunRecord], metric: str | None, curve: str |
     return f"the table's `{metric}` is each seed's final value after training"
 
 
+def wall_times(runs: Sequence[RunRecord]) -> dict[str, Any]:
+    """What the group cost, labelled: per seed (a K-seed process's wall time / K) and per process (a batch of K)."""
+    costs = [c for c in (run.seed_cost_s for run in runs) if c is not None]
+    batches = {run.batch_dir: run.get_float("wall_time_s") for run in runs if run.seeds_per_process > 1}
+    batch_times = [t for t in batches.values() if t is not None]
+    return {
+        "seeds_per_process": sorted({run.seeds_per_process for run in runs}),
+        "seed_cost_s_mean": describe(costs)["mean"],
+        "batch_wall_time_s_mean": describe(batch_times)["mean"],
+        "n_batches": len(batches),
+    }
+
+
 def status_warning(group: str, status: str, n: int) -> str:
     runs = f"{n} {status} run{'s' if n != 1 else ''}"
     if status == "running":
@@ -341,6 +354,7 @@ def group_stats(
             "seed": run.seed,
             "value": run.primary_value,
             "wall_time_s": run.get_float("wall_time_s"),
+            "seed_cost_s": run.seed_cost_s,
             "dir": str(run.dir),
             "relative_dir": run.relative_dir,
         }
@@ -385,9 +399,7 @@ def group_stats(
             {"seed": run.seed, "reason": reason, "dir": str(run.dir), "relative_dir": run.relative_dir}
             for run, reason in excluded
         ],
-        "wall_time_s_mean": describe([v for v in (r.get_float("wall_time_s") for r in valid) if v is not None])[
-            "mean"
-        ],
+        **wall_times(valid),
         "threshold": threshold_stats([run for run in ok_runs if run.is_rl]) if any(r.is_rl for r in ok_runs) else None,
     }
     if values:
