@@ -21,7 +21,7 @@ AC = functools.partial(ActorCritic, hidden=(16,))
 
 
 def make(env, net=AC, **hp):
-    return PPOTask(net=net, optimizer=ADAM, env=env, **hp)
+    return PPOTask.create(net=net, optimizer=ADAM, env=env, **hp)
 
 
 def unbounded_pendulum(**kwargs):

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import gymnasium as gym
@@ -61,7 +60,7 @@ from pipeline.rl.ppo import (
 )
 from pipeline.rl.vector import evaluate_agents, make_vector_env
 from pipeline.store.checkpoint import rng_state, set_rng_state
-from pipeline.tasks.base import Task, check_finite
+from pipeline.tasks.base import Task, TaskParts, check_finite
 
 # Evaluation envs are seeded away from the training envs' streams (as DQN's are).
 EVAL_SEED_OFFSET = 10_000
@@ -136,34 +135,26 @@ def check_ppo_settings(hp: PPOConfig, env_id: str, act_space: gym.spaces.Space) 
 
 
 class PPOTask(Task):
-    primary_metric = "eval/return_mean"
-    primary_curve = "eval/return_mean"
+    Config = PPOConfig
+    uses = frozenset({"model", "optimizer", "env"})
+    trains_seeds_together = True
     # The lifecycle hands this task one CurveLog per agent (its metrics.csv).
     writes_curves = True
+    checkpointing = "state"
+    primary_metric = "eval/return_mean"
+    primary_curve = "eval/return_mean"
 
-    def __init__(
-        self,
-        net: Callable[..., nn.Module],
-        optimizer: Callable[..., torch.optim.Optimizer],
-        env: dict,
-        seed: int = 0,
-        n_agents: int = 1,
-        **hyperparameters,
-    ):
-        super().__init__()
-        # What today's lifecycle passes every task that takes keywords (the declared contract will not).
-        hyperparameters.pop("run_dir", None)
-        hyperparameters.pop("data_device", None)
-        self.config = hp = PPOConfig(**hyperparameters)
+    def __init__(self, config: PPOConfig, parts: TaskParts):
+        super().__init__(config, parts)
+        hp = self.config
+        net = parts.require("net", "ppo", "choose the network with model=actor_critic")
+        optimizer = parts.require("optimizer", "ppo", "choose one with optimizer=adam|sgd|...")
+        env = parts.require("env", "ppo", "choose an environment with env=cartpole|pendulum|...")
         self.automatic_optimization = False
         self.env_cfg = dict(env)
         self.env_id = str(env["id"])
         self.obs_shape, act_space = action_space_of(self.env_id, dict(env.get("kwargs") or {}))
         check_ppo_settings(hp, self.env_id, act_space)
-        if n_agents <= 0:
-            raise ValueError(f"seeds_per_process={n_agents} must be positive")
-        self.n_agents, self.seed = int(n_agents), int(seed)
-        self.agent_seeds = [self.seed + i for i in range(self.n_agents)]
         self.continuous = isinstance(act_space, gym.spaces.Box)
         self.action_shape = tuple(act_space.shape) if self.continuous else ()
         n_out = int(act_space.shape[0]) if self.continuous else int(act_space.n)
@@ -178,10 +169,6 @@ class PPOTask(Task):
         self.capture_video = bool(hp.capture_video)
         self.batch_per_agent = hp.num_steps * hp.envs_per_agent
         self.n_updates = hp.total_steps // self.batch_per_agent
-        # Set by the lifecycle: one CurveLog per agent, the checkpoint hook, the tuner's pruning reporter.
-        self.curves: list = []
-        self.checkpoint_hook: Callable[..., None] | None = None
-        self.trial_reporter = None
         self.return_bounds: tuple[float, float] | None = None
         K = self.n_agents
         self.obs_stats = RunningMeanStd(K, self.obs_shape) if hp.normalize_obs else None
