@@ -146,3 +146,18 @@ def test_ppo_cartpole_learns_on_most_seeds(make_cfg, tmp_path):
     finals = [r["metrics"]["eval/return_mean"] for r in records]
     assert all(r["status"] == "ok" for r in records)
     assert sum(f >= 200 for f in finals) >= 3, finals
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_pipeline_eval_replays_a_ppo_agent(make_cfg, tmp_path, preset):
+    """The replay engine of `python -m pipeline.eval` plays the actor's deterministic policy from model.pt."""
+    from pipeline.runtime.replay import Options, play
+
+    cfg = make_cfg(f"experiment={preset}", "trainer.enable_progress_bar=false", "model.hidden=[16]", "task.final_eval_episodes=2",
+                   *PRESETS[preset])
+    (record,) = run(cfg, tmp_path)
+    assert record["status"] == "ok", record["error"]
+    result = play(Options(run_dir=tmp_path, episodes=2), cfg, 0)
+    lo, hi = record["metric_bounds"]["eval/return_mean"]
+    assert result["episodes"] == 2 and all(lo <= r <= hi for r in result["returns"])
+    assert result["lengths"] == [200, 200] if preset == "ppo_pendulum" else all(1 <= n <= 500 for n in result["lengths"])
