@@ -61,6 +61,7 @@ from pipeline.rl.ppo import (
 from pipeline.rl.vector import evaluate_agents, make_vector_env
 from pipeline.store.checkpoint import rng_state, set_rng_state
 from pipeline.tasks.base import Task, TaskParts, check_finite
+from pipeline.tasks.rl_agents import RLAgents
 
 # Evaluation envs are seeded away from the training envs' streams (as DQN's are).
 EVAL_SEED_OFFSET = 10_000
@@ -134,7 +135,7 @@ def check_ppo_settings(hp: PPOConfig, env_id: str, act_space: gym.spaces.Space) 
         raise ValueError(f"task=ppo takes Discrete or Box action spaces; {env_id} has {act_space}")
 
 
-class PPOTask(Task):
+class PPOTask(RLAgents, Task):
     Config = PPOConfig
     uses = frozenset({"model", "optimizer", "env"})
     trains_seeds_together = True
@@ -251,11 +252,6 @@ class PPOTask(Task):
         return self.env_actions(params) if self.continuous else params.argmax(-1)
 
     # ---- the algorithm ---------------------------------------------------------------------
-    def elapsed_s(self) -> float:
-        """Training seconds so far, over every segment of the run."""
-        running = time.perf_counter() - self._t_train_start if self._t_train_start is not None else 0.0
-        return self._elapsed_before + running
-
     @torch.no_grad()
     def rollout(self) -> dict[str, torch.Tensor]:
         """`num_steps` lockstep steps of every agent's envs; returns the rollout, time-major [T, K, E, ...]."""
@@ -392,11 +388,7 @@ class PPOTask(Task):
         self.add_time("eval", time.perf_counter() - t0)
         elapsed = self.elapsed_s()
         for agent in range(self.n_agents):
-            mean, std = float(returns[agent].mean()), float(returns[agent].std())
-            self.evaluations[agent].append((self.env_steps, mean, std))
-            self._agent_row(agent, {"eval/return_mean": mean, "eval/return_std": std})
-            if self.threshold is not None and mean >= self.threshold and self.time_to_threshold_s[agent] is None:
-                self.time_to_threshold_s[agent] = elapsed
+            self.note_evaluation(agent, float(returns[agent].mean()), float(returns[agent].std()), elapsed)
         if self.n_agents > 1:
             self._log_shared({"batch/eval_return_mean": float(returns.mean())})
         if self.trial_reporter is not None and self.trial_reporter.report(self.env_steps, returns.mean(1).tolist()):
@@ -415,16 +407,6 @@ class PPOTask(Task):
             self._log_shared({"batch/env_steps_per_s": self.n_agents * self.env_steps / elapsed})
         self._last_log_step = self.env_steps
         self.add_time("log", time.perf_counter() - t0)
-
-    def _agent_row(self, agent: int, row: dict[str, float]) -> None:
-        if self.curves:
-            self.curves[agent].log(self.env_steps, row)
-        if self.n_agents == 1:  # one agent: its curves also go to TensorBoard / W&B as they happen
-            self._log_shared(row)
-
-    def _log_shared(self, metrics: dict[str, float]) -> None:
-        for logger in self.loggers:
-            logger.log_metrics({"env_step": self.env_steps, **metrics}, step=self.env_steps)
 
     def on_train_end(self) -> None:
         self._train_seconds = self.elapsed_s()
@@ -456,13 +438,7 @@ class PPOTask(Task):
 
     def load_checkpoint_state(self, state: dict) -> int:
         """Before fit: weights, counters and statistics; the optimizer, RNGs and envs at train start."""
-        if state.get("format") != CHECKPOINT_FORMAT:
-            raise ValueError(f"checkpoint format {state.get('format')!r} is not {CHECKPOINT_FORMAT!r} (made by another version?)")
-        if list(state["agent_seeds"]) != self.agent_seeds:
-            raise ValueError(
-                f"checkpoint holds seeds {state['agent_seeds'][0]}..{state['agent_seeds'][-1]}, this run has "
-                f"{self.agent_seeds[0]}..{self.agent_seeds[-1]}; resume with the same seed and seeds_per_process"
-            )
+        self.check_checkpoint(state, CHECKPOINT_FORMAT)
         try:
             self.net.load_state_dict(state["net"])
         except RuntimeError as exc:
@@ -512,20 +488,9 @@ class PPOTask(Task):
         return self.final_metrics
 
     def agent_record(self, i: int) -> dict:
-        seconds = self._train_seconds
-        extras = {
-            "env_id": self.env_id,
-            "env_steps": self.env_steps,
-            "env_steps_per_s": round(self.env_steps / seconds, 1) if seconds else None,
-            "threshold": self.threshold,
-            "time_to_threshold_s": None if self.time_to_threshold_s[i] is None else round(self.time_to_threshold_s[i], 3),
-            "evaluations": [{"env_step": s, "return_mean": m, "return_std": sd} for s, m, sd in self.evaluations[i]],
-        }
-        if self.return_bounds is not None:
-            lo, hi = self.return_bounds
-            extras["metric_bounds"] = {"eval/return_mean": [lo, hi], "train/episodic_return": [lo, hi]}
+        extras = self.rl_record(i, self.env_steps, self._train_seconds)
         if self.n_agents > 1:
-            extras["batch_env_steps_per_s"] = round(self.n_agents * self.env_steps / seconds, 1) if seconds else None
+            extras["batch_env_steps_per_s"] = round(self.n_agents * self.env_steps / self._train_seconds, 1) if self._train_seconds else None
         return extras
 
     def agent_state_dict(self, i: int) -> dict[str, torch.Tensor]:
