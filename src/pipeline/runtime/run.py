@@ -81,7 +81,7 @@ def check_task(cfg: DictConfig, n_agents: int) -> type[Task]:
     cls = task_class(cfg)
     if n_agents > 1 and not cls.trains_seeds_together:
         raise config_checks.ConfigError(
-            f"task {cls.__name__} trains one seed per process; seeds_per_process={n_agents} works with task=dqn and "
+            f"task {cls.__name__} trains one seed per process; seeds_per_process={n_agents} works with task=dqn, task=ppo and "
             "task=supervised (run the seeds as a sweep: -m seed='range(0,N)')"
         )
     for group in PART_GROUPS:
