@@ -65,6 +65,11 @@ def test_gae_with_lambda_one_is_the_discounted_return_and_with_lambda_zero_the_t
     assert td.tolist() == pytest.approx([1 + .9 * .1 - .3, -2 + .9 * -.4 - .1, .5 + .9 * .2 + .4, 3 + .9 * 1.5 - .2], abs=1e-12)
 
 
+def test_gae_of_a_one_step_rollout_is_the_td_error():
+    advantages, returns = gae(f64(1.0), f64(0.5), f64(2.0), T([False]), T([False]), gamma=0.9, lam=0.95)
+    assert advantages.tolist() == pytest.approx([1.0 + 0.9 * 2.0 - 0.5]) and returns.tolist() == pytest.approx([2.8])
+
+
 def test_gae_runs_each_agent_and_env_on_its_own():
     """[T, K, E] at once equals each column alone (here: the hand case shifted per column)."""
     K, E = 3, 2
@@ -87,8 +92,8 @@ def test_the_clipped_objective_at_and_beyond_both_clip_edges(advantage):
     """clip = 0.2. Per sample the loss is max(-A r, -A clip(r, 0.8, 1.2)): pessimistic, so the clip binds
     only where it lowers the objective (r > 1.2 for A > 0, r < 0.8 for A < 0), and there the gradient is 0."""
     ratios = f64(0.5, 0.8, 1.0, 1.2, 1.5)
-    new = torch.log(ratios).requires_grad_()
-    old = torch.zeros(5, dtype=torch.float64)
+    old = torch.full((5,), -0.7, dtype=torch.float64)  # log-probabilities of the old policy
+    new = (torch.log(ratios) + old).requires_grad_()
     adv = torch.full((5,), advantage, dtype=torch.float64)
     per_sample = [clipped_surrogate_loss(new[i : i + 1], old[i : i + 1], adv[i : i + 1], 0.2).item() for i in range(5)]
     if advantage > 0:  # -A r below the upper edge, -A * 1.2 above it
@@ -123,6 +128,8 @@ def test_value_loss_with_and_without_clipping():
     # Unclipped errors: 1, 9, 0.01. Moved by at most 0.5 from old: 1.5, 2.5, 2.1 -> errors 2.25, 6.25, 0.01.
     assert value_loss(new, old, returns, None).item() == pytest.approx(0.5 * (1 + 9 + 0.01) / 3, abs=1e-12)
     assert value_loss(new, old, returns, 0.5).item() == pytest.approx(0.5 * (2.25 + 9 + 0.01) / 3, abs=1e-12)
+    # Moving up by more than the clip: from 2 to 3 towards a return of 5, the clipped value 2.5 errs more (6.25 > 4).
+    assert value_loss(f64(3.0).view(1, 1), f64(2.0).view(1, 1), f64(5.0).view(1, 1), 0.5).item() == pytest.approx(0.5 * 6.25)
 
 
 def test_the_total_loss_adds_the_value_loss_and_subtracts_the_entropy_bonus():
@@ -132,10 +139,18 @@ def test_the_total_loss_adds_the_value_loss_and_subtracts_the_entropy_bonus():
 
 def test_ratio_diagnostics_are_the_k3_kl_and_the_clip_fraction_without_gradients():
     new = torch.log(f64(0.5, 1.0, 1.1, 1.3)).view(1, 4).requires_grad_()
-    kl, clipped = ratio_diagnostics(new, torch.zeros(1, 4, dtype=torch.float64), 0.2)
+    old = torch.full((1, 4), -1.3, dtype=torch.float64)
+    kl, clipped = ratio_diagnostics(new + old, old, 0.2)
     r = np.array([0.5, 1.0, 1.1, 1.3])
     assert kl.item() == pytest.approx(np.mean((r - 1) - np.log(r)), abs=1e-12)
-    assert clipped.item() == 0.5 and not kl.requires_grad
+    assert clipped.item() == 0.5 and not kl.requires_grad and not clipped.requires_grad
+
+
+def test_advantage_normalisation_adds_1e_8_to_the_std():
+    """A near-constant minibatch: std 7.07e-9, so the 1e-8 matters: +-5e-9 / (7.07e-9 + 1e-8) = +-0.293."""
+    got = normalize_advantages(f64(0.0, 1e-8).view(1, 2))
+    std = np.std([0.0, 1e-8], ddof=1)
+    assert got[0].tolist() == pytest.approx([-5e-9 / (std + 1e-8), 5e-9 / (std + 1e-8)], rel=1e-9)
 
 
 def test_advantages_are_normalised_per_agent_as_numpy_does_it():
@@ -159,6 +174,8 @@ def test_minibatches_are_a_permutation_per_agent_drawn_from_its_own_generator():
         minibatch_indices(gens, 12, 5)
     with pytest.raises(ValueError, match="into 0 equal"):
         minibatch_indices(gens, 12, 0)
+    whole = minibatch_indices(gens, 12, 1)  # one minibatch: the whole rollout, shuffled
+    assert whole.shape == (1, 2, 12) and sorted(whole[0, 0].tolist()) == list(range(12))
 
 
 def test_the_learning_rate_falls_linearly_to_one_nth_as_in_cleanrl():
@@ -183,6 +200,38 @@ def test_running_statistics_follow_gymnasiums_per_agent():
     expected = np.clip((obs.numpy() - refs[0].mean) / np.sqrt(refs[0].var + 1e-8), -10, 10)
     assert out.dtype == torch.float32 and np.allclose(out[0].numpy(), expected[0], rtol=1e-5, atol=1e-5)
     assert out.abs().max() == 10.0
+
+
+def test_running_statistics_are_float64_whatever_the_batch_and_start_as_gymnasiums():
+    stats = RunningMeanStd(2, (3,))
+    assert all(t.dtype == torch.float64 for t in (stats.mean, stats.var, stats.count))
+    assert stats.mean.abs().sum() == 0 and torch.equal(stats.var, torch.ones(2, 3)) and stats.count.tolist() == [1e-4, 1e-4]
+    # float32 numbers far from zero: averaged in float32 they would be off by ~1e-3; in float64 to 1e-9.
+    batch = (1e4 + torch.randn(2, 4096, 3, generator=torch.Generator().manual_seed(5))).float()
+    stats.update(batch)
+    x = batch.double().numpy()
+    n = 4096
+    expected_mean = x.mean(1) * n / (n + 1e-4)
+    assert np.allclose(stats.mean.numpy(), expected_mean, rtol=1e-12, atol=1e-9)
+    copy = RunningMeanStd(2, (3,))
+    copy.load_state_dict({k: v.float() for k, v in stats.state_dict().items()})
+    assert all(t.dtype == torch.float64 for t in (copy.mean, copy.var, copy.count))
+    scaler = RewardScaler(2, 3, 0.99)
+    assert scaler.returns.dtype == torch.float64 and scaler.stats.mean.shape == (2,)
+    scaler.load_state_dict({k: v.float() for k, v in scaler.state_dict().items()})
+    assert scaler.returns.dtype == torch.float64 and scaler.stats.var.dtype == torch.float64
+
+
+def test_reward_scaling_clips_at_10_and_adds_1e_8_by_default():
+    scaler = RewardScaler(1, 1, 0.0)  # gamma 0: the "return" is the reward itself
+    first = scaler(torch.tensor([[1e4]]), torch.zeros(1, 1, dtype=torch.bool))
+    # count 1e-4 + 1, var = (1e-4 * 1 + 1e8 * 1e-4 / 1.0001) / 1.0001: 1e4 / sqrt(var + 1e-8) is ~100, clipped to 10.
+    assert first.item() == 10.0
+    tiny = RewardScaler(1, 1, 0.0, clip=None)
+    tiny.stats.var.fill_(0.0)  # as after many identical returns: only epsilon is left under the root
+    tiny.stats.count.fill_(1e12)
+    out = tiny(torch.tensor([[1e-6]]), torch.zeros(1, 1, dtype=torch.bool))
+    assert out.item() == pytest.approx(1e-6 / np.sqrt(1e-8 + tiny.stats.var.item()), rel=1e-5)
 
 
 def test_observation_normalisation_is_gymnasiums_normalize_observation_on_one_env():
