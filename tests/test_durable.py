@@ -290,3 +290,39 @@ def test_a_signal_in_the_first_seconds_is_honoured(tmp_path, delay):
         assert read_result(run_dir)["status"] == "interrupted"
     else:
         assert "before the run started" in out
+
+
+# Planted at interpreter start of a sweep job's child process: the child of the job whose dir says seed=1 is
+# killed before it can import anything of ours (as the OOM killer or a kill during imports would).
+_KILL_AT_START = (
+    "import os, signal\n"
+    "cmd = open('/proc/self/cmdline', 'rb').read().replace(b'\\0', b' ').decode()\n"
+    "if 'pipeline.runtime.job' in cmd and 'seed=1' in cmd and os.environ.get('PIPELINE_TEST_KILL_AT_START'):\n"
+    "    os.kill(os.getpid(), signal.SIGKILL)\n"
+)
+
+
+def test_a_sweep_job_killed_during_its_start_up_is_counted_and_resumed(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_KILL_AT_START)
+    sweep = tmp_path / "sweep"
+    args = ("-m", "experiment=dqn_cartpole", "trainer=debug", "seed=0,1", f"hydra.sweep.dir={sweep}")
+    env = {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]), "PIPELINE_TEST_KILL_AT_START": "1"}
+    proc = run_cli(*args, env=env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-2000:]
+    lines = [line for line in proc.stdout.strip().splitlines() if line.strip()]
+    assert lines[-1].startswith("finish the sweep with: python -m pipeline -m") and lines[-1].endswith("resume=true"), lines[-5:]
+    records = {r["seed"]: r for r in (json.loads(p.read_text()) for p in sweep.glob("*/result.json"))}
+    assert records[0]["status"] == "ok"
+    assert records[1]["status"] == "failed" and "SIGKILL" in records[1]["error"], records[1]
+    report = json.loads((sweep / "report" / "report.json").read_text())
+    (group,) = report["groups"].values()
+    assert group["n_ok"] == 1 and group["n_failed"] == 1
+    # The printed command, without the planted fault, finishes only the missing seed.
+    command = lines[-1].removeprefix("finish the sweep with: python -m pipeline ").split()
+    finish = run_cli(*command)
+    assert finish.returncode == 0, finish.stdout[-2000:] + finish.stderr[-2000:]
+    again = {r["seed"]: r for r in (json.loads(p.read_text()) for p in sweep.glob("*/result.json"))}
+    assert again[1]["status"] == "ok" and again[0]["segments"] == records[0]["segments"]

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from pipeline.config.grouping import group_name, semantic_config
 from pipeline.runtime.context import JobContext
 from pipeline.runtime.rundir import StoppedBeforeStart, honour_stop_signals_from_now
 from pipeline.store.layout import agent_dirs
@@ -116,9 +117,10 @@ def _with_skeletons(records: list[RunRecord], cfg: DictConfig, ctx: JobContext) 
         if seed not in have:
             d.mkdir(parents=True, exist_ok=True)
             task = str(OmegaConf.select(cfg, "task._target_", default="") or "").rsplit(".", 1)[-1]
-            out.append(RunRecord(experiment=str(cfg.get("name") or ""), group=str(cfg.get("name") or ""), task=task,
-                                 seed=seed, run_dir=str(d), versions=None, git_commit=None,
-                                 seeds_per_process=len(seeds), agent=seed - seeds[0]))
+            resolved = OmegaConf.to_container(cfg, resolve=True)
+            out.append(RunRecord(experiment=str(cfg.get("name") or ""), group=group_name(resolved, str(cfg.get("name") or "")),
+                                 task=task, seed=seed, run_dir=str(d), versions=None, git_commit=None,
+                                 config=semantic_config(resolved), seeds_per_process=len(seeds), agent=seed - seeds[0]))
     return out
 
 
