@@ -626,6 +626,51 @@ def test_the_record_of_each_agent():
     assert same(member(task.agents_net, 1), member(task.net, 1), atol=0)  # at the end, every learning agent is recorded
 
 
+def noisy_net(in_features, out_features):
+    return NoisyQNet(in_features, out_features, hidden=(8,), sigma0=2.0)
+
+
+@pytest.mark.parametrize("env", [TENSOR, GYM])
+def test_greedy_evaluation_of_a_noisy_net_ignores_the_noise_draw(env):
+    """Evaluations are greedy: a noisy net is evaluated on its mean weights, so its returns cannot depend on the noise."""
+    task = make(k=2, env=env, net=noisy_net)
+    draws = []
+    for noise_seed in (1, 2, 3):
+        task.net.reset_noise([torch.Generator().manual_seed(noise_seed * 10 + i) for i in range(2)])
+        draws.append(task.greedy_returns(task.net, [0, 1], 4, EVAL_SEED_OFFSET))
+    assert all(np.array_equal(draws[0], d) for d in draws[1:])
+    # the same as a plain evaluation of the noise-free (eval mode) net
+    task.net.eval()
+    expected = evaluate_agents(lambda obs: task.net(obs).argmax(-1), env, task.agent_seeds, 4, EVAL_SEED_OFFSET)
+    assert np.array_equal(draws[0], expected.double().numpy())
+
+
+@pytest.mark.parametrize("net", [noisy_net, lambda in_features, out_features: MLP(in_features, out_features, hidden=(8,), dropout=0.5)], ids=["noisy", "dropout"])
+def test_every_evaluation_runs_the_net_in_eval_mode_and_training_resumes_in_train_mode(monkeypatch, net):
+    """In-training evaluations, the stop rule's and the final one see net.training False; the learning net is back
+    in train mode after each (noise and dropout on for acting and learning)."""
+    import pipeline.tasks.dqn as dqn
+
+    task = make(k=2, net=net, total_steps=64, eval_every=16, stop_at_return=10**6)
+    modes, train_modes_after = [], []
+    real = dqn.evaluate_agents
+
+    def observed(policy, *args, **kwargs):
+        hooks = [m.register_forward_pre_hook(lambda mod, inp: modes.append(mod.training)) for m in (task.net, task.agents_net)]
+        try:
+            return real(policy, *args, **kwargs)
+        finally:
+            for h in hooks:
+                h.remove()
+            train_modes_after.append(task.net.training)
+
+    monkeypatch.setattr(dqn, "evaluate_agents", observed)
+    fit(task)
+    assert len(train_modes_after) == 4 + 1  # an evaluation every 16 of 64 env steps, and the final one
+    assert modes and not any(modes)
+    assert all(train_modes_after)
+
+
 # ---- checkpoints ---------------------------------------------------------------------------------
 
 

@@ -82,6 +82,18 @@ def elementwise(loss: nn.Module) -> nn.Module:
     return loss
 
 
+class GreedyPolicy(nn.Module):
+    """The greedy actions of a Q-network (argmax over its last axis); its train/eval mode is the network's."""
+
+    def __init__(self, q_net: nn.Module):
+        super().__init__()
+        self.q_net = q_net
+        self.train(q_net.training)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.q_net(obs).argmax(-1)
+
+
 @dataclass
 class DQNConfig:
     """DQN's hyperparameters: the keys of conf/task/dqn.yaml (which says what each one does)."""
@@ -517,9 +529,10 @@ class DQNTask(Task):
     # ---- evaluation --------------------------------------------------------------------------
     def greedy_returns(self, net: nn.Module, agents: list[int], n_episodes: int, seed_offset: int) -> np.ndarray:
         """[len(agents), n_episodes] greedy returns of `net`'s members (member m plays for `agents[m]`)."""
+        # A Module, so evaluate_agents runs the net in eval mode (noisy nets on their mean weights, no dropout)
+        # under inference_mode, and puts it back in the mode it was in.
         returns = evaluate_agents(
-            lambda obs: net(obs).argmax(-1), self.env_cfg, [self.agent_seeds[i] for i in agents], n_episodes,
-            seed_offset, device=self.device,
+            GreedyPolicy(net), self.env_cfg, [self.agent_seeds[i] for i in agents], n_episodes, seed_offset, device=self.device,
         )
         return returns.double().cpu().numpy()
 

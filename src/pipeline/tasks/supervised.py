@@ -115,9 +115,10 @@ class SupervisedTask(Task):
     def on_fit_start(self) -> None:
         self.splits = {k: (x.to(self.device), y.to(self.device)) for k, (x, y) in self.splits.items()}
         self.generators = [torch.Generator().manual_seed(s) for s in self.agent_seeds]
-
-    def on_train_start(self) -> None:
         if self._resume_extra is not None:
+            # Here, not in on_train_start: a resumed fit creates its first data iterator (which draws a base seed
+            # from the global RNG, as the straight run does at each epoch start) between the two, and dropout
+            # draws from the same RNG. (The sanity check in between runs under Lightning's isolate_rng.)
             for g, s in zip(self.generators, self._resume_extra["generators"]):
                 g.set_state(s)
             set_rng_state(self._resume_extra["rng"])
