@@ -5,6 +5,7 @@ what runs. The numbers below are the documented debug sizes (docs/running.md), w
 """
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -14,6 +15,8 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
+import pipeline
+from pipeline.runtime.quiet import HARMLESS
 from pipeline_testing import ROOT, read_result
 
 PRESETS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))
@@ -88,33 +91,58 @@ def test_cfg_job_prints_what_a_debug_run_runs(tmp_path):
 
 
 # A fresh parent per run: its RUSAGE_CHILDREN peak is the pipeline run's own (and its helpers').
+# How long a debug run takes is measured by `make bench ARGS="--only debug"`, as a multiple of `import torch`.
 _MEASURE = (
-    "import json, resource, subprocess, sys, time\n"
-    "t = time.perf_counter()\n"
+    "import json, resource, subprocess, sys\n"
     "rc = subprocess.call([sys.executable, '-m', 'pipeline', *sys.argv[1:]], stdout=subprocess.DEVNULL)\n"
     "peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
-    "print(json.dumps({'rc': rc, 'seconds': time.perf_counter() - t, 'peak_mb': peak_kb / 1024}))\n"
+    "print(json.dumps({'rc': rc, 'peak_mb': peak_kb / 1024}))\n"
 )
+PACKAGE_DIR = Path(pipeline.__file__).resolve().parent
+
+
+def project_noise(stderr: str) -> list[str]:
+    """The lines of a run's stderr that the project is answerable for, whatever else the machine has installed.
+
+    A warning raised from the project's own code (its location is a file of the package), one of the third-party
+    warnings `pipeline.quiet` promises to silence, or the emulator banner `quiet_ale` turns off. Warnings that
+    depend on the machine (Lightning's "`srun` is available" where SLURM's tools are installed, CUDA library
+    notices) are not the project's to silence here.
+    """
+    own = re.compile(rf"^{re.escape(str(PACKAGE_DIR))}/\S+\.py:\d+: ")
+    silenced = [re.compile(message) for message in HARMLESS]
+    return [
+        line for line in stderr.splitlines()
+        if own.search(line) or any(p.search(line) for p in silenced) or "Powered by Stella" in line
+    ]
+
+
+def test_project_noise_keeps_the_projects_warnings_and_drops_the_machines():
+    srun = (
+        "/x/.venv/lib/python3.11/site-packages/lightning/fabric/plugins/environments/slurm.py:204: "
+        "The `srun` command is available on your system but is not used."
+    )
+    ours = f"{PACKAGE_DIR}/tasks/dqn.py:12: UserWarning: something the project did"
+    unsilenced = "/x/lightning/pytorch/loops/fit_loop.py:310: The number of training batches (3) is smaller than the logging interval"
+    banner = "A.L.E: Arcade Learning Environment (version 0.11.2+ecc1138) [Powered by Stella]"
+    assert project_noise("\n".join([srun, ours, unsilenced, banner, "done"])) == [ours, unsilenced, banner]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("preset", PRESETS)
-def test_every_preset_debugs_in_seconds_and_under_1gb(tmp_path, preset):
+def test_every_preset_debugs_under_1gb_and_quietly(tmp_path, preset):
     proc = subprocess.run(
         [sys.executable, "-c", _MEASURE, f"experiment={preset}", "trainer=debug", "device=cpu", f"hydra.run.dir={tmp_path}"],
-        capture_output=True, text=True, cwd=ROOT, timeout=300, env={**__import__("os").environ, "WANDB_MODE": "offline"},
+        capture_output=True, text=True, cwd=ROOT, timeout=600, env={**os.environ, "WANDB_MODE": "offline"},
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     measured = json.loads(proc.stdout.strip().splitlines()[-1])
-    print(f"{preset}: {measured['seconds']:.1f} s, peak {measured['peak_mb']:.0f} MB")
+    print(f"{preset}: peak {measured['peak_mb']:.0f} MB")
     records = [read_result(tmp_path)] if (tmp_path / "result.json").is_file() else [
         read_result(d) for d in sorted(Path(tmp_path).glob("seed*"))
     ]
     assert records and all(r["status"] == "ok" for r in records), [r.get("error") for r in records]
     assert measured["rc"] == 0
     assert measured["peak_mb"] < 1024
-    # A quiet run: no Python warning ("file.py:12: ...") and no emulator banner on stderr.
-    noise = [line for line in proc.stderr.splitlines() if re.search(r"\.py:\d+: |Warning|Powered by Stella", line)]
-    assert noise == []
-    # Loose: the machine is shared; a debug run that takes minutes is not a debug run.
-    assert measured["seconds"] < 120
+    # A quiet run: nothing the project is answerable for on stderr (see project_noise).
+    assert project_noise(proc.stderr) == []

@@ -37,7 +37,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from pipeline.config import checks as config_checks
 from pipeline.config.checks import one_line
-from pipeline.config.grouping import flatten, group_name, is_ignored, semantic_config
+from pipeline.config.grouping import group_name, semantic_config
 from pipeline.runtime.checkpointing import (
     CheckpointPolicy,
     EpochCheckpointer,
@@ -47,21 +47,18 @@ from pipeline.runtime.checkpointing import (
 from pipeline.runtime.context import JobContext
 from pipeline.runtime.devices import flushes_denormals, setup_device
 from pipeline.runtime.loggers import CurveLogger, build_loggers, finish_loggers
+from pipeline.runtime.preflight import RunRefused, plan_start
 from pipeline.runtime.rundir import Interrupted, RunDirBusy, RunDirLock, StopRequests
 from pipeline.runtime.seeding import seed_everything
 from pipeline.store.checkpoint import load_safely, save_model
 from pipeline.store.curves import CurveLog
 from pipeline.store.layout import RESULT, agent_dirs, checkpoint_path, error_log_path, metrics_path
-from pipeline.store.record import RunRecord, git_commit, read_record, versions
+from pipeline.store.record import RunRecord, git_commit, versions
 from pipeline.tasks.base import PART_GROUPS, Task, TaskParts
 
 log = logging.getLogger("pipeline")
 
 warnings.filterwarnings("ignore", message=".*isinstance.treespec, LeafSpec.*")
-
-
-class RunRefused(RuntimeError):
-    """The run cannot start without losing or mixing up work; the message is one line with the fix."""
 
 
 def _is_empty(node) -> bool:
@@ -205,26 +202,13 @@ def run_job(cfg: DictConfig, ctx: JobContext) -> list[dict]:
 
 def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int], dirs: list[Path]) -> list[dict]:
     k = len(seeds)
-    previous = [read_record(d) for d in dirs]
+    plan = plan_start(cfg, run_dir, dirs)
+    if plan.nothing_to_do:
+        return [p.to_dict() for p in plan.previous]
+    previous, ckpt, extending = plan.previous, plan.ckpt, plan.extending
     ckpt_file = checkpoint_path(run_dir)
-    wants_resume = bool(cfg.get("ckpt_path")) or bool(cfg.get("resume"))
-    extending = all(p is not None and p.status == "ok" for p in previous)
     if extending:
-        if not cfg.get("ckpt_path"):
-            if wants_resume:
-                log.info(f"{run_dir} already finished ok; nothing to continue")
-                return [p.to_dict() for p in previous]
-            raise RunRefused(
-                f"{run_dir} already holds a finished run (status ok); choose a new dir (hydra.run.dir=<dir>) to run it "
-                "again, or continue it to a larger budget with ckpt_path=last"
-            )
-    ckpt = _resolve_ckpt(cfg, ckpt_file, any(p is not None for p in previous))
-    if ckpt is not None:
-        _refuse_changed_config(cfg, run_dir, previous)
-    if extending and ckpt is not None:
         log.info(f"{run_dir} finished ok; continuing it from its checkpoint ({RESULT} keeps the finished record until this ends ok)")
-    if extending and ckpt is None:
-        raise RunRefused(f"{run_dir} finished ok and has no checkpoint to continue from; choose a new dir to run it again")
 
     t_start = time.perf_counter()
     signals = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2) if ctx.isolated else (signal.SIGINT, signal.SIGTERM)
@@ -347,47 +331,6 @@ def _capture_videos(cfg: DictConfig, records: list[RunRecord], dirs: list[Path],
             log_to_run_loggers(cfg, result, d)
         except Exception as exc:  # a logger problem must not fail a finished run
             log.warning(f"video not logged: {one_line(exc)}")
-
-
-# What a resume may change: the budget (continue a finished run further), and what the record's config
-# already leaves out (config.grouping.IGNORED: seeds, loggers, threads, checkpoint cadence, ...).
-RESUME_FREE = ("task.total_steps", "trainer.max_epochs", "trainer.max_steps")
-
-
-def _refuse_changed_config(cfg: DictConfig, run_dir: Path, previous: list[RunRecord | None]) -> None:
-    """A resume continues the run its checkpoint holds: with another config it would silently mix two runs."""
-    before = next((p.config for p in previous if p is not None and p.config), None)
-    if before is None:
-        return
-    now = flatten(semantic_config(OmegaConf.to_container(cfg, resolve=True)))
-    before = flatten(before)
-    differing = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k) and not is_ignored(k, RESUME_FREE))
-    if differing:
-        shown = ", ".join(f"{k} ({before.get(k, '-')} -> {now.get(k, '-')})" for k in differing[:5])
-        more = f" and {len(differing) - 5} more" if len(differing) > 5 else ""
-        raise RunRefused(
-            f"cannot resume {run_dir} with another config: {shown}{more}; resume with the run's own settings, or "
-            "start a new run in a new dir (hydra.run.dir=<dir>)"
-        )
-
-
-def _resolve_ckpt(cfg: DictConfig, last: Path, has_previous: bool) -> Path | None:
-    requested = cfg.get("ckpt_path")
-    requeued = os.environ.get("SLURM_RESTART_COUNT", "0") not in ("", "0")
-    if not requested and (cfg.get("resume") or requeued) and has_previous:
-        # A sweep resumed with resume=true, or a SLURM job requeued after preemption, continues its jobs.
-        requested = "last"
-    if not requested:
-        return None
-    if requested == "last":
-        if not last.is_file():
-            log.info(f"ckpt_path=last: no checkpoint at {last} yet, starting from scratch")
-            return None
-        return last
-    path = Path(str(requested))
-    if not path.is_file():
-        raise RunRefused(f"ckpt_path={requested}: no such checkpoint file; pass a checkpoint path or `last`")
-    return path
 
 
 def _policy(cfg: DictConfig) -> CheckpointPolicy:
