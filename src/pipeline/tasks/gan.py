@@ -26,6 +26,7 @@ import torch
 from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger
 from torch import nn
 
+from pipeline.store.checkpoint import rng_state, set_rng_state
 from pipeline.tasks.base import Task, TaskParts, check_finite
 from pipeline.tasks.gan_metrics import build_quality
 
@@ -167,6 +168,7 @@ class GANTask(Task):
         self._last_logged: dict[str, float] = {}
         self._graph_logged = False
         self._last_eval: tuple[int, dict[str, float]] | None = None
+        self._resume_rng: dict | None = None
 
     # ---- Lightning plumbing ------------------------------------------------------------------------
     def configure_optimizers(self):
@@ -183,6 +185,12 @@ class GANTask(Task):
             t0 = time.perf_counter()
             self.prepare_quality(self.trainer.datamodule)
             self.add_time("quality_setup", time.perf_counter() - t0)
+        if self._resume_rng is not None:
+            # The generator's noise, the discriminator's dropout and the data order draw from the global RNG.
+            # Restored here, before the resumed fit creates its first data iterator (the straight run creates
+            # it after the checkpoint, at the epoch's start); the sanity check in between runs under isolate_rng.
+            set_rng_state(self._resume_rng)
+            self._resume_rng = None
 
     def on_train_start(self) -> None:
         self._log_graph_once()
@@ -192,6 +200,7 @@ class GANTask(Task):
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["gan_progress"] = {
             "iterations": self.iterations, "generator_steps": self.generator_steps, "start_scores": self.start_scores,
+            "rng": rng_state(),
         }
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
@@ -199,6 +208,7 @@ class GANTask(Task):
         self.iterations = int(progress.get("iterations", 0))
         self.generator_steps = int(progress.get("generator_steps", 0))
         self.start_scores = dict(progress.get("start_scores", {}))
+        self._resume_rng = progress.get("rng")
 
     # ---- the algorithm -----------------------------------------------------------------------------
     def noise(self, n: int) -> torch.Tensor:
