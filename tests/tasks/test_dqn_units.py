@@ -697,7 +697,7 @@ def test_a_resumed_run_continues_exactly(k, env):
     whole = make(**hp)
     fit(whole)
     state = stopped_at(48, breakdown={"earlier_segment": 2.5}, **hp)  # after 3 scheduler steps: mid-period
-    assert state["env_steps"] == 48 and state["replay"] is not None and state["format"] == "pipeline.dqn/2"
+    assert state["progress"]["env_steps"] == 48 and state["replay"] is not None and state["format"] == "pipeline.dqn/3"
     resumed = make(**hp)
     resumed.load_checkpoint_state(state)
     assert resumed.resume_step == 48
@@ -786,7 +786,7 @@ def test_a_finished_run_is_not_trained_again_and_bad_checkpoints_are_refused():
     again.load_checkpoint_state(state)
     metrics = fit(again)  # only the final evaluation: no env, no buffer
     assert not hasattr(again, "buffer") and len(metrics) == 2 and again.stop_step == [32, 32]
-    with pytest.raises(ValueError, match="checkpoint format 'other' is not 'pipeline.dqn/2'"):
+    with pytest.raises(ValueError, match="checkpoint format 'other' is not 'pipeline.dqn/3'"):
         make(k=2).load_checkpoint_state({**state, "format": "other"})
     state = stopped_at(16, k=3, total_steps=32)
     with pytest.raises(ValueError, match=r"^checkpoint holds seeds 0\.\.2 \(3 agents\), this run has 1\.\.3; "

@@ -14,7 +14,8 @@ from pipeline.data.digit_images import DigitImagesDataModule
 from pipeline.nets.gan import DCGAN, MLPGAN
 from pipeline.runtime.run import run
 from pipeline.tasks import gan_metrics
-from pipeline.tasks.gan import ClassifierSettings, GANTask, image_grid
+from pipeline.tasks.configs import ClassifierSettings
+from pipeline.tasks.gan import GANTask, image_grid
 from pipeline_testing import read_result
 
 SHORT = ("experiment=gan_digits", "trainer.enable_progress_bar=false", "task.log_every_n_steps=3")
