@@ -236,3 +236,57 @@ def test_a_batch_resumed_after_some_agents_stopped_ends_where_it_would_have(tmp_
         assert got["metrics"] == ref["metrics"] and got["early_stop"] == ref["early_stop"]
         a, b = (torch.load(d / f"seed{s}" / "model.pt", weights_only=True) for d in (tmp_path / "reference", run_dir))
         assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_sigterm_on_a_supervised_run_saves_the_last_finished_epoch_and_the_resume_continues(tmp_path):
+    """The policy never came due (checkpoint.every_s=3600): a SIGTERM mid-epoch still leaves a checkpoint of the
+    last finished epoch, the record names that epoch, and the printed command continues from it (not from 0)."""
+    args = ("experiment=supervised_digits", "trainer.max_epochs=40", "checkpoint.every_s=3600",
+            "trainer.enable_progress_bar=false", f"hydra.run.dir={tmp_path}")
+    proc = start(*args)
+
+    def epochs_done() -> int:
+        try:
+            return int(pd.read_csv(tmp_path / "metrics.csv").dropna(subset=["val/acc"])["step"].max()) + 1
+        except (OSError, ValueError, KeyError, pd.errors.EmptyDataError):
+            return 0
+
+    wait_for(lambda: epochs_done() >= 3, proc=proc)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 143, out[-2000:]
+    record = read_result(tmp_path)
+    step = record["interrupted"]["step"]
+    assert record["status"] == "interrupted" and isinstance(step, int) and step >= 2, record["interrupted"]
+    assert record["checkpoint"]["step"] == step and (tmp_path / "checkpoints" / "last.ckpt").is_file()
+    assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)["epoch"] == step
+    first_wall = record["wall_time_s"]
+    assert first_wall > 0 and record["segments"][0]["wall_time_s"] == first_wall
+    resumed = run_cli(*args, "ckpt_path=last")
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    record = read_result(tmp_path)
+    assert record["status"] == "ok" and [s["from_step"] for s in record["segments"]] == [None, step]
+    assert record["wall_time_s"] == pytest.approx(sum(s["wall_time_s"] for s in record["segments"]), abs=1e-3)
+    curve = pd.read_csv(tmp_path / "metrics.csv").dropna(subset=["val/acc"])
+    assert curve["step"].tolist() == list(range(40))
+
+
+@pytest.mark.parametrize("delay", [2.0, 5.0])
+def test_a_signal_in_the_first_seconds_is_honoured(tmp_path, delay):
+    """Started as a shell starts a background job (SIGINT ignored), SIGINT at any moment of start-up stops the
+    run: it exits 130 (before the run: no record; after: an interrupted record), never trains to the end.
+    (A signal in the interpreter's own start-up, before any line of ours runs, is the OS's to drop.)"""
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", *DQN, "task.total_steps=200000", f"hydra.run.dir={run_dir}"],
+        cwd=ROOT, env={**os.environ, "WANDB_MODE": "offline"}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=240)
+    assert proc.returncode == 130, out[-2000:]
+    if (run_dir / "result.json").is_file():
+        assert read_result(run_dir)["status"] == "interrupted"
+    else:
+        assert "before the run started" in out

@@ -20,6 +20,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.runtime.context import JobContext
+from pipeline.runtime.rundir import StoppedBeforeStart, honour_stop_signals_from_now
 from pipeline.store.layout import agent_dirs
 from pipeline.store.record import RunRecord, read_record
 
@@ -71,7 +72,9 @@ def run_in_child(cfg: DictConfig, ctx: JobContext) -> list[dict]:
             signal.signal(sig, handler)
     records = read_job_records(Path(ctx.run_dir), _agents(cfg), int(cfg.seed))
     if rc not in (0, 1, 130, 143, 2) or len(records) < _agents(cfg):
-        how = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exited with code {rc}"
+        how = (f"killed by {signal.Signals(-rc).name}" if rc < 0 else
+               f"stopped by {'SIGINT' if rc == 130 else 'SIGTERM'} before it started" if rc in (130, 143) else
+               f"ended with exit code {rc} before it wrote a record" if rc in (0, 1, 2) else f"exited with code {rc}")
         # A child killed in its first seconds (during imports, out of memory) wrote no record: one is made
         # here from what the sweep knows, so every launched job is counted.
         records = [_record_death(r, how, ctx) for r in _with_skeletons(records, cfg, ctx)]
@@ -132,6 +135,7 @@ def _record_death(record: RunRecord, how: str, ctx: JobContext) -> RunRecord:
 
 # ---- the child side ------------------------------------------------------------------------------
 def child_main(job_dir: str) -> int:
+    honour_stop_signals_from_now()
     job_dir_path = Path(job_dir)
     ctx = JobContext(**json.loads((job_dir_path / "context.json").read_text()))
     cfg = OmegaConf.load(job_dir_path / "config.yaml")
@@ -158,4 +162,7 @@ def _log_to(path: Path) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(child_main(sys.argv[1]))
+    try:
+        sys.exit(child_main(sys.argv[1]))
+    except StoppedBeforeStart as exc:
+        sys.exit(exc.exit_code)

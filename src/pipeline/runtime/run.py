@@ -287,16 +287,20 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
                 c.flush()
 
         callbacks: list = [ValidationTimer()]
+        epochs = None
         if task.checkpointing == "state":
             task.checkpoint_hook = state_checkpointer(task, ckpt_file, policy, stop, note_save)
         else:
-            callbacks.append(EpochCheckpointer(ckpt_file, policy, stop, note_save, saved_epoch=resume_step))
+            epochs = EpochCheckpointer(ckpt_file, policy, stop, note_save, saved_epoch=resume_step)
+            callbacks.append(epochs)
         policy.start(resume_step or 0)
         trainer = make_trainer(cfg, device.type, run_dir, loggers, callbacks)
         lightning_ckpt = str(ckpt) if ckpt is not None and task.checkpointing == "lightning" else None
         per_agent = task.fit_and_evaluate(trainer, datamodule, lightning_ckpt)
         if stop.requested:  # the fit ended on a stop request after its last safe point
-            raise Interrupted(task.resume_step)
+            if epochs is not None:
+                epochs.save_last_finished_epoch()
+            raise Interrupted(task.resume_step if epochs is None else epochs.saved_epoch)
         for i, (r, d) in enumerate(zip(records, dirs)):
             save_model(task.agent_state_dict(i), d)
             extras = task.agent_record(i)
