@@ -1,7 +1,7 @@
 """`make bench`: speed as ratios against a reference measured in the same invocation, on one CPU thread.
 
     make bench                                   # everything below (~15-20 min on 2 shared cores)
-    make bench ARGS="--only k1"                  # one or more parts: k1 k16 k64 acrobot atari rmac_solver ...
+    make bench ARGS="--only k1"                  # one or more parts: k1 k16 k64 acrobot atari rmac_million rmac_grid debug rmac_solver
 
 k1      `experiment=dqn_cartpole` (K = 1: Lightning, Hydra, loggers, run record) against
         `benchmarks/bare_dqn.py`, the plain PyTorch loop a researcher would write, identical
@@ -12,6 +12,8 @@ k64     `experiment=dqn_cartpole` runs (seeds 0..4, measured once for both), wit
 acrobot `experiment=dqn_acrobot` at K = 16 against the same preset at K = 1 (solved: -100).
 atari   `experiment=dqn_atari device=cpu`, a short explicit budget: env steps/s over all agents at
         K = 4 against K = 1.
+debug   every preset with `trainer=debug device=cpu`, in seconds and as a multiple of
+        `python -c "import torch"` timed alongside (`benchmarks/debug_presets.py`).
 rmac_solver  the one auction solver (`pipeline.games.solver`) against the symmetric solver it replaced
         (read from git), alternately on the same inputs: time ratio (target <= 1.5x) and equality.
 
@@ -36,7 +38,7 @@ sys.path.insert(0, str(HERE))
 import bare_dqn  # noqa: E402
 import seed_batching  # noqa: E402
 
-PARTS = ("k1", "k16", "k64", "acrobot", "atari", "rmac_million", "rmac_grid", "rmac_solver")
+PARTS = ("k1", "k16", "k64", "acrobot", "atari", "rmac_million", "rmac_grid", "debug", "rmac_solver")
 # The default preset's hyperparameters, spelled out for the bare loop.
 SHARED = dict(
     hidden=(128, 128), lr=2.3e-3, adam_fused=True, gamma=0.99, batch_size=64, buffer_size=100_000,
@@ -147,6 +149,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--single-seeds", type=int, default=5, help="k16/k64: single-seed CartPole runs (seeds 0..n-1)")
     parser.add_argument("--acrobot-single-seeds", type=int, default=2)
+    parser.add_argument("--debug-repeats", type=int, default=3, help="debug: runs per preset, the median kept")
     parser.add_argument("--out", type=Path, default=Path("outputs/bench/results.json"))
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -172,6 +175,10 @@ def main(argv: list[str] | None = None) -> None:
         import rmac_grid
 
         results["rmac_grid"] = rmac_grid.measure()
+    if "debug" in args.only:
+        import debug_presets
+
+        results["debug"] = debug_presets.measure(repeats=args.debug_repeats)
     if "rmac_solver" in args.only:
         import rmac_solver
 

@@ -6,17 +6,21 @@ import logging
 import os
 import sys
 import uuid
+from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
-from pipeline import config_checks, quiet
-from pipeline.config_checks import ConfigError, check_group_overrides
+from pipeline.config import checks as config_checks
+from pipeline.config.checks import ConfigError, check_group_overrides
+from pipeline.runtime import quiet
+from pipeline.runtime.context import exit_status
+from pipeline.store.layout import error_log_path, result_path
+from pipeline.store.record import summary_line
 
 log = logging.getLogger("pipeline")
-_exit_code = 0
 
 
 def _sweep_uid() -> str:
@@ -32,24 +36,13 @@ if not OmegaConf.has_resolver("pipeline_uid"):
     OmegaConf.register_new_resolver("pipeline_uid", _sweep_uid, use_cache=True)
 
 
-def summary_line(record: dict) -> str:
-    metric = record.get("primary_metric")
-    value = (record.get("metrics") or {}).get(metric)
-    shown = f"{metric}={value:.4g}" if isinstance(value, int | float) else "no metric"
-    return f"seed={record.get('seed')} {record.get('status')} {shown} in {record.get('wall_time_s')} s -> {record.get('run_dir')}"
-
-
 @hydra.main(version_base="1.3", config_path="pkg://pipeline.conf", config_name="config")
 def hydra_entry(cfg: DictConfig) -> list[dict]:
-    global _exit_code
-    from pipeline.debug import apply_debug
-
-    apply_debug(cfg)  # trainer=debug wins over the preset's own lengths (idempotent: run.py may call it too)
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     if not multirun:
         _check_before_running(cfg)
-    # pipeline.job is light: Lightning is imported by the process that trains (a sweep's child, or this one).
-    from pipeline.job import hydra_job
+    # pipeline.runtime.job is light: Lightning is imported by the process that trains (a sweep's child, or this one).
+    from pipeline.runtime.job import hydra_job
 
     try:
         records = hydra_job(cfg)
@@ -57,7 +50,7 @@ def hydra_entry(cfg: DictConfig) -> list[dict]:
         if type(exc).__name__ != "RunRefused" and not isinstance(exc, ConfigError):
             raise
         log.error(f"error: {exc}")
-        _exit_code = 2 if isinstance(exc, ConfigError) else 1
+        exit_status.set(2 if isinstance(exc, ConfigError) else 1)
         if multirun:
             raise
         return []
@@ -67,11 +60,11 @@ def hydra_entry(cfg: DictConfig) -> list[dict]:
         if record.get("status") == "ok":
             log.info(summary_line(record))
         elif record.get("status") == "interrupted":
-            _exit_code = int((record.get("interrupted") or {}).get("exit_code") or 130)
+            exit_status.set(int((record.get("interrupted") or {}).get("exit_code") or 130))
         else:
             where = record.get("run_dir")
-            log.error(f"run failed: {record.get('error')}  (record kept in {where}/result.json, traceback in {where}/error.log)")
-            _exit_code = 1
+            log.error(f"run failed: {record.get('error')}  (record kept in {result_path(where)}, traceback in {error_log_path(where)})")
+            exit_status.set(1)
     if len(records) > 1:
         values = [(r.get("metrics") or {}).get(r.get("primary_metric") or "") for r in records]
         values = [v for v in values if isinstance(v, int | float)]
@@ -80,14 +73,14 @@ def hydra_entry(cfg: DictConfig) -> list[dict]:
     return records
 
 
-def _check_before_running(cfg: DictConfig) -> None:
+def _check_before_running(cfg: DictConfig, choices: dict | None = None) -> None:
     """A bad value is one line and exit 2 before Lightning loads (seconds) and before any record is written.
 
     Single runs only: in a sweep each job checks in its own process and its record says what was wrong.
     """
     try:
         config_checks.check_missing(cfg)
-        choices = config_checks.runtime_choices(cfg)
+        choices = config_checks.runtime_choices(cfg) if choices is None else choices
         config_checks.check_types(cfg, choices)
         config_checks.check_values(cfg, choices)
         _check_device(cfg)
@@ -101,12 +94,40 @@ def _check_device(cfg: DictConfig) -> None:
     requested = str(OmegaConf.select(cfg, "device.accelerator", default="auto") or "auto").lower()
     if requested in ("auto", "cpu"):
         return  # always satisfiable: no need to load torch here
-    from pipeline.devices import DeviceError, resolve_accelerator
+    from pipeline.runtime.devices import DeviceError, resolve_accelerator
 
     try:
         resolve_accelerator(requested)
     except DeviceError as exc:
         raise ConfigError(str(exc)) from None
+
+
+def _check_single_run_first(argv: list[str]) -> None:
+    """A single run's config and run dir are checked before Hydra creates the dir or writes its .hydra/: a bad
+    value (exit 2) or a refused run dir (busy, finished, resumed with another config: exit 1) changes nothing
+    on disk and answers before Lightning is imported. Sweeps check each job in its own process."""
+    if any(a.startswith("-") for a in argv):  # -m, --cfg, --help, --info, ...: Hydra's own business
+        return
+    from hydra import compose, initialize_config_module
+
+    from pipeline.runtime.preflight import RunRefused, preflight
+
+    try:
+        with initialize_config_module(config_module="pipeline.conf", version_base="1.3"):
+            cfg = compose(config_name="config", overrides=argv, return_hydra_config=True)
+    except Exception:  # noqa: BLE001 - Hydra reports its own errors (with its hints) when it composes for real
+        return
+    choices = config_checks.runtime_choices(cfg)
+    run_dir = Path(str(cfg.hydra.run.dir))
+    with open_dict(cfg):
+        del cfg["hydra"]  # the job's config, as the run gets it (Hydra's node still has sweep-only values unset)
+    _check_before_running(cfg, choices)
+    if any(a.startswith("hydra.run.dir=") for a in argv):
+        try:
+            preflight(cfg, run_dir)
+        except RunRefused as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            sys.exit(1)
 
 
 def _user_config_dirs(argv: list[str]) -> bool:
@@ -128,6 +149,8 @@ def main(argv: list[str] | None = None) -> None:
         except ConfigError as exc:
             print(f"error: {exc}", file=sys.stderr)
             sys.exit(2)
+    if not _user_config_dirs(argv):
+        _check_single_run_first(argv)
     sys.argv = [sys.argv[0], *argv]
     hydra_entry()
-    sys.exit(_exit_code)
+    sys.exit(exit_status.code)

@@ -9,7 +9,7 @@ run kept only its last segment. Here
 - a fresh run into a dir that already has a curve moves the old file aside (`metrics.prev<N>.csv`);
 - the file is rewritten atomically (temp file + rename) on each flush: a kill never leaves half a file.
 
-`CurveLogger` is the Lightning face of a `CurveLog`, for tasks that log with `self.log`.
+`pipeline.runtime.loggers.CurveLogger` is the Lightning face of a `CurveLog`, for tasks that log with `self.log`.
 """
 
 from __future__ import annotations
@@ -21,9 +21,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from lightning.pytorch.loggers.logger import Logger, rank_zero_experiment
-
-METRICS = "metrics.csv"
+from pipeline.store.layout import metrics_path
 
 
 def _number(text: str) -> float | None:
@@ -102,35 +100,16 @@ def _cell(value: float | None) -> str:
     return repr(value) if math.isfinite(value) else str(value)
 
 
-class CurveLogger(Logger):
-    """A Lightning logger writing into a CurveLog (so `self.log` lands in the run's metrics.csv)."""
+STEP_KEYS = ("step", "env_step")
 
-    def __init__(self, curve: CurveLog):
-        super().__init__()
-        self.curve = curve
 
-    @property
-    def name(self) -> str:
-        return "curves"
-
-    @property
-    def version(self) -> str:
-        return ""
-
-    @property
-    @rank_zero_experiment
-    def experiment(self) -> CurveLog:
-        return self.curve
-
-    def log_hyperparams(self, params, *args, **kwargs) -> None:  # the record holds the config
-        pass
-
-    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
-        values = {k: (v.item() if hasattr(v, "item") else v) for k, v in metrics.items()}
-        self.curve.log(int(step or 0), {k: v for k, v in values.items() if isinstance(v, int | float)})
-
-    def save(self) -> None:
-        self.curve.flush()
-
-    def finalize(self, status: str) -> None:
-        self.curve.flush()
+def read_run_curve(run_dir: Path) -> dict[int, dict[str, float]]:
+    """The curves of the run in `run_dir` as {step: {metric: value}}, whichever step column it has (`step`, or
+    `env_step` for RL); {} when it has none yet."""
+    path = metrics_path(run_dir)
+    if not path.is_file():
+        return {}
+    with path.open(newline="") as f:
+        header = next(csv.reader(f), [])
+    step_key = next((k for k in STEP_KEYS if k in header), STEP_KEYS[0])
+    return {s: {k: v for k, v in row.items() if k not in STEP_KEYS} for s, row in read_curve(path, step_key).items()}

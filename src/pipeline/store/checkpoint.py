@@ -9,23 +9,17 @@ from __future__ import annotations
 
 import os
 import random
-import time
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-LAST = "last.ckpt"
+from pipeline.store.layout import model_path
 
 
 class CheckpointError(RuntimeError):
     """A checkpoint that cannot be used; the message is one line naming the file and the problem."""
-
-
-def checkpoint_path(run_dir: Path) -> Path:
-    return Path(run_dir) / "checkpoints" / LAST
 
 
 def save_atomic(state: dict, path: Path) -> int:
@@ -86,30 +80,11 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-@dataclass
-class CheckpointPolicy:
-    """When to save: every `every_s` seconds of wall time or every `every_steps` steps, whichever comes first.
+def save_model(state: dict, run_dir: Path) -> int:
+    """The trained weights (a state_dict of CPU tensors) as `<run dir>/model.pt`, atomically; returns its size."""
+    return save_atomic(state, model_path(run_dir))
 
-    `enabled: false` turns periodic checkpoints off (the run then saves only on an interruption).
-    """
 
-    enabled: bool = True
-    every_s: float | None = 60.0
-    every_steps: int | None = None
-
-    def __post_init__(self) -> None:
-        self._last_time = time.monotonic()
-        self._last_step = 0
-
-    def start(self, step: int) -> None:
-        self._last_time, self._last_step = time.monotonic(), int(step)
-
-    def due(self, step: int) -> bool:
-        if not self.enabled:
-            return False
-        if self.every_s is not None and time.monotonic() - self._last_time >= float(self.every_s):
-            return True
-        return bool(self.every_steps) and step - self._last_step >= int(self.every_steps)
-
-    def saved(self, step: int) -> None:
-        self.start(step)
+def load_model(run_dir: Path, map_location="cpu") -> dict:
+    """`<run dir>/model.pt`, loaded with weights_only=True; a CheckpointError naming the file if it is not one."""
+    return load_safely(model_path(run_dir), "model", map_location=map_location)

@@ -31,118 +31,93 @@ from pathlib import Path
 import lightning as L
 import torch
 from hydra.utils import get_class, instantiate
-from lightning.pytorch.callbacks import Callback, Checkpoint
+from lightning.pytorch.callbacks import Checkpoint
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from pipeline import config_checks
-from pipeline.checkpoint import CheckpointPolicy, checkpoint_path, load_safely, save_atomic
-from pipeline.curves import METRICS, CurveLog, CurveLogger
-from pipeline.devices import flushes_denormals, setup_device
-from pipeline.grouping import group_name, semantic_config
-from pipeline.job import JobContext
-from pipeline.loggers import build_loggers, finish_loggers
-from pipeline.record import RunRecord, git_commit, read_record, versions
-from pipeline.rundir import Interrupted, RunDirBusy, RunDirLock, StopRequests
-from pipeline.seeding import seed_everything
+from pipeline.config import checks as config_checks
+from pipeline.config.checks import one_line
+from pipeline.config.grouping import group_name, semantic_config
+from pipeline.runtime.checkpointing import (
+    CheckpointPolicy,
+    EpochCheckpointer,
+    ValidationTimer,
+    state_checkpointer,
+)
+from pipeline.runtime.context import JobContext
+from pipeline.runtime.devices import flushes_denormals, setup_device
+from pipeline.runtime.loggers import CurveLogger, build_loggers, finish_loggers
+from pipeline.runtime.preflight import RunRefused, plan_start
+from pipeline.runtime.rundir import Interrupted, RunDirBusy, RunDirLock, StopRequests
+from pipeline.runtime.seeding import seed_everything
+from pipeline.store.checkpoint import load_safely, save_model
+from pipeline.store.curves import CurveLog
+from pipeline.store.layout import RESULT, agent_dirs, checkpoint_path, error_log_path, metrics_path
+from pipeline.store.record import RunRecord, git_commit, versions
+from pipeline.tasks.base import PART_GROUPS, Task, TaskParts
 
 log = logging.getLogger("pipeline")
 
 warnings.filterwarnings("ignore", message=".*isinstance.treespec, LeafSpec.*")
 
 
-class RunRefused(RuntimeError):
-    """The run cannot start without losing or mixing up work; the message is one line with the fix."""
-
-
-class ValidationTimer(Callback):
-    """Time spent in validation, so the fit time can be split into train and val."""
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-        self._start = 0.0
-
-    def on_validation_start(self, trainer, pl_module) -> None:
-        self._start = time.perf_counter()
-
-    def on_validation_end(self, trainer, pl_module) -> None:
-        self.seconds += time.perf_counter() - self._start
-
-
-class EpochCheckpointer(Checkpoint):
-    """Lightning-loop tasks: a checkpoint at epoch ends when the policy says so; a stop request ends the fit.
-
-    Saved at epoch ends only: a mid-epoch Lightning checkpoint of our index-based loaders would
-    resume at the start of the epoch anyway. An interrupted run therefore continues from its last
-    finished epoch. A `Checkpoint` so that Lightning runs its epoch end AFTER the task's, as it does
-    ModelCheckpoint's: the task writes that epoch's train row (and a GAN steps its schedulers and
-    scores the epoch) there, and the checkpoint of an epoch must hold all of it. As a plain Callback
-    it saved first, and a run killed after that save lost the checkpointed epoch's train row for good
-    (the resumed run starts at the next epoch).
-    """
-
-    def __init__(self, path: Path, policy: CheckpointPolicy, stop: StopRequests, on_save, saved_epoch: int | None = None) -> None:
-        self.path, self.policy, self.stop, self.on_save = Path(path), policy, stop, on_save
-        self.saved_epoch = saved_epoch
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if self.stop.requested:
-            raise Interrupted(self.saved_epoch)
-
-    def on_train_epoch_end(self, trainer, pl_module) -> None:
-        if not self.policy.enabled:
-            return
-        if self.policy.due(trainer.current_epoch) or trainer.current_epoch + 1 >= (trainer.max_epochs or 0):
-            t0 = time.perf_counter()
-            tmp = self.path.with_name(self.path.name + ".tmp")
-            trainer.save_checkpoint(str(tmp), weights_only=False)
-            tmp.replace(self.path)
-            self.saved_epoch = trainer.current_epoch
-            self.policy.saved(trainer.current_epoch)
-            self.on_save(step=trainer.current_epoch, seconds=time.perf_counter() - t0, size=self.path.stat().st_size)
-
-
 def _is_empty(node) -> bool:
     return node is None or (isinstance(node, DictConfig) and len(node) == 0)
 
 
-def build_task(cfg: DictConfig, datamodule, n_agents: int, run_dir: Path | None = None, device: torch.device | None = None):
-    """The task from `cfg.task` plus the parts it asks for; a part it cannot take is an error, never dropped."""
-    import inspect
+def task_class(cfg: DictConfig) -> type[Task]:
+    """The class named by `task._target_`; it must be a `pipeline.tasks.base.Task` (the declared contract)."""
+    try:
+        cls = get_class(str(cfg.task._target_))
+    except Exception as exc:  # noqa: BLE001 - any import problem is the same one-line refusal
+        raise config_checks.ConfigError(f"task._target_={cfg.task._target_}: {one_line(exc)}") from None
+    if not (isinstance(cls, type) and issubclass(cls, Task)):
+        raise config_checks.ConfigError(f"task._target_={cfg.task._target_} is not a pipeline.tasks.base.Task subclass")
+    return cls
 
-    cls = get_class(cfg.task._target_)
-    params = inspect.signature(cls.__init__).parameters
-    parts = {
-        "net": None if _is_empty(cfg.get("model")) else instantiate(cfg.model),
-        "loss": None if _is_empty(cfg.get("loss")) else instantiate(cfg.loss),
-        "optimizer": None if _is_empty(cfg.get("optimizer")) else instantiate(cfg.optimizer),
-        "scheduler": None if _is_empty(cfg.get("scheduler")) else instantiate(cfg.scheduler),
-        "env": None if _is_empty(cfg.get("env")) else OmegaConf.to_container(cfg.env, resolve=True),
-        "datamodule": datamodule,
-    }
-    for attr in ("in_features", "n_classes", "image_shape"):
-        if datamodule is not None and hasattr(datamodule, attr):
-            parts[attr] = getattr(datamodule, attr)
-    kwargs = {"seed": int(cfg.seed), "run_dir": run_dir, "data_device": device}
-    if n_agents > 1 or "n_agents" in params:
-        if "n_agents" not in params:
-            raise config_checks.ConfigError(
-                f"task {cls.__name__} trains one seed per process; seeds_per_process={n_agents} works with task=dqn and "
-                "task=supervised (run the seeds as a sweep: -m seed='range(0,N)')"
-            )
-        kwargs["n_agents"] = n_agents
-    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    for name, value in parts.items():
-        if value is None:
-            continue
-        if name in params or takes_any:
-            kwargs[name] = value
-        elif name in ("net", "loss", "optimizer", "scheduler", "env"):
-            group = {"net": "model"}.get(name, name)
+
+def check_task(cfg: DictConfig, n_agents: int) -> type[Task]:
+    """What the task declares against what the config asks, before anything is built or written (one line each)."""
+    cls = task_class(cfg)
+    if n_agents > 1 and not cls.trains_seeds_together:
+        raise config_checks.ConfigError(
+            f"task {cls.__name__} trains one seed per process; seeds_per_process={n_agents} works with task=dqn and "
+            "task=supervised (run the seeds as a sweep: -m seed='range(0,N)')"
+        )
+    for group in PART_GROUPS:
+        if group != "data" and group not in cls.uses and not _is_empty(cfg.get(group)):
             raise config_checks.ConfigError(
                 f"task {cls.__name__} does not use a {group}; drop it with {group}=none (got {group}={_choice_hint(cfg, group)})"
             )
-    kwargs = {k: v for k, v in kwargs.items() if k in params or takes_any}
-    return instantiate(cfg.task, **kwargs, _convert_="all")
+    task_config(cls, cfg.task)  # a wrong type or an unknown key of the task's Config
+    return cls
+
+
+def task_config(cls: type[Task], node: DictConfig):
+    """The `task:` node (without `_target_`) as the task's typed Config; a wrong type or unknown key is one line."""
+    values = {k: v for k, v in OmegaConf.to_container(node, resolve=True).items() if k != "_target_"}
+    try:
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls.Config), values))
+    except OmegaConfBaseException as exc:
+        key = exc.full_key or exc.key
+        first = str(exc).splitlines()[0]
+        raise config_checks.ConfigError(f"task.{key}: {first}" if key else f"task: {first}") from None
+
+
+def build_task(cfg: DictConfig, datamodule, n_agents: int, run_dir: Path | None = None, device: torch.device | None = None) -> Task:
+    """`TaskClass(config, parts)`: the typed hyperparameters and the objects built from the groups it uses."""
+    cls = check_task(cfg, n_agents)
+
+    def part(group: str):
+        return None if group not in cls.uses or _is_empty(cfg.get(group)) else instantiate(cfg[group])
+
+    env = None if "env" not in cls.uses or _is_empty(cfg.get("env")) else OmegaConf.to_container(cfg.env, resolve=True)
+    parts = TaskParts(
+        seed=int(cfg.seed), n_agents=n_agents, net=part("model"), loss=part("loss"), optimizer=part("optimizer"),
+        scheduler=part("scheduler"), env=env, datamodule=datamodule if "data" in cls.uses else None,
+        run_dir=run_dir, device=device,
+    )
+    return cls(task_config(cls, cfg.task), parts)
 
 
 def _choice_hint(cfg: DictConfig, group: str) -> str:
@@ -151,16 +126,8 @@ def _choice_hint(cfg: DictConfig, group: str) -> str:
     return str(target or node)
 
 
-def one_line(exc: BaseException) -> str:
-    # Hydra wraps errors raised in a constructor; the user needs the original message.
-    while type(exc).__name__ == "InstantiationException" and exc.__cause__ is not None:
-        exc = exc.__cause__
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
-
-
 def make_trainer(cfg: DictConfig, accelerator: str, run_dir: Path, loggers, callbacks) -> L.Trainer:
-    from pipeline.callbacks import build_callbacks, trainer_kwargs
+    from pipeline.runtime.callbacks import build_callbacks, trainer_kwargs
 
     built = build_callbacks(cfg, run_dir, own=callbacks)
     kwargs = trainer_kwargs(cfg)
@@ -176,10 +143,6 @@ def make_trainer(cfg: DictConfig, accelerator: str, run_dir: Path, loggers, call
         deterministic=bool(cfg.seeding.deterministic),
         **kwargs,
     )
-
-
-def agent_dirs(run_dir: Path, seeds: list[int]) -> list[Path]:
-    return [run_dir] if len(seeds) == 1 else [run_dir / f"seed{s}" for s in seeds]
 
 
 def exit_code_of(records: list[dict]) -> int:
@@ -200,6 +163,7 @@ def _check_start(cfg: DictConfig, k: int) -> None:
     if k < 1:
         raise config_checks.ConfigError(f"seeds_per_process={k} must be >= 1")
     config_checks.check_values(cfg)
+    check_task(cfg, k)  # what the task declares (seeds together, groups it takes): refused once, before any record
 
 
 def run(cfg: DictConfig, run_dir: Path | None = None) -> list[dict]:
@@ -215,9 +179,6 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> list[dict]:
 
 def run_job(cfg: DictConfig, ctx: JobContext) -> list[dict]:
     """Run one job (K agents) and write its records. Refusals raise RunRefused; every other failure is recorded."""
-    from pipeline.debug import apply_debug
-
-    cfg = apply_debug(cfg)
     run_dir = Path(ctx.run_dir)
     raw_k = cfg.get("seeds_per_process") or 1
     k = int(raw_k) if isinstance(raw_k, int) else -1
@@ -241,23 +202,13 @@ def run_job(cfg: DictConfig, ctx: JobContext) -> list[dict]:
 
 def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int], dirs: list[Path]) -> list[dict]:
     k = len(seeds)
-    previous = [read_record(d) for d in dirs]
+    plan = plan_start(cfg, run_dir, dirs)
+    if plan.nothing_to_do:
+        return [p.to_dict() for p in plan.previous]
+    previous, ckpt, extending = plan.previous, plan.ckpt, plan.extending
     ckpt_file = checkpoint_path(run_dir)
-    wants_resume = bool(cfg.get("ckpt_path")) or bool(cfg.get("resume"))
-    extending = all(p is not None and p.status == "ok" for p in previous)
     if extending:
-        if not cfg.get("ckpt_path"):
-            if wants_resume:
-                log.info(f"{run_dir} already finished ok; nothing to continue")
-                return [p.to_dict() for p in previous]
-            raise RunRefused(
-                f"{run_dir} already holds a finished run (status ok); choose a new dir (hydra.run.dir=<dir>) to run it "
-                "again, or continue it to a larger budget with ckpt_path=last"
-            )
-        log.info(f"{run_dir} finished ok; continuing it from its checkpoint (result.json keeps the finished record until this ends ok)")
-    ckpt = _resolve_ckpt(cfg, ckpt_file, any(p is not None for p in previous))
-    if extending and ckpt is None:
-        raise RunRefused(f"{run_dir} finished ok and has no checkpoint to continue from; choose a new dir to run it again")
+        log.info(f"{run_dir} finished ok; continuing it from its checkpoint ({RESULT} keeps the finished record until this ends ok)")
 
     t_start = time.perf_counter()
     signals = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2) if ctx.isolated else (signal.SIGINT, signal.SIGTERM)
@@ -285,11 +236,7 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
         resume_step = None
         if ckpt is not None:
             resume_state = load_safely(ckpt, "checkpoint")
-            if hasattr(task, "load_checkpoint_state"):
-                task.load_checkpoint_state(resume_state)
-                resume_step = task.resume_step
-            else:
-                resume_step = int(resume_state.get("epoch", 0))
+            resume_step = task.load_checkpoint_state(resume_state)
         setup_s = time.perf_counter() - t0
     except Exception as exc:
         if ckpt is not None:  # a failed resume leaves the earlier record and curve as they were
@@ -304,7 +251,7 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
                  higher_is_better=task.higher_is_better, device=str(device))
         r.write()
     try:
-        curves = [CurveLog(d / METRICS, resume_step=resume_step) for d in dirs]
+        curves = [CurveLog(metrics_path(d), resume_step=resume_step) for d in dirs]
         resolved = OmegaConf.to_container(cfg, resolve=True)
         logger_spec = {} if k > 1 else dict(cfg.get("logger") or {})
         logger_spec.pop("csv", None)
@@ -313,7 +260,7 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
             group=records[0].group, job_type=records[0].task, seed=int(cfg.seed), config=resolved,
         )
         loggers = [lg for lg in loggers if type(lg).__name__ != "CSVLogger"]
-        if getattr(task, "writes_curves", False):
+        if task.writes_curves:
             task.curves = curves
         else:
             loggers.insert(0, CurveLogger(curves[0]))
@@ -340,21 +287,19 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
                 c.flush()
 
         callbacks: list = [ValidationTimer()]
-        if hasattr(task, "checkpoint_state"):
-            task.checkpoint_hook = _state_checkpointer(task, ckpt_file, policy, stop, note_save)
+        if task.checkpointing == "state":
+            task.checkpoint_hook = state_checkpointer(task, ckpt_file, policy, stop, note_save)
         else:
             callbacks.append(EpochCheckpointer(ckpt_file, policy, stop, note_save, saved_epoch=resume_step))
         policy.start(resume_step or 0)
         trainer = make_trainer(cfg, device.type, run_dir, loggers, callbacks)
-        lightning_ckpt = str(ckpt) if ckpt is not None and not hasattr(task, "load_checkpoint_state") else None
-        result = task.fit_and_evaluate(trainer, datamodule, lightning_ckpt)
-        per_agent = result if isinstance(result, list) else [result]
+        lightning_ckpt = str(ckpt) if ckpt is not None and task.checkpointing == "lightning" else None
+        per_agent = task.fit_and_evaluate(trainer, datamodule, lightning_ckpt)
         if stop.requested:  # the fit ended on a stop request after its last safe point
-            raise Interrupted(getattr(task, "resume_step", None))
+            raise Interrupted(task.resume_step)
         for i, (r, d) in enumerate(zip(records, dirs)):
-            state = task.agent_state_dict(i) if hasattr(task, "agent_state_dict") else task.export_state_dict()
-            save_atomic(state, d / "model.pt")
-            extras = task.agent_record(i) if hasattr(task, "agent_record") else task.record_extras()
+            save_model(task.agent_state_dict(i), d)
+            extras = task.agent_record(i)
             r.update(status="ok", error=None, metrics=per_agent[i], **extras)
             if r.primary_metric not in per_agent[i]:
                 raise RuntimeError(f"task did not report its primary metric {r.primary_metric!r}")
@@ -372,12 +317,12 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
         return _interrupted(records, exc, stop, ctx, t_start, loggers, curves, task)
     except Exception as exc:  # every failure becomes a record; the traceback goes to error.log
         return _fail(records, exc, run_dir, t_start, stop, loggers, curves, task)
-    return _finish(records, t_start, stop, loggers, curves, cfg, dirs, videos=getattr(task, "capture_video", False))
+    return _finish(records, t_start, stop, loggers, curves, cfg, dirs, videos=task.capture_video)
 
 
 def _capture_videos(cfg: DictConfig, records: list[RunRecord], dirs: list[Path], device: str) -> None:
     """One greedy episode of each agent's final policy (model.pt) as an MP4, through pipeline.eval's replay code."""
-    from pipeline.eval import Options, log_to_run_loggers, play
+    from pipeline.runtime.replay import Options, log_to_run_loggers, play
 
     for r, d in zip(records, dirs):
         result = play(Options(run_dir=d, episodes=1, video=True, device=str(device)), cfg, int(r.seed))
@@ -386,25 +331,6 @@ def _capture_videos(cfg: DictConfig, records: list[RunRecord], dirs: list[Path],
             log_to_run_loggers(cfg, result, d)
         except Exception as exc:  # a logger problem must not fail a finished run
             log.warning(f"video not logged: {one_line(exc)}")
-
-
-def _resolve_ckpt(cfg: DictConfig, last: Path, has_previous: bool) -> Path | None:
-    requested = cfg.get("ckpt_path")
-    requeued = os.environ.get("SLURM_RESTART_COUNT", "0") not in ("", "0")
-    if not requested and (cfg.get("resume") or requeued) and has_previous:
-        # A sweep resumed with resume=true, or a SLURM job requeued after preemption, continues its jobs.
-        requested = "last"
-    if not requested:
-        return None
-    if requested == "last":
-        if not last.is_file():
-            log.info(f"ckpt_path=last: no checkpoint at {last} yet, starting from scratch")
-            return None
-        return last
-    path = Path(str(requested))
-    if not path.is_file():
-        raise RunRefused(f"ckpt_path={requested}: no such checkpoint file; pass a checkpoint path or `last`")
-    return path
 
 
 def _policy(cfg: DictConfig) -> CheckpointPolicy:
@@ -416,32 +342,7 @@ def _policy(cfg: DictConfig) -> CheckpointPolicy:
     )
 
 
-def _state_checkpointer(task, path: Path, policy: CheckpointPolicy, stop: StopRequests, note_save):
-    """For tasks that keep their own state (DQN): save when due; on a stop request save and end the fit."""
-
-    def save() -> None:
-        t0 = time.perf_counter()
-        try:
-            state = task.checkpoint_state()
-            size = save_atomic(state, path)
-        except (OSError, RuntimeError) as exc:  # a failed save (disk full, ...) must not end the training
-            policy.saved(task.resume_step)
-            log.warning(f"checkpoint at step {task.resume_step} not saved: {one_line(exc)}; training goes on")
-            return
-        policy.saved(task.resume_step)
-        note_save(step=task.resume_step, seconds=time.perf_counter() - t0, size=size, replay_saved=state.get("replay") is not None)
-
-    def hook(final: bool = False) -> None:
-        if stop.requested and not final:
-            save()
-            raise Interrupted(task.resume_step)
-        if policy.due(task.resume_step) or (final and policy.enabled):
-            save()  # the final one lets ckpt_path=last continue a finished run to a larger budget
-
-    return hook
-
-
-def _attach_trial(task, cfg: DictConfig) -> None:
+def _attach_trial(task: Task, cfg: DictConfig) -> None:
     trial = cfg.get("trial")
     if trial is None:
         return
@@ -472,7 +373,7 @@ def _start_records(cfg, ctx: JobContext, dirs, seeds, previous, resume_step, sid
         )
         r.update(choices=dict(ctx.choices))
         if resume_step is None:
-            (d / "error.log").unlink(missing_ok=True)
+            error_log_path(d).unlink(missing_ok=True)
         if side_file is not None:
             r.file = side_file
         r.write()
@@ -493,9 +394,9 @@ def _finish(records, t_start, stop, loggers, curves, cfg, dirs, videos: bool = F
         c.flush()
     for r in records:
         side = getattr(r, "file", None)
-        r.file = "result.json"
+        r.file = RESULT
         r.write()
-        if side and side != "result.json":
+        if side and side != RESULT:
             (Path(r.run_dir) / side).unlink(missing_ok=True)
     _publish(loggers, records)
     finish_loggers(loggers, "ok")
@@ -509,7 +410,7 @@ def _finish(records, t_start, stop, loggers, curves, cfg, dirs, videos: bool = F
             r.write()
     wandb_cfg = (cfg.get("logger") or {}).get("wandb")
     if wandb_cfg is not None and len(records) > 1:
-        from pipeline.loggers import log_records_to_wandb
+        from pipeline.runtime.loggers import log_records_to_wandb
 
         log_records_to_wandb([r.to_dict() for r in records], dirs, dict(wandb_cfg), OmegaConf.to_container(cfg, resolve=True))
     return [r.to_dict() for r in records]
@@ -519,7 +420,7 @@ def _publish(loggers, records) -> None:
     if len(records) != 1 or not loggers:
         return
     try:
-        from pipeline.loggers import publish_record
+        from pipeline.runtime.loggers import publish_record
     except ImportError:
         return
     try:
@@ -536,7 +437,7 @@ def _end_unfinished(records, t_start, stop, loggers, curves, task, end: str, **f
         if task is not None:
             r.time_breakdown_s = {key: round(v, 4) for key, v in task.time_breakdown_s.items()}
             try:  # what the task knows so far (rows read, env steps, ...) stays in the record
-                r.update(**(task.agent_record(i) if hasattr(task, "agent_record") else task.record_extras()))
+                r.update(**task.agent_record(i))
             except Exception:  # noqa: BLE001 - a half-built task may not know; the failure itself is what matters
                 pass
     for c in curves:
@@ -551,7 +452,7 @@ def _end_unfinished(records, t_start, stop, loggers, curves, task, end: str, **f
 def _fail(records, exc, run_dir, t_start, stop, loggers, curves, task=None) -> list[dict]:
     trace = traceback.format_exc()
     for d in {Path(run_dir), *(Path(r.run_dir) for r in records)}:
-        (d / "error.log").write_text(trace)
+        error_log_path(d).write_text(trace)
     return _end_unfinished(records, t_start, stop, loggers, curves, task, "failed", error=one_line(exc))
 
 

@@ -8,6 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
+from lightning.pytorch.loggers.logger import rank_zero_experiment
+
+from pipeline.config.grouping import sweep_id
+from pipeline.store.curves import CurveLog, read_run_curve
+from pipeline.store.layout import model_path
 
 KNOWN = ("csv", "tensorboard", "wandb")
 
@@ -17,14 +22,8 @@ def wandb_mode(requested: str | None) -> str:
     return str(requested or os.environ.get("WANDB_MODE") or "offline")
 
 
-SWEEP_ENV = "PIPELINE_SWEEP_UID"
 # What a run's W&B summary holds besides the final metrics (result.json's values, not the last logged ones).
 RECORD_SUMMARY_KEYS = ("status", "time_to_threshold_s", "env_steps", "wall_time_s")
-
-
-def sweep_id() -> str | None:
-    """The id the CLI gives one sweep invocation (cli._sweep_uid), or None outside a sweep."""
-    return os.environ.get(SWEEP_ENV) or None
 
 
 def wandb_tags(seed, extra) -> list[str]:
@@ -110,7 +109,6 @@ def finish_loggers(loggers: list[Logger], status: str) -> None:
 
 def log_records_to_wandb(records: list[dict], run_dirs: list[Path], wandb_cfg: dict, config: dict) -> None:
     """One W&B run per seed of a seed-batched run, replaying its metrics.csv, so W&B sees K ordinary seeds."""
-    import csv
     import math
 
     import wandb
@@ -123,14 +121,7 @@ def log_records_to_wandb(records: list[dict], run_dirs: list[Path], wandb_cfg: d
             config=wandb_config({**config, "seed": record["seed"]}), dir=str(run_dir), mode=wandb_mode(wandb_cfg.get("mode")),
             settings=_wandb_settings(), reinit="create_new",
         )
-        rows: dict[int, dict[str, float]] = {}
-        with open(Path(run_dir) / "metrics.csv", newline="") as f:
-            for row in csv.DictReader(f):
-                x = next((c for c in ("step", "env_step") if row.get(c) not in ("", None)), None)
-                if x is None:
-                    continue
-                values = {k: float(v) for k, v in row.items() if k not in ("step", "env_step") and v not in ("", None)}
-                rows.setdefault(int(float(row[x])), {}).update({k: v for k, v in values.items() if math.isfinite(v)})
+        rows = {s: {k: v for k, v in row.items() if math.isfinite(v)} for s, row in read_run_curve(run_dir).items()}
         for step, values in sorted(rows.items()):
             # Committed now: an open last row would reach W&B after the summary and overwrite it.
             if values:
@@ -156,14 +147,14 @@ def publish_to_wandb(run, record: dict, run_dir: Path) -> None:
         if not key.startswith("_") and key not in final and isinstance(run.summary[key], int | float):
             del run.summary[key]
     run.summary.update(final)
-    model = Path(run_dir) / "model.pt"
+    model = model_path(run_dir)
     if model.is_file():
         artifact = wandb.Artifact(
             f"model-{run.id}", type="model",
             metadata={"experiment": record.get("experiment"), "seed": record.get("seed"), "status": record.get("status"),
                       "sweep_id": sweep_id(), "metrics": final},
         )
-        artifact.add_file(str(model), name="model.pt")
+        artifact.add_file(str(model), name=model.name)
         run.log_artifact(artifact)
 
 
@@ -179,7 +170,7 @@ def publish_to_tensorboard(logger: TensorBoardLogger, record: dict) -> None:
     """
     from lightning.pytorch.core.saving import save_hparams_to_yaml
 
-    from pipeline.grouping import semantic_config
+    from pipeline.config.grouping import semantic_config
 
     params = {"experiment": record.get("experiment"), "seed": record.get("seed"), "status": record.get("status"),
               **({"sweep_id": sweep_id()} if sweep_id() else {}), **semantic_config(record.get("config") or {})}
@@ -199,3 +190,37 @@ def publish_record(loggers: list[Logger], record: dict, run_dir: Path) -> None:
             publish_to_tensorboard(logger, record)
         elif type(logger).__name__ == "WandbLogger":
             publish_to_wandb(logger.experiment, record, run_dir)
+
+
+class CurveLogger(Logger):
+    """A Lightning logger writing into a CurveLog (so `self.log` lands in the run's metrics.csv)."""
+
+    def __init__(self, curve: CurveLog):
+        super().__init__()
+        self.curve = curve
+
+    @property
+    def name(self) -> str:
+        return "curves"
+
+    @property
+    def version(self) -> str:
+        return ""
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> CurveLog:
+        return self.curve
+
+    def log_hyperparams(self, params, *args, **kwargs) -> None:  # the record holds the config
+        pass
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        values = {k: (v.item() if hasattr(v, "item") else v) for k, v in metrics.items()}
+        self.curve.log(int(step or 0), {k: v for k, v in values.items() if isinstance(v, int | float)})
+
+    def save(self) -> None:
+        self.curve.flush()
+
+    def finalize(self, status: str) -> None:
+        self.curve.flush()

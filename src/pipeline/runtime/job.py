@@ -1,0 +1,161 @@
+"""One Hydra job: its context, and (in sweeps) its own process, so a killed job never takes down the sweep.
+
+Light on purpose (no torch, no Lightning): in a sweep the launcher's process only spawns
+`python -m pipeline.runtime.job <dir>` for each job and waits. The child trains; if it is killed (kill -9,
+the OOM killer, a crash in native code) the parent records how it ended in the job's result.json
+(signal or exit code, the step its checkpoint holds, the command that finishes the sweep) and returns,
+so the launcher's other jobs go on and the sweep-end report is written over what finished.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from pipeline.runtime.context import JobContext
+from pipeline.store.layout import agent_dirs
+from pipeline.store.record import RunRecord, read_record
+
+log = logging.getLogger("pipeline")
+
+JOB_DIR = ".pipeline"
+
+
+def hydra_job(cfg: DictConfig) -> list[dict]:
+    """Hydra's task function body: a sweep's job runs in a child process, a single run in this one."""
+    ctx = JobContext.from_hydra(cfg)
+    if ctx.multirun and cfg.get("resume"):
+        done = read_job_records(Path(ctx.run_dir), _agents(cfg), int(cfg.seed))
+        if done and all(r.status == "ok" for r in done):
+            log.info(f"resume: {ctx.run_dir} already finished ok, skipping")
+            return [r.to_dict() for r in done]
+    if ctx.multirun and bool(cfg.get("isolate_jobs", True)):
+        return run_in_child(cfg, ctx)
+    from pipeline.runtime.run import run_job
+
+    return run_job(cfg, ctx)
+
+
+# ---- the sweep side: spawn, wait, record how the child ended ----------------------------------
+def run_in_child(cfg: DictConfig, ctx: JobContext) -> list[dict]:
+    job_dir = Path(ctx.run_dir) / JOB_DIR
+    job_dir.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(cfg, job_dir / "config.yaml", resolve=True)
+    (job_dir / "context.json").write_text(json.dumps({**asdict(ctx), "isolated": True}, indent=2))
+    # Its own process group: a terminal's Ctrl-C reaches this process only, which forwards it once.
+    child = subprocess.Popen([sys.executable, "-m", "pipeline.runtime.job", str(job_dir)], start_new_session=True)
+    received: list[int] = []
+
+    def forward(signum, frame):  # Ctrl-C / SIGTERM reach the child, which saves and stops cleanly
+        received.append(signum)
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    previous = {}
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2):
+            previous[sig] = signal.signal(sig, _chain(forward, signal.getsignal(sig)) if sig == signal.SIGUSR2 else forward)
+    except ValueError:  # not the main thread: the launcher handles signals
+        previous = {}
+    try:
+        rc = child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    records = read_job_records(Path(ctx.run_dir), _agents(cfg), int(cfg.seed))
+    if rc not in (0, 1, 130, 143, 2) or len(records) < _agents(cfg):
+        how = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exited with code {rc}"
+        # A child killed in its first seconds (during imports, out of memory) wrote no record: one is made
+        # here from what the sweep knows, so every launched job is counted.
+        records = [_record_death(r, how, ctx) for r in _with_skeletons(records, cfg, ctx)]
+        print(f"[job {ctx.job_num}] seed={cfg.seed}: the training process was {how}; finish with: {ctx.resume_command()}", flush=True)
+    if received and signal.SIGUSR2 not in received:
+        # Stop the sweep; its jobs' records say where each one stopped.
+        print(f"sweep stopped by {signal.Signals(received[0]).name}; finish it with: {ctx.resume_command()}", flush=True)
+        raise SystemExit(130 if received[0] == signal.SIGINT else 143)
+    return [r.to_dict() for r in records]
+
+
+def _chain(first, second):
+    """Call our handler, then the one that was there (submitit's requeue on SIGUSR2)."""
+
+    def handler(signum, frame):
+        first(signum, frame)
+        if callable(second):
+            second(signum, frame)
+
+    return handler
+
+
+def _agents(cfg: DictConfig) -> int:
+    k = cfg.get("seeds_per_process") or 1
+    return int(k) if isinstance(k, int) and k > 0 else 1
+
+
+def read_job_records(run_dir: Path, k: int, seed: int) -> list[RunRecord]:
+    dirs = agent_dirs(run_dir, [seed + i for i in range(k)])
+    return [r for r in (read_record(d) for d in dirs) if r is not None]
+
+
+def _with_skeletons(records: list[RunRecord], cfg: DictConfig, ctx: JobContext) -> list[RunRecord]:
+    """The job's records, plus a skeleton for each agent whose process died before it could write one."""
+    have = {r.seed for r in records}
+    seeds = [int(cfg.seed) + i for i in range(_agents(cfg))]
+    out = list(records)
+    for seed, d in zip(seeds, agent_dirs(Path(ctx.run_dir), seeds)):
+        if seed not in have:
+            d.mkdir(parents=True, exist_ok=True)
+            task = str(OmegaConf.select(cfg, "task._target_", default="") or "").rsplit(".", 1)[-1]
+            out.append(RunRecord(experiment=str(cfg.get("name") or ""), group=str(cfg.get("name") or ""), task=task,
+                                 seed=seed, run_dir=str(d), versions=None, git_commit=None,
+                                 seeds_per_process=len(seeds), agent=seed - seeds[0]))
+    return out
+
+
+def _record_death(record: RunRecord, how: str, ctx: JobContext) -> RunRecord:
+    if record.status == "ok":  # never overwrite a finished record
+        return record
+    step = (record.checkpoint or {}).get("step")
+    where = f"; its checkpoint holds step {step}" if step is not None else "; no checkpoint was written yet"
+    record.update(status="failed", error=f"the training process was {how}{where}", ended_by=how,
+                  resume_command=ctx.resume_command())
+    record.write()
+    return record
+
+
+# ---- the child side ------------------------------------------------------------------------------
+def child_main(job_dir: str) -> int:
+    job_dir_path = Path(job_dir)
+    ctx = JobContext(**json.loads((job_dir_path / "context.json").read_text()))
+    cfg = OmegaConf.load(job_dir_path / "config.yaml")
+    _log_to(Path(ctx.run_dir) / "run.log")
+    from pipeline.runtime.quiet import install
+
+    install()  # a sweep's job process never goes through cli.main
+    from pipeline.runtime.run import exit_code_of, run_job
+
+    records = run_job(cfg, ctx)
+    return exit_code_of(records)
+
+
+def _log_to(path: Path) -> None:
+    root = logging.getLogger()
+    root.setLevel(logging.INFO)
+    console = logging.StreamHandler(sys.stdout)
+    console.setFormatter(logging.Formatter("%(message)s"))
+    file = logging.FileHandler(path)
+    file.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
+    root.handlers = [console, file]
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.pytorch.accelerators.cuda"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+if __name__ == "__main__":
+    sys.exit(child_main(sys.argv[1]))
