@@ -3,8 +3,10 @@
 Which file does what, in the order the data flows:
 
 - `bids_csv`    reads a CSV of logged bids into an (auctions, bidders) table; bad rows counted and named.
-- `auction`     the rules (`parse_rule`: ``second_price_r0.5``, ``first_price_n3``), the closed forms for
-                uniform values (the truths the tests hold everything to) and simulated equilibrium bids.
+- `rules`       the rule names (`parse_rule`: ``second_price_r0.5``, ``first_price_n3``) and result keys
+                (`result_key`: ``cf/second_price_r0.5/point``), torch-free for reports and plots.
+- `auction`     the closed forms for uniform values (the truths the tests hold everything to) and
+                simulated equilibrium bids.
 - `symmetry`    may the bidders be pooled? A two-sample test between every pair of bidders' bids.
 - `rmac`        pooled (symmetric) bidders: the bids inverted to a value distribution, the logged game
                 (`fit_logged_auction`: which types each logged bid is consistent with), the value grid,

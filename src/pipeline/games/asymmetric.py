@@ -33,7 +33,6 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from pipeline.games.auction import Rule, parse_rule
 from pipeline.games.rmac import (
     LoggedAuction,
     ValueScale,
@@ -49,6 +48,7 @@ from pipeline.games.rmac import (
     type_grid,
     value_type_weights,
 )
+from pipeline.games.rules import Rule, parse_rule
 from pipeline.games.solver import DEFAULT_ITERS, Equilibrium, solve_bounds, solve_equilibrium
 
 NOT_ESTIMATED = (

@@ -47,7 +47,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from pipeline.games.auction import STATISTICS, Rule, parse_rule, truth
+from pipeline.games.auction import truth
+from pipeline.games.rules import STATISTICS, Rule, eps_label, parse_rule, result_key
 from pipeline.games.solver import (
     DEFAULT_ITERS,
     DEFAULT_POINT_ITERS,
@@ -58,18 +59,8 @@ from pipeline.games.solver import (
     win_probability,
 )
 
-PREFIX = {"revenue": "cf", "welfare": "cfw"}
 DEFAULT_EPSILONS = (0.001, 0.005, 0.02)
 MAX_GRID_POINTS = 2001
-def eps_label(eps: float) -> str:
-    """Canonical text for an epsilon in result keys: plain decimal, no trailing zeros ('0.001')."""
-    text = f"{float(eps):.10f}".rstrip("0").rstrip(".")
-    return text or "0"
-
-
-def result_key(rule: str | Rule, what: str, statistic: str = "revenue") -> str:
-    """``result_key("second_price_r0.5", "lower_eps0.001")`` -> ``cf/second_price_r0.5/lower_eps0.001``."""
-    return f"{PREFIX[statistic]}/{parse_rule(rule).name}/{what}"
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from pipeline.games.auction import Rule
+from pipeline.games.rules import Rule
 
 DEFAULT_ITERS = 200
 DEFAULT_POINT_ITERS = 1000
