@@ -223,15 +223,23 @@ def test_bounds_contain_the_point_and_widen_with_epsilon(equilibrium_table):
 
 
 def test_raw_bounds_are_ordered_and_widen_with_epsilon_before_any_clamp(equilibrium_run):
-    """The optimiser's own numbers, not the clamped ones: a clamp that fires would hide its failure."""
+    """The optimiser's own numbers, not the clamped ones: a clamp that fires would hide its failure.
+
+    Measured gaps: every pair that differs differs by >= 0.068 (first against second epsilon of r = 0.9's lower
+    bounds), far above anything a CPU's floating-point kernels move; the pairs that do not differ reach the same
+    extreme (r = 0.9's lower bound at eps 0.005 and 0.02, both 0.00085; the zero revenue of r = 1.0 and of a lone
+    bidder), which another CPU may compute a rounding apart: they are compared with a slack of 1e-9."""
     raw, table = equilibrium_run.raw, equilibrium_run.table
+    slack = 1e-9
     for rule in RULES:
         point = table[f"cf/{rule}/point"]
         lower = [raw[f"cf/{rule}/lower_eps{eps_label(e)}"] for e in EPSILONS]
         upper = [raw[f"cf/{rule}/upper_eps{eps_label(e)}"] for e in EPSILONS]
-        assert all(lo <= point <= hi for lo, hi in zip(lower, upper)), (rule, lower, point, upper)
-        assert lower == sorted(lower, reverse=True) and upper == sorted(upper), (rule, lower, upper)
-    assert equilibrium_run.clamps == []
+        assert all(lo <= point + slack and point <= hi + slack for lo, hi in zip(lower, upper)), (rule, lower, point, upper)
+        assert all(a >= b - slack for a, b in zip(lower, lower[1:])), (rule, lower)
+        assert all(a <= b + slack for a, b in zip(upper, upper[1:])), (rule, upper)
+    # A clamp moves a number only by what the optimiser fell short; none fired here, beyond the slack.
+    assert all(abs(float(line.split("moved ")[1].split(",")[0])) <= slack for line in equilibrium_run.clamps)
 
 
 def test_a_clamp_that_fires_is_listed():

@@ -798,8 +798,11 @@ def test_predict_welfare_scales_and_skips_bounds_without_epsilons():
     assert scaled.scale.unit == pytest.approx(10.0)
     assert [k.replace("r2.0", "r0.2").replace("eps0.1", "eps0.01") for k in scaled.table] == list(base.table)
     assert "cfw/first_price_n2/upper_eps0.01" in base.table
+    # Points are closed-form integrals: x 10 to rounding. Bounds come out of unconverged Frank-Wolfe, where 155 of
+    # these 1,000 bids not round-tripping through x 10 / 10 (1e-17) can flip a tie between exactly equal best
+    # responses and move a bound by ~1e-4 (as a changed CPU kernel can); a unit error moves them by 10% or more.
     for key, scaled_key in zip(base.table, scaled.table):
-        assert scaled.table[scaled_key] == pytest.approx(10 * base.table[key], rel=1e-9)
+        assert scaled.table[scaled_key] == pytest.approx(10 * base.table[key], rel=1e-9 if key.endswith("point") else 2e-3)
     for rule in rules:
         lower, point, upper = (base.table[f"cfw/{rule}/{w}"] for w in ("lower_eps0.01", "point", "upper_eps0.01"))
         assert lower <= point <= upper and upper - lower > 0.02
