@@ -5,7 +5,7 @@
     python benchmarks/seed_batching.py --single-experiment dqn_acrobot --batched-experiment dqn_acrobot \
         --single env=acrobot --solved-at -100
 
-Both sides run here, in this process, on one CPU thread, one after the other, through `pipeline.run.run`:
+Both sides run here, in this process, on one CPU thread, one after the other, through `pipeline.runtime.run.run`:
 (a) the single-seed preset (`experiment=dqn_cartpole`) for seeds 0..n-1;
 (b) one run of `seeds_per_process=K` agents of the batched preset (`experiment=dqn_cartpole_seeds`:
     the same recipe with tensor envs, 8 envs per agent and a narrower MLP; see its YAML header).
@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 from hydra import compose, initialize_config_module
 
-from pipeline.run import run
+from pipeline.runtime.run import run
 
 CARTPOLE_SOLVED = 475.0
 

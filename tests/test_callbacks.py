@@ -9,8 +9,8 @@ from hydra import compose, initialize_config_module
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from lightning.pytorch.demos.boring_classes import BoringModel
 
-from pipeline.callbacks import build_callbacks, trainer_kwargs
-from pipeline.config_checks import ConfigError, group_options
+from pipeline.config.checks import ConfigError, group_options
+from pipeline.runtime.callbacks import build_callbacks, trainer_kwargs
 from pipeline_testing import read_result, run_cli
 
 

@@ -57,7 +57,7 @@ def test_removing_an_optional_group_reads_as_none(tmp_path):
 
 def test_check_values_directly(make_cfg):
     """The checks run.py calls before writing a record, on configs composed as the CLI does."""
-    from pipeline.config_checks import ConfigError, check_values
+    from pipeline.config.checks import ConfigError, check_values
 
     check_values(make_cfg("experiment=dqn_cartpole", "seed=4294967295", "task.gamma=0", "model.hidden=[1]"))
     for bad in ("seed=true", "task.gamma=-0.01", "model.hidden=[8,-2]", "seeds_per_process=1.5"):
@@ -96,7 +96,7 @@ def test_help_lists_groups_and_options():
 
 @pytest.mark.parametrize("group", ["loss", "optimizer", "scheduler", "device", "logger", "trainer", "callbacks"])
 def test_group_options_compose(make_cfg, group):
-    from pipeline.config_checks import group_options
+    from pipeline.config.checks import group_options
 
     for option in group_options()[group]:
         if group == "device" and option in ("cuda", "mps"):

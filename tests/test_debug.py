@@ -10,7 +10,7 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from pipeline.debug import REPLAY_CAP, apply_debug, debug_trainer
+from pipeline.config.debug import REPLAY_CAP, apply_debug, debug_trainer
 from pipeline_testing import ROOT, read_result
 
 PRESETS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))

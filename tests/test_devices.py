@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from pipeline.devices import DeviceError, flushes_denormals, resolve_accelerator, setup_device
+from pipeline.runtime.devices import DeviceError, flushes_denormals, resolve_accelerator, setup_device
 
 
 @pytest.fixture(autouse=True)
@@ -45,7 +45,7 @@ def test_flushes_denormals_reads_the_current_setting():
 
 @pytest.mark.slow
 def test_a_run_gives_the_caller_its_denormal_setting_back(make_cfg, tmp_path):
-    from pipeline.run import run
+    from pipeline.runtime.run import run
 
     torch.set_flush_denormal(False)
     records = run(make_cfg("experiment=supervised_digits", "trainer=debug", "trainer.enable_progress_bar=false"), tmp_path)

@@ -12,10 +12,10 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from pipeline.eval import REPLAY_SEED_OFFSET
 from pipeline.eval import main as eval_main
 from pipeline.nets.mlp import MLP
 from pipeline.rl.envs import evaluate_greedy
+from pipeline.runtime.replay import REPLAY_SEED_OFFSET
 from pipeline_testing import ROOT, read_result, run_cli
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from pipeline.grouping import IGNORED, config_id, differences, flatten, group_name, semantic_config
+from pipeline.config.grouping import IGNORED, config_id, differences, flatten, group_name, semantic_config
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ import torch
 import wandb
 import yaml
 
-from pipeline.loggers import build_loggers, finish_loggers, log_records_to_wandb, publish_record
-from pipeline.run import run
+from pipeline.runtime.loggers import build_loggers, finish_loggers, log_records_to_wandb, publish_record
+from pipeline.runtime.run import run
 from pipeline_testing import read_result
 
 SWEEP = "abc123"

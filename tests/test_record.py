@@ -7,7 +7,15 @@ import platform
 import numpy as np
 import torch
 
-from pipeline.record import RESULT, SCHEMA_VERSION, RunRecord, read_record, read_result, versions, write_json
+from pipeline.store.record import (
+    RESULT,
+    SCHEMA_VERSION,
+    RunRecord,
+    read_record,
+    read_result,
+    versions,
+    write_json,
+)
 
 
 def _record(tmp_path, **fields) -> RunRecord:
@@ -80,7 +88,7 @@ def test_git_commit_is_the_checkout_head():
     from pathlib import Path
 
     import pipeline
-    from pipeline.record import git_commit
+    from pipeline.store.record import git_commit
 
     here = Path(pipeline.__file__).resolve().parent
     head = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True)
@@ -119,7 +127,7 @@ def test_the_json_is_indented_and_a_side_file_can_be_chosen(tmp_path):
 def test_a_checkout_without_commits_records_no_commit(tmp_path, monkeypatch):
     import subprocess
 
-    from pipeline.record import git_commit
+    from pipeline.store.record import git_commit
 
     # git fails here (exit 128) yet prints "HEAD" on stdout: only the exit status says there is no commit.
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)

@@ -9,7 +9,7 @@ from hydra.utils import instantiate
 
 from pipeline.data.digits import DigitsDataModule
 from pipeline.nets.mlp import MLP
-from pipeline.run import run
+from pipeline.runtime.run import run
 from pipeline_testing import read_result, run_cli
 
 SHORT = ("experiment=supervised_digits", "trainer.max_epochs=3", "trainer.enable_progress_bar=false")

@@ -14,9 +14,10 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from pipeline.curves import CurveLog, CurveLogger
 from pipeline.nets.mlp import MLP
 from pipeline.report.stats import fast_iqm
+from pipeline.runtime.loggers import CurveLogger
+from pipeline.store.curves import CurveLog
 from pipeline.tasks.supervised import SupervisedTask, split_tensors, target_kind
 from pipeline.tune.pruning import PRUNED_REASON, TrialReporter
 

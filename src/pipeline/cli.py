@@ -12,11 +12,13 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from pipeline import config_checks, quiet
-from pipeline.config_checks import ConfigError, check_group_overrides
+from pipeline.config import checks as config_checks
+from pipeline.config.checks import ConfigError, check_group_overrides
+from pipeline.runtime import quiet
+from pipeline.runtime.context import exit_status
+from pipeline.store.record import summary_line
 
 log = logging.getLogger("pipeline")
-_exit_code = 0
 
 
 def _sweep_uid() -> str:
@@ -32,24 +34,16 @@ if not OmegaConf.has_resolver("pipeline_uid"):
     OmegaConf.register_new_resolver("pipeline_uid", _sweep_uid, use_cache=True)
 
 
-def summary_line(record: dict) -> str:
-    metric = record.get("primary_metric")
-    value = (record.get("metrics") or {}).get(metric)
-    shown = f"{metric}={value:.4g}" if isinstance(value, int | float) else "no metric"
-    return f"seed={record.get('seed')} {record.get('status')} {shown} in {record.get('wall_time_s')} s -> {record.get('run_dir')}"
-
-
 @hydra.main(version_base="1.3", config_path="pkg://pipeline.conf", config_name="config")
 def hydra_entry(cfg: DictConfig) -> list[dict]:
-    global _exit_code
-    from pipeline.debug import apply_debug
+    from pipeline.config.debug import apply_debug
 
     apply_debug(cfg)  # trainer=debug wins over the preset's own lengths (idempotent: run.py may call it too)
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     if not multirun:
         _check_before_running(cfg)
-    # pipeline.job is light: Lightning is imported by the process that trains (a sweep's child, or this one).
-    from pipeline.job import hydra_job
+    # pipeline.runtime.job is light: Lightning is imported by the process that trains (a sweep's child, or this one).
+    from pipeline.runtime.job import hydra_job
 
     try:
         records = hydra_job(cfg)
@@ -57,7 +51,7 @@ def hydra_entry(cfg: DictConfig) -> list[dict]:
         if type(exc).__name__ != "RunRefused" and not isinstance(exc, ConfigError):
             raise
         log.error(f"error: {exc}")
-        _exit_code = 2 if isinstance(exc, ConfigError) else 1
+        exit_status.set(2 if isinstance(exc, ConfigError) else 1)
         if multirun:
             raise
         return []
@@ -67,11 +61,11 @@ def hydra_entry(cfg: DictConfig) -> list[dict]:
         if record.get("status") == "ok":
             log.info(summary_line(record))
         elif record.get("status") == "interrupted":
-            _exit_code = int((record.get("interrupted") or {}).get("exit_code") or 130)
+            exit_status.set(int((record.get("interrupted") or {}).get("exit_code") or 130))
         else:
             where = record.get("run_dir")
             log.error(f"run failed: {record.get('error')}  (record kept in {where}/result.json, traceback in {where}/error.log)")
-            _exit_code = 1
+            exit_status.set(1)
     if len(records) > 1:
         values = [(r.get("metrics") or {}).get(r.get("primary_metric") or "") for r in records]
         values = [v for v in values if isinstance(v, int | float)]
@@ -101,7 +95,7 @@ def _check_device(cfg: DictConfig) -> None:
     requested = str(OmegaConf.select(cfg, "device.accelerator", default="auto") or "auto").lower()
     if requested in ("auto", "cpu"):
         return  # always satisfiable: no need to load torch here
-    from pipeline.devices import DeviceError, resolve_accelerator
+    from pipeline.runtime.devices import DeviceError, resolve_accelerator
 
     try:
         resolve_accelerator(requested)
@@ -130,4 +124,4 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(2)
     sys.argv = [sys.argv[0], *argv]
     hydra_entry()
-    sys.exit(_exit_code)
+    sys.exit(exit_status.code)

@@ -19,6 +19,9 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from pipeline.runtime.context import exit_status
+from pipeline.store.record import summary_line
+
 log = logging.getLogger("pipeline.sweep")
 
 # Overrides that may differ between a sweep and its resume without changing what it computes.
@@ -73,8 +76,6 @@ class SweepReportCallback(Callback):
         if isinstance(records, dict):
             records = [records]
         if isinstance(records, list) and config.hydra.mode is not None and str(config.hydra.mode) == "RunMode.MULTIRUN":
-            from pipeline.cli import summary_line
-
             for record in records:
                 print(f"[job {config.hydra.job.num}] {summary_line(record)}", flush=True)
 
@@ -102,9 +103,7 @@ class SweepReportCallback(Callback):
                                 group=group, entity=wandb_cfg.get("entity"), mode=wandb_cfg.get("mode"))
         unfinished = unfinished_runs(sweep_dir)
         if unfinished:
-            from pipeline import cli
-
-            cli._exit_code = 1
+            exit_status.at_least(1)
             print(f"{len(unfinished)} run(s) did not finish ok: " + "; ".join(unfinished[:5]), flush=True)
             print(f"finish the sweep with: {sweep_command(config)}", flush=True)
 

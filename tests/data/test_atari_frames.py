@@ -6,7 +6,7 @@ import torch
 
 from pipeline.data import atari_frames
 from pipeline.data.atari_frames import AtariFramesDataModule, cache_root
-from pipeline.run import run
+from pipeline.runtime.run import run
 from pipeline.tasks.gan_metrics import FixedFrameFeatures, FrameQuality
 
 TINY = dict(game="Pong", n_frames=60, frame_interval=2, seed=0)

@@ -11,6 +11,7 @@ from rliable import library, metrics
 
 from pipeline.report import stats
 from pipeline.report.collect import RunRecord
+from pipeline.report.summary import summarize
 
 # Scores of a realistic size: returns and accuracies, not 1e300 (whose sums overflow for any IQM).
 finite = st.floats(-1e4, 1e4, allow_nan=False, allow_infinity=False)
@@ -283,7 +284,7 @@ def test_compare_groups_and_summarize_by_hand():
     runs = [_run(f"a/{s}", s, v, group="a") for s, v in enumerate([3.0, 4.0, 5.0])]
     runs += [_run(f"b/{s}", s, v, group="b") for s, v in enumerate([1.0, 2.0, 3.0])]
     runs += [_run("c/0", 0, 0.1, group="c", metric="test/loss")]
-    report = stats.summarize(runs, reps=50, seed=2)
+    report = summarize(runs, reps=50, seed=2)
     assert list(report["groups"]) == ["a", "b", "c"]
     assert list(report["comparisons"]) == ["test/acc"]  # c has no partner on its metric
     comparison = report["comparisons"]["test/acc"]
@@ -344,7 +345,7 @@ def test_summarize_passes_its_reps_and_seed_everywhere_and_skips_lone_metrics():
     runs = [_run(f"a/{s}", s, v, group="a") for s, v in enumerate([3.0, 4.0, 5.0, 9.0, 1.0])]
     runs += [_run(f"b/{s}", s, v, group="b") for s, v in enumerate([1.0, 2.0, 3.0, 0.0, 2.5])]
     runs += [_run("c/0", 0, 0.1, group="c", metric="a/loss")]  # sorts before test/acc and has no partner
-    report = stats.summarize(runs, reps=40, seed=5)
+    report = summarize(runs, reps=40, seed=5)
     assert list(report["comparisons"]) == ["test/acc"]
     a = report["groups"]["a"]
     assert a["group"] == "a"
@@ -355,13 +356,13 @@ def test_summarize_passes_its_reps_and_seed_everywhere_and_skips_lone_metrics():
     assert (forward["p"], forward["ci"]) == (direct["p"], direct["ci"])
     lower = [_run(f"l/{s}", s, v, group=g, higher_is_better=False) for g, vals in (("p", [1.0, 2.0, 6.0]), ("q", [3.0, 4.0, 5.0]))
              for s, v in enumerate(vals)]
-    flipped = stats.summarize(lower, reps=40, seed=5)["comparisons"]["test/acc"]["probability_of_improvement"][0]
+    flipped = summarize(lower, reps=40, seed=5)["comparisons"]["test/acc"]["probability_of_improvement"][0]
     direct = stats.probability_of_improvement([-1.0, -2.0, -6.0], [-3.0, -4.0, -5.0], reps=40, seed=5)
     assert (flipped["p"], flipped["ci"]) == (direct["p"], direct["ci"])
 
 
 def test_rl_per_seed_entries_carry_time_to_threshold():
-    # An RL record is one with env_steps (pipeline.record.RunRecord.is_rl), as every DQN/CEM record has.
+    # An RL record is one with env_steps (pipeline.store.record.RunRecord.is_rl), as every DQN/CEM record has.
     runs = [_run(f"r/{s}", s, 500.0, time_to_threshold_s=t, threshold=475.0, env_steps=40_000) for s, t in ((0, 12.5), (1, None))]
     per_seed = stats.group_stats("r", runs, reps=20)["per_seed"]
     assert per_seed["0"]["time_to_threshold_s"] == 12.5 and per_seed["1"]["time_to_threshold_s"] is None
@@ -385,7 +386,7 @@ def test_summarize_draws_the_curve_from_the_groups_valid_runs_only(tmp_path):
 
     ok = [write(f"s{s}", s, "ok", [0.1 * s, 0.2 + 0.1 * s, 0.4]) for s in range(3)]
     failed = write("bad", 9, "failed", [50.0, 60.0, 70.0])
-    report = stats.summarize([*ok, failed], reps=30, seed=4)
+    report = summarize([*ok, failed], reps=30, seed=4)
     expected, seeds = group_curve(ok, reps=30, seed=4)
     curve = report["groups"]["a"]["curve"]
     assert curve is not None and set(curve) == set(expected)
@@ -393,5 +394,5 @@ def test_summarize_draws_the_curve_from_the_groups_valid_runs_only(tmp_path):
         assert np.array_equal(np.asarray(curve[key], dtype=object), np.asarray(value, dtype=object)), key
     assert max(np.asarray(curve["iqm"], dtype=float)) < 1.0  # the failed run's 50-70 stayed out
     assert len(report["curve_seeds"]["a"]) == len(seeds) == 3
-    no_curve = stats.summarize([_run("x/0", 0, 1.0, group="x")], reps=20)
+    no_curve = summarize([_run("x/0", 0, 1.0, group="x")], reps=20)
     assert no_curve["groups"]["x"]["curve"] is None and no_curve["curve_seeds"] == {"x": []}

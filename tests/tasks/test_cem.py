@@ -2,7 +2,7 @@
 
 import pytest
 
-from pipeline.run import run
+from pipeline.runtime.run import run
 
 
 @pytest.mark.slow

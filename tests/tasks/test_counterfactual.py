@@ -8,7 +8,7 @@ import torch
 from pipeline.games.asymmetric import asymmetric_uniform_equilibrium
 from pipeline.games.auction import save_bids_csv, simulate_first_price_bids
 from pipeline.report import build_report
-from pipeline.run import run
+from pipeline.runtime.run import run
 from pipeline_testing import read_result, run_cli
 
 FAST = ("experiment=rmac_auction", "task.rules=[second_price_r0.0,second_price_r0.5,first_price_n3]",

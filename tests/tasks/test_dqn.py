@@ -12,7 +12,7 @@ from pipeline.nets.heads import DuelingQNet, NoisyQNet
 from pipeline.nets.mlp import MLP
 from pipeline.rl.schedules import epsilon_at
 from pipeline.rl.targets import freeze
-from pipeline.run import run
+from pipeline.runtime.run import run
 from pipeline.tasks.dqn import DQNTask, td_targets
 from pipeline_testing import read_result, run_cli
 

@@ -14,12 +14,13 @@ import pytest
 import torch
 from torch import nn
 
-from pipeline.curves import CurveLog, CurveLogger
 from pipeline.nets.heads import NoisyQNet
 from pipeline.nets.mlp import MLP
 from pipeline.report.stats import fast_iqm
 from pipeline.rl.schedules import epsilon_at
 from pipeline.rl.vector import evaluate_agents
+from pipeline.runtime.loggers import CurveLogger
+from pipeline.store.curves import CurveLog
 from pipeline.tasks.dqn import EVAL_SEED_OFFSET, FINAL_EVAL_SEED_OFFSET, DQNTask, elementwise
 from pipeline.tune.pruning import PRUNED_REASON, TrialReporter
 

@@ -12,7 +12,7 @@ from torch import nn
 
 from pipeline.data.digit_images import DigitImagesDataModule
 from pipeline.nets.gan import DCGAN, MLPGAN
-from pipeline.run import run
+from pipeline.runtime.run import run
 from pipeline.tasks import gan_metrics
 from pipeline.tasks.gan import GANTask, image_grid
 from pipeline_testing import read_result

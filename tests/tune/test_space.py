@@ -3,7 +3,7 @@
 import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-from pipeline.config_checks import group_options
+from pipeline.config.checks import group_options
 from pipeline.tune.space import TuneError, format_value, parse_space
 from pipeline.tune.study import make_sampler, open_storage, tell
 

@@ -12,7 +12,7 @@ from typing import Any
 from hydra.core.plugins import Plugins
 from omegaconf import DictConfig, OmegaConf
 
-from pipeline.config_checks import group_options
+from pipeline.config.checks import group_options
 from pipeline.tune.objective import OBJECTIVES, collect, maximize, trial_value
 from pipeline.tune.space import Param, TuneError, format_value, parse_space
 from pipeline.tune.study import tell

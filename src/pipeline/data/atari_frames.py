@@ -38,7 +38,7 @@ def make_ale_env(game: str, seed: int):
     import ale_py
     import gymnasium
 
-    from pipeline.quiet import quiet_ale
+    from pipeline.rl.envs import quiet_ale
 
     quiet_ale(ale_py)
     gymnasium.register_envs(ale_py)

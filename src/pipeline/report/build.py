@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from pipeline.report.collect import ReportInputError, RunRecordWarning, collect_runs
-from pipeline.report.stats import CONFIDENCE, DEFAULT_REPS, DEFAULT_SEED, summarize
+from pipeline.report.stats import CONFIDENCE, DEFAULT_REPS, DEFAULT_SEED
+from pipeline.report.summary import summarize
 
 REPORT_DIR = "report"
 MARKDOWN_FILE = "report.md"

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.record import RunRecord as TypedRecord
+from pipeline.store.record import RunRecord as TypedRecord
 
 RESULT_FILE = "result.json"
 METRICS_FILE = "metrics.csv"
@@ -37,7 +37,7 @@ class RunRecord:
     """One run as the report sees it: the parsed result.json plus where it lives.
 
     `record` is the same result.json read through the typed definition run.py writes
-    (`pipeline.record.RunRecord`): what kind of run it is comes from there, not from guesses here.
+    (`pipeline.store.record.RunRecord`): what kind of run it is comes from there, not from guesses here.
     """
 
     dir: Path

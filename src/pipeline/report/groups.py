@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
-from pipeline.grouping import config_id, differences, semantic_config
+from pipeline.config.grouping import config_id, differences, semantic_config
 from pipeline.report.collect import RunRecord
 
 

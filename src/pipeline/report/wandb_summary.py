@@ -65,7 +65,7 @@ def log_report_to_wandb(
     """
     import wandb
 
-    from pipeline.loggers import sweep_id
+    from pipeline.config.grouping import sweep_id
 
     report_dir = Path(report_dir)
     sweep = sweep_id()  # set in a sweep: the report run carries the same sweep tag as the runs it reports

@@ -25,8 +25,6 @@ def make_atari_env(
     clipped to their sign, optionally a terminal at every lost life. Observations: uint8 (4, 84, 84)."""
     import ale_py
 
-    from pipeline.quiet import quiet_ale
-
     quiet_ale(ale_py)
     gym.register_envs(ale_py)
     # The wrapper does the frame skipping; ALE's own must be off.
@@ -154,3 +152,9 @@ def _to_env_actions(actions, n: int) -> list:
             return actions.reshape(n).tolist()
         return list(actions.numpy())
     return list(actions)
+
+
+def quiet_ale(ale_py) -> None:
+    """ALE prints a banner ("A.L.E: Arcade Learning Environment ... [Powered by Stella]") for every emulator it
+    starts; errors still print. Call right after `import ale_py`."""
+    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)

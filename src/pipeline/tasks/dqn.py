@@ -33,7 +33,6 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from pipeline.checkpoint import rng_state, set_rng_state
 from pipeline.nets.ensemble import clip_grad_norm_per_member_, keep_optimizer_members_, make_ensemble
 from pipeline.nets.td_grad import loss_derivative, relu_mlp_forward, relu_mlp_layers, td_grads_
 from pipeline.rl.envs import env_threshold, make_env
@@ -41,6 +40,7 @@ from pipeline.rl.replay import ReplayBuffer
 from pipeline.rl.schedules import epsilon_at
 from pipeline.rl.targets import freeze, hard_update, soft_update
 from pipeline.rl.vector import GymVectorEnv, evaluate_agents, make_vector_env
+from pipeline.store.checkpoint import rng_state, set_rng_state
 from pipeline.tasks.base import Task, check_finite
 
 # Evaluation envs are seeded away from the training envs' streams.

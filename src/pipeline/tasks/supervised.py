@@ -23,8 +23,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from pipeline.checkpoint import rng_state, set_rng_state
 from pipeline.nets.ensemble import clip_grad_norm_per_member_, make_ensemble
+from pipeline.store.checkpoint import rng_state, set_rng_state
 from pipeline.tasks.base import Task, check_finite
 from pipeline.tasks.dqn import elementwise
 

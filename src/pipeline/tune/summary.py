@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 from omegaconf import OmegaConf
 
-from pipeline.config_checks import group_options
-from pipeline.record import write_json
+from pipeline.config.checks import group_options
+from pipeline.store.record import write_json
 from pipeline.tune.objective import collect, read_records, trial_value
 from pipeline.tune.space import format_value
 

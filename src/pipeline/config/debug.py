@@ -92,7 +92,7 @@ TASKS: dict[str, Callable[[DictConfig, set[str]], None]] = {
 
 def debug_trainer() -> dict:
     """conf/trainer/debug.yaml's values, the marker left out."""
-    from pipeline.config_checks import conf_root
+    from pipeline.config.checks import conf_root
 
     values = OmegaConf.to_container(OmegaConf.load(conf_root() / "trainer" / "debug.yaml"))
     values.pop("debug", None)

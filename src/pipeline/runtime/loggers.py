@@ -8,6 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
+from lightning.pytorch.loggers.logger import rank_zero_experiment
+
+from pipeline.config.grouping import sweep_id
+from pipeline.store.curves import CurveLog
 
 KNOWN = ("csv", "tensorboard", "wandb")
 
@@ -17,14 +21,8 @@ def wandb_mode(requested: str | None) -> str:
     return str(requested or os.environ.get("WANDB_MODE") or "offline")
 
 
-SWEEP_ENV = "PIPELINE_SWEEP_UID"
 # What a run's W&B summary holds besides the final metrics (result.json's values, not the last logged ones).
 RECORD_SUMMARY_KEYS = ("status", "time_to_threshold_s", "env_steps", "wall_time_s")
-
-
-def sweep_id() -> str | None:
-    """The id the CLI gives one sweep invocation (cli._sweep_uid), or None outside a sweep."""
-    return os.environ.get(SWEEP_ENV) or None
 
 
 def wandb_tags(seed, extra) -> list[str]:
@@ -179,7 +177,7 @@ def publish_to_tensorboard(logger: TensorBoardLogger, record: dict) -> None:
     """
     from lightning.pytorch.core.saving import save_hparams_to_yaml
 
-    from pipeline.grouping import semantic_config
+    from pipeline.config.grouping import semantic_config
 
     params = {"experiment": record.get("experiment"), "seed": record.get("seed"), "status": record.get("status"),
               **({"sweep_id": sweep_id()} if sweep_id() else {}), **semantic_config(record.get("config") or {})}
@@ -199,3 +197,37 @@ def publish_record(loggers: list[Logger], record: dict, run_dir: Path) -> None:
             publish_to_tensorboard(logger, record)
         elif type(logger).__name__ == "WandbLogger":
             publish_to_wandb(logger.experiment, record, run_dir)
+
+
+class CurveLogger(Logger):
+    """A Lightning logger writing into a CurveLog (so `self.log` lands in the run's metrics.csv)."""
+
+    def __init__(self, curve: CurveLog):
+        super().__init__()
+        self.curve = curve
+
+    @property
+    def name(self) -> str:
+        return "curves"
+
+    @property
+    def version(self) -> str:
+        return ""
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> CurveLog:
+        return self.curve
+
+    def log_hyperparams(self, params, *args, **kwargs) -> None:  # the record holds the config
+        pass
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        values = {k: (v.item() if hasattr(v, "item") else v) for k, v in metrics.items()}
+        self.curve.log(int(step or 0), {k: v for k, v in values.items() if isinstance(v, int | float)})
+
+    def save(self) -> None:
+        self.curve.flush()
+
+    def finalize(self, status: str) -> None:
+        self.curve.flush()

@@ -1,7 +1,7 @@
 """One Hydra job: its context, and (in sweeps) its own process, so a killed job never takes down the sweep.
 
 Light on purpose (no torch, no Lightning): in a sweep the launcher's process only spawns
-`python -m pipeline.job <dir>` for each job and waits. The child trains; if it is killed (kill -9,
+`python -m pipeline.runtime.job <dir>` for each job and waits. The child trains; if it is killed (kill -9,
 the OOM killer, a crash in native code) the parent records how it ended in the job's result.json
 (signal or exit code, the step its checkpoint holds, the command that finishes the sweep) and returns,
 so the launcher's other jobs go on and the sweep-end report is written over what finished.
@@ -11,85 +11,19 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import shlex
 import signal
 import subprocess
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from pipeline.runtime.context import JobContext
+
 log = logging.getLogger("pipeline")
 
 JOB_DIR = ".pipeline"
-@dataclass
-class JobContext:
-    """What a run needs from Hydra, as plain values (a child process has no Hydra)."""
-
-    run_dir: str
-    multirun: bool = False
-    overrides: list[str] = field(default_factory=list)
-    choices: dict[str, str] = field(default_factory=dict)
-    num_threads: int | None = None
-    sweep_dir: str | None = None
-    job_num: int | None = None
-    # True in a sweep job's own process: SIGUSR2 (SLURM's warning before preemption or the time
-    # limit, as submitit asks for it) then also means "checkpoint and stop".
-    isolated: bool = False
-    # The sweep's own overrides (`seed=0,1,2`, not this job's `seed=1`): what its resume command repeats.
-    sweep_overrides: list[str] = field(default_factory=list)
-
-    @classmethod
-    def from_hydra(cls, cfg: DictConfig) -> JobContext:
-        from hydra.core.hydra_config import HydraConfig
-        from hydra.types import RunMode
-
-        hc = HydraConfig.get()
-        multirun = hc.mode == RunMode.MULTIRUN
-        return cls(
-            run_dir=str(hc.runtime.output_dir),
-            multirun=multirun,
-            overrides=list(hc.overrides.task),
-            choices={str(k): str(v) for k, v in hc.runtime.choices.items() if v is not None},
-            num_threads=threads_for_this_job(cfg.device.num_threads, hc, multirun),
-            sweep_dir=str(hc.sweep.dir) if multirun else None,
-            job_num=int(hc.job.num) if multirun and hc.job.get("num") is not None else None,
-            sweep_overrides=_sweep_overrides(str(hc.sweep.dir)) if multirun else [],
-        )
-
-    def resume_command(self) -> str:
-        """The one command that continues this run (or, in a sweep, finishes the sweep)."""
-        given = self.sweep_overrides if (self.multirun and self.sweep_overrides) else self.overrides
-        skip = ("ckpt_path=", "resume=", "hydra.run.dir=", "hydra.sweep.dir=", "hydra.mode=")
-        args = " ".join(shlex.quote(o) for o in given if not o.startswith(skip))
-        if self.multirun and self.sweep_dir:
-            return f"python -m pipeline -m {args} hydra.sweep.dir={shlex.quote(self.sweep_dir)} resume=true".replace("  ", " ")
-        return f"python -m pipeline {args} hydra.run.dir={shlex.quote(self.run_dir)} ckpt_path=last".replace("  ", " ")
-
-
-def _sweep_overrides(sweep_dir: str) -> list[str]:
-    saved = Path(sweep_dir) / "multirun.yaml"
-    try:
-        hydra = OmegaConf.load(saved).hydra
-        return [str(o) for o in (*hydra.overrides.hydra, *hydra.overrides.task)]
-    except (OSError, ValueError, AttributeError):
-        return []
-
-
-def threads_for_this_job(requested, hydra_cfg, multirun: bool) -> int | None:
-    """Under a parallel launcher, jobs x threads must not exceed the cores (oversubscription is 3-10x slower)."""
-    n_jobs = OmegaConf.select(hydra_cfg, "launcher.n_jobs", default=None)
-    if not multirun or not isinstance(n_jobs, int) or requested is None:
-        return requested
-    cores = os.cpu_count() or 1
-    # joblib: -1 means all cores, -2 all but one, ...
-    parallel = cores + 1 + n_jobs if n_jobs < 0 else n_jobs
-    cap = max(1, cores // max(1, parallel))
-    if int(requested) > cap:
-        log.info(f"device.num_threads={requested} lowered to {cap}: {parallel} parallel jobs on {cores} cores")
-    return min(int(requested), cap)
 
 
 def hydra_job(cfg: DictConfig) -> list[dict]:
@@ -102,7 +36,7 @@ def hydra_job(cfg: DictConfig) -> list[dict]:
             return done
     if ctx.multirun and bool(cfg.get("isolate_jobs", True)):
         return run_in_child(cfg, ctx)
-    from pipeline.run import run_job
+    from pipeline.runtime.run import run_job
 
     return run_job(cfg, ctx)
 
@@ -114,7 +48,7 @@ def run_in_child(cfg: DictConfig, ctx: JobContext) -> list[dict]:
     OmegaConf.save(cfg, job_dir / "config.yaml", resolve=True)
     (job_dir / "context.json").write_text(json.dumps({**asdict(ctx), "isolated": True}, indent=2))
     # Its own process group: a terminal's Ctrl-C reaches this process only, which forwards it once.
-    child = subprocess.Popen([sys.executable, "-m", "pipeline.job", str(job_dir)], start_new_session=True)
+    child = subprocess.Popen([sys.executable, "-m", "pipeline.runtime.job", str(job_dir)], start_new_session=True)
     received: list[int] = []
 
     def forward(signum, frame):  # Ctrl-C / SIGTERM reach the child, which saves and stops cleanly
@@ -157,14 +91,14 @@ def _chain(first, second):
 
 
 def read_job_records(run_dir: Path, k: int, seed: int) -> list[dict]:
-    from pipeline.record import read_result
+    from pipeline.store.record import read_result
 
     dirs = [run_dir] if k <= 1 else [run_dir / f"seed{seed + i}" for i in range(k)]
     return [r for r in (read_result(d) for d in dirs) if r is not None]
 
 
 def _record_death(record: dict, how: str, ctx: JobContext) -> dict:
-    from pipeline.record import RESULT, write_json
+    from pipeline.store.record import RESULT, write_json
 
     if record.get("status") == "ok":  # never overwrite a finished record
         return record
@@ -183,10 +117,10 @@ def child_main(job_dir: str) -> int:
     ctx = JobContext(**json.loads((job_dir_path / "context.json").read_text()))
     cfg = OmegaConf.load(job_dir_path / "config.yaml")
     _log_to(Path(ctx.run_dir) / "run.log")
-    from pipeline.quiet import install
+    from pipeline.runtime.quiet import install
 
     install()  # a sweep's job process never goes through cli.main
-    from pipeline.run import exit_code_of, run_job
+    from pipeline.runtime.run import exit_code_of, run_job
 
     records = run_job(cfg, ctx)
     return exit_code_of(records)

@@ -162,3 +162,11 @@ class RunRecord:
 def read_record(run_dir: Path) -> RunRecord | None:
     data = read_result(run_dir)
     return None if data is None else RunRecord.from_dict(data)
+
+
+def summary_line(record: dict) -> str:
+    """One line for a finished run: seed, status, primary metric, wall time and where it is."""
+    metric = record.get("primary_metric")
+    value = (record.get("metrics") or {}).get(metric)
+    shown = f"{metric}={value:.4g}" if isinstance(value, int | float) else "no metric"
+    return f"seed={record.get('seed')} {record.get('status')} {shown} in {record.get('wall_time_s')} s -> {record.get('run_dir')}"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from pipeline.config_checks import ConfigError
+from pipeline.config.checks import ConfigError, callback_entries, check_callback_entries, one_line
 
 # Trainer arguments the pipeline sets from its own groups: the key to use instead.
 OWNED = {
@@ -30,7 +30,7 @@ OWNED = {
 # Defaults of the pipeline that a user may still override with trainer.<key>.
 PIPELINE_DEFAULTS = {"num_sanity_val_steps": 0, "enable_model_summary": False, "enable_checkpointing": False}
 SUMMARY_CALLBACKS = ("ModelSummary", "RichModelSummary")
-# Keys of conf/trainer/*.yaml that are no Trainer arguments (read by pipeline.debug).
+# Keys of conf/trainer/*.yaml that are no Trainer arguments (read by pipeline.config.debug).
 NOT_TRAINER_ARGS = ("debug",)
 
 
@@ -40,27 +40,8 @@ def _trainer_params() -> list[str]:
     return [p for p in inspect.signature(L.Trainer.__init__).parameters if p != "self"]
 
 
-def _entries(cfg: DictConfig) -> list[tuple[str, object]]:
-    node = OmegaConf.select(cfg, "callbacks", default=None)
-    if node is None:
-        return []
-    if not isinstance(node, DictConfig):
-        raise ConfigError(f"callbacks: expected named callback configs, got {node!r}; e.g. callbacks=default")
-    return list(node.items())
-
-
-def check_callback_entries(cfg: DictConfig) -> None:
-    """Each cfg.callbacks entry must be a config with a _target_ (`+callbacks.x=1` is refused, not ignored)."""
-    for name, entry in _entries(cfg):
-        if not isinstance(entry, DictConfig) or "_target_" not in entry:
-            raise ConfigError(
-                f"callbacks.{name}: expected a callback config with a _target_, got {entry!r}; "
-                f"e.g. +callbacks.{name}._target_=lightning.pytorch.callbacks.EarlyStopping"
-            )
-
-
 def _targets(cfg: DictConfig) -> list[str]:
-    return [str(entry.get("_target_", "")) for _, entry in _entries(cfg) if isinstance(entry, DictConfig)]
+    return [str(entry.get("_target_", "")) for _, entry in callback_entries(cfg) if isinstance(entry, DictConfig)]
 
 
 def trainer_kwargs(cfg: DictConfig) -> dict:
@@ -91,13 +72,6 @@ def trainer_kwargs(cfg: DictConfig) -> dict:
     return kwargs
 
 
-def _one_line(exc: BaseException) -> str:
-    while exc.__cause__ is not None and type(exc).__name__ == "InstantiationException":
-        exc = exc.__cause__
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
-
-
 def build_callbacks(cfg: DictConfig, run_dir: Path | str | None = None, own: Iterable = ()) -> list:
     """The pipeline's own callbacks (`own`) plus those in cfg.callbacks; a configured callback replaces an
     own one of the same class (e.g. callbacks=model_checkpoint replaces the pipeline's checkpoint).
@@ -110,11 +84,11 @@ def build_callbacks(cfg: DictConfig, run_dir: Path | str | None = None, own: Ite
 
     check_callback_entries(cfg)
     built = []
-    for name, entry in _entries(cfg):
+    for name, entry in callback_entries(cfg):
         try:
             callback = instantiate(entry)
         except Exception as exc:
-            raise ConfigError(f"callbacks.{name} ({entry._target_}): {_one_line(exc)}") from exc
+            raise ConfigError(f"callbacks.{name} ({entry._target_}): {one_line(exc)}") from exc
         if not isinstance(callback, Callback):
             raise ConfigError(f"callbacks.{name}: {entry._target_} is not a lightning.pytorch Callback")
         if isinstance(callback, ModelCheckpoint) and callback.dirpath is None and run_dir is not None:

@@ -131,7 +131,7 @@ SEED_MAX = 2**32 - 1  # numpy's and Lightning's seed range; negative seeds are r
 REQUIRED_GROUPS = ("task", "device", "seeding", "logger", "trainer")
 # Groups that are read key by key (not instantiated): a key the shipped option lacks would be silently ignored.
 CLOSED_GROUPS = ("device", "seeding")
-# Trainer arguments the pipeline sets from another group (pipeline.callbacks.OWNED has the full list).
+# Trainer arguments the pipeline sets from another group (pipeline.runtime.callbacks.OWNED has the full list).
 TRAINER_OWNED = {"precision": "device.precision", "accelerator": "device.accelerator (device=cpu|cuda|mps|auto)"}
 
 
@@ -209,11 +209,36 @@ def check_values(cfg: DictConfig, choices: Mapping[str, str | None] | None = Non
     number in [0, 2^32), seeds_per_process < 1, task.gamma outside [0, 1], a layer width < 1, a key a group
     would silently ignore (`+device.x=1`, `+callbacks.x=1`), a trainer key the pipeline sets from another group.
     Also fills a removed optional group (`~scheduler`) with its `none` option."""
-    from pipeline.callbacks import check_callback_entries
-
     choices = runtime_choices(cfg) if choices is None else choices
     _check_seed(cfg)
     fill_removed_groups(cfg)
     _check_numbers(cfg)
     _check_closed_groups(cfg, choices)
     check_callback_entries(cfg)
+
+
+def callback_entries(cfg: DictConfig) -> list[tuple[str, object]]:
+    node = OmegaConf.select(cfg, "callbacks", default=None)
+    if node is None:
+        return []
+    if not isinstance(node, DictConfig):
+        raise ConfigError(f"callbacks: expected named callback configs, got {node!r}; e.g. callbacks=default")
+    return list(node.items())
+
+
+def check_callback_entries(cfg: DictConfig) -> None:
+    """Each cfg.callbacks entry must be a config with a _target_ (`+callbacks.x=1` is refused, not ignored)."""
+    for name, entry in callback_entries(cfg):
+        if not isinstance(entry, DictConfig) or "_target_" not in entry:
+            raise ConfigError(
+                f"callbacks.{name}: expected a callback config with a _target_, got {entry!r}; "
+                f"e.g. +callbacks.{name}._target_=lightning.pytorch.callbacks.EarlyStopping"
+            )
+
+
+def one_line(exc: BaseException) -> str:
+    # Hydra wraps errors raised in a constructor; the user needs the original message.
+    while type(exc).__name__ == "InstantiationException" and exc.__cause__ is not None:
+        exc = exc.__cause__
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")

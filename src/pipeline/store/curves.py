@@ -21,8 +21,6 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from lightning.pytorch.loggers.logger import Logger, rank_zero_experiment
-
 METRICS = "metrics.csv"
 
 
@@ -100,37 +98,3 @@ def _cell(value: float | None) -> str:
     if value is None:
         return ""
     return repr(value) if math.isfinite(value) else str(value)
-
-
-class CurveLogger(Logger):
-    """A Lightning logger writing into a CurveLog (so `self.log` lands in the run's metrics.csv)."""
-
-    def __init__(self, curve: CurveLog):
-        super().__init__()
-        self.curve = curve
-
-    @property
-    def name(self) -> str:
-        return "curves"
-
-    @property
-    def version(self) -> str:
-        return ""
-
-    @property
-    @rank_zero_experiment
-    def experiment(self) -> CurveLog:
-        return self.curve
-
-    def log_hyperparams(self, params, *args, **kwargs) -> None:  # the record holds the config
-        pass
-
-    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
-        values = {k: (v.item() if hasattr(v, "item") else v) for k, v in metrics.items()}
-        self.curve.log(int(step or 0), {k: v for k, v in values.items() if isinstance(v, int | float)})
-
-    def save(self) -> None:
-        self.curve.flush()
-
-    def finalize(self, status: str) -> None:
-        self.curve.flush()

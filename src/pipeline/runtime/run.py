@@ -31,19 +31,26 @@ from pathlib import Path
 import lightning as L
 import torch
 from hydra.utils import get_class, instantiate
-from lightning.pytorch.callbacks import Callback, Checkpoint
+from lightning.pytorch.callbacks import Checkpoint
 from omegaconf import DictConfig, OmegaConf
 
-from pipeline import config_checks
-from pipeline.checkpoint import CheckpointPolicy, checkpoint_path, load_safely, save_atomic
-from pipeline.curves import METRICS, CurveLog, CurveLogger
-from pipeline.devices import flushes_denormals, setup_device
-from pipeline.grouping import group_name, semantic_config
-from pipeline.job import JobContext
-from pipeline.loggers import build_loggers, finish_loggers
-from pipeline.record import RunRecord, git_commit, read_record, versions
-from pipeline.rundir import Interrupted, RunDirBusy, RunDirLock, StopRequests
-from pipeline.seeding import seed_everything
+from pipeline.config import checks as config_checks
+from pipeline.config.checks import one_line
+from pipeline.config.grouping import group_name, semantic_config
+from pipeline.runtime.checkpointing import (
+    CheckpointPolicy,
+    EpochCheckpointer,
+    ValidationTimer,
+    state_checkpointer,
+)
+from pipeline.runtime.context import JobContext
+from pipeline.runtime.devices import flushes_denormals, setup_device
+from pipeline.runtime.loggers import CurveLogger, build_loggers, finish_loggers
+from pipeline.runtime.rundir import Interrupted, RunDirBusy, RunDirLock, StopRequests
+from pipeline.runtime.seeding import seed_everything
+from pipeline.store.checkpoint import checkpoint_path, load_safely, save_atomic
+from pipeline.store.curves import METRICS, CurveLog
+from pipeline.store.record import RunRecord, git_commit, read_record, versions
 
 log = logging.getLogger("pipeline")
 
@@ -52,53 +59,6 @@ warnings.filterwarnings("ignore", message=".*isinstance.treespec, LeafSpec.*")
 
 class RunRefused(RuntimeError):
     """The run cannot start without losing or mixing up work; the message is one line with the fix."""
-
-
-class ValidationTimer(Callback):
-    """Time spent in validation, so the fit time can be split into train and val."""
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-        self._start = 0.0
-
-    def on_validation_start(self, trainer, pl_module) -> None:
-        self._start = time.perf_counter()
-
-    def on_validation_end(self, trainer, pl_module) -> None:
-        self.seconds += time.perf_counter() - self._start
-
-
-class EpochCheckpointer(Checkpoint):
-    """Lightning-loop tasks: a checkpoint at epoch ends when the policy says so; a stop request ends the fit.
-
-    Saved at epoch ends only: a mid-epoch Lightning checkpoint of our index-based loaders would
-    resume at the start of the epoch anyway. An interrupted run therefore continues from its last
-    finished epoch. A `Checkpoint` so that Lightning runs its epoch end AFTER the task's, as it does
-    ModelCheckpoint's: the task writes that epoch's train row (and a GAN steps its schedulers and
-    scores the epoch) there, and the checkpoint of an epoch must hold all of it. As a plain Callback
-    it saved first, and a run killed after that save lost the checkpointed epoch's train row for good
-    (the resumed run starts at the next epoch).
-    """
-
-    def __init__(self, path: Path, policy: CheckpointPolicy, stop: StopRequests, on_save, saved_epoch: int | None = None) -> None:
-        self.path, self.policy, self.stop, self.on_save = Path(path), policy, stop, on_save
-        self.saved_epoch = saved_epoch
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if self.stop.requested:
-            raise Interrupted(self.saved_epoch)
-
-    def on_train_epoch_end(self, trainer, pl_module) -> None:
-        if not self.policy.enabled:
-            return
-        if self.policy.due(trainer.current_epoch) or trainer.current_epoch + 1 >= (trainer.max_epochs or 0):
-            t0 = time.perf_counter()
-            tmp = self.path.with_name(self.path.name + ".tmp")
-            trainer.save_checkpoint(str(tmp), weights_only=False)
-            tmp.replace(self.path)
-            self.saved_epoch = trainer.current_epoch
-            self.policy.saved(trainer.current_epoch)
-            self.on_save(step=trainer.current_epoch, seconds=time.perf_counter() - t0, size=self.path.stat().st_size)
 
 
 def _is_empty(node) -> bool:
@@ -151,16 +111,8 @@ def _choice_hint(cfg: DictConfig, group: str) -> str:
     return str(target or node)
 
 
-def one_line(exc: BaseException) -> str:
-    # Hydra wraps errors raised in a constructor; the user needs the original message.
-    while type(exc).__name__ == "InstantiationException" and exc.__cause__ is not None:
-        exc = exc.__cause__
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
-
-
 def make_trainer(cfg: DictConfig, accelerator: str, run_dir: Path, loggers, callbacks) -> L.Trainer:
-    from pipeline.callbacks import build_callbacks, trainer_kwargs
+    from pipeline.runtime.callbacks import build_callbacks, trainer_kwargs
 
     built = build_callbacks(cfg, run_dir, own=callbacks)
     kwargs = trainer_kwargs(cfg)
@@ -215,7 +167,7 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> list[dict]:
 
 def run_job(cfg: DictConfig, ctx: JobContext) -> list[dict]:
     """Run one job (K agents) and write its records. Refusals raise RunRefused; every other failure is recorded."""
-    from pipeline.debug import apply_debug
+    from pipeline.config.debug import apply_debug
 
     cfg = apply_debug(cfg)
     run_dir = Path(ctx.run_dir)
@@ -341,7 +293,7 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
 
         callbacks: list = [ValidationTimer()]
         if hasattr(task, "checkpoint_state"):
-            task.checkpoint_hook = _state_checkpointer(task, ckpt_file, policy, stop, note_save)
+            task.checkpoint_hook = state_checkpointer(task, ckpt_file, policy, stop, note_save)
         else:
             callbacks.append(EpochCheckpointer(ckpt_file, policy, stop, note_save, saved_epoch=resume_step))
         policy.start(resume_step or 0)
@@ -377,7 +329,7 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
 
 def _capture_videos(cfg: DictConfig, records: list[RunRecord], dirs: list[Path], device: str) -> None:
     """One greedy episode of each agent's final policy (model.pt) as an MP4, through pipeline.eval's replay code."""
-    from pipeline.eval import Options, log_to_run_loggers, play
+    from pipeline.runtime.replay import Options, log_to_run_loggers, play
 
     for r, d in zip(records, dirs):
         result = play(Options(run_dir=d, episodes=1, video=True, device=str(device)), cfg, int(r.seed))
@@ -414,31 +366,6 @@ def _policy(cfg: DictConfig) -> CheckpointPolicy:
         every_s=None if spec.get("every_s") is None else float(spec.get("every_s")),
         every_steps=None if not spec.get("every_steps") else int(spec.get("every_steps")),
     )
-
-
-def _state_checkpointer(task, path: Path, policy: CheckpointPolicy, stop: StopRequests, note_save):
-    """For tasks that keep their own state (DQN): save when due; on a stop request save and end the fit."""
-
-    def save() -> None:
-        t0 = time.perf_counter()
-        try:
-            state = task.checkpoint_state()
-            size = save_atomic(state, path)
-        except (OSError, RuntimeError) as exc:  # a failed save (disk full, ...) must not end the training
-            policy.saved(task.resume_step)
-            log.warning(f"checkpoint at step {task.resume_step} not saved: {one_line(exc)}; training goes on")
-            return
-        policy.saved(task.resume_step)
-        note_save(step=task.resume_step, seconds=time.perf_counter() - t0, size=size, replay_saved=state.get("replay") is not None)
-
-    def hook(final: bool = False) -> None:
-        if stop.requested and not final:
-            save()
-            raise Interrupted(task.resume_step)
-        if policy.due(task.resume_step) or (final and policy.enabled):
-            save()  # the final one lets ckpt_path=last continue a finished run to a larger budget
-
-    return hook
 
 
 def _attach_trial(task, cfg: DictConfig) -> None:
@@ -509,7 +436,7 @@ def _finish(records, t_start, stop, loggers, curves, cfg, dirs, videos: bool = F
             r.write()
     wandb_cfg = (cfg.get("logger") or {}).get("wandb")
     if wandb_cfg is not None and len(records) > 1:
-        from pipeline.loggers import log_records_to_wandb
+        from pipeline.runtime.loggers import log_records_to_wandb
 
         log_records_to_wandb([r.to_dict() for r in records], dirs, dict(wandb_cfg), OmegaConf.to_container(cfg, resolve=True))
     return [r.to_dict() for r in records]
@@ -519,7 +446,7 @@ def _publish(loggers, records) -> None:
     if len(records) != 1 or not loggers:
         return
     try:
-        from pipeline.loggers import publish_record
+        from pipeline.runtime.loggers import publish_record
     except ImportError:
         return
     try:

@@ -21,9 +21,3 @@ HARMLESS = (
 def install() -> None:
     for message in HARMLESS:
         warnings.filterwarnings("ignore", message=message)
-
-
-def quiet_ale(ale_py) -> None:
-    """ALE prints a banner ("A.L.E: Arcade Learning Environment ... [Powered by Stella]") for every emulator it
-    starts; errors still print. Call right after `import ale_py`."""
-    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)

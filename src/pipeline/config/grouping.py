@@ -24,8 +24,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+# The CLI gives each sweep invocation an id in this environment variable (shared with launcher workers).
+SWEEP_ENV = "PIPELINE_SWEEP_UID"
 
 IGNORED = (
     "seed",
@@ -121,3 +125,8 @@ def differences(configs: Mapping[str, Mapping[str, Any]], choices: Mapping[str, 
             parts = parts[:MAX_SHOWN] + [f"+{len(parts) - MAX_SHOWN} more"]
         names[name] = " ".join(parts)
     return names
+
+
+def sweep_id() -> str | None:
+    """The id the CLI gives one sweep invocation (cli._sweep_uid), or None outside a sweep."""
+    return os.environ.get(SWEEP_ENV) or None

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import os
 import random
-import time
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -84,32 +82,3 @@ def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
     if state.get("cuda") and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
-
-
-@dataclass
-class CheckpointPolicy:
-    """When to save: every `every_s` seconds of wall time or every `every_steps` steps, whichever comes first.
-
-    `enabled: false` turns periodic checkpoints off (the run then saves only on an interruption).
-    """
-
-    enabled: bool = True
-    every_s: float | None = 60.0
-    every_steps: int | None = None
-
-    def __post_init__(self) -> None:
-        self._last_time = time.monotonic()
-        self._last_step = 0
-
-    def start(self, step: int) -> None:
-        self._last_time, self._last_step = time.monotonic(), int(step)
-
-    def due(self, step: int) -> bool:
-        if not self.enabled:
-            return False
-        if self.every_s is not None and time.monotonic() - self._last_time >= float(self.every_s):
-            return True
-        return bool(self.every_steps) and step - self._last_step >= int(self.every_steps)
-
-    def saved(self, step: int) -> None:
-        self.start(step)

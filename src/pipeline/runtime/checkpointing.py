@@ -1,0 +1,118 @@
+"""When and how a training run saves its checkpoint: the policy (every N seconds or steps), the Lightning-loop
+tasks' epoch-end checkpointer, and the hook for tasks that keep their own state (DQN)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from lightning.pytorch.callbacks import Callback, Checkpoint
+
+from pipeline.config.checks import one_line
+from pipeline.runtime.rundir import Interrupted, StopRequests
+from pipeline.store.checkpoint import save_atomic
+
+log = logging.getLogger("pipeline")
+
+
+@dataclass
+class CheckpointPolicy:
+    """When to save: every `every_s` seconds of wall time or every `every_steps` steps, whichever comes first.
+
+    `enabled: false` turns periodic checkpoints off (the run then saves only on an interruption).
+    """
+
+    enabled: bool = True
+    every_s: float | None = 60.0
+    every_steps: int | None = None
+
+    def __post_init__(self) -> None:
+        self._last_time = time.monotonic()
+        self._last_step = 0
+
+    def start(self, step: int) -> None:
+        self._last_time, self._last_step = time.monotonic(), int(step)
+
+    def due(self, step: int) -> bool:
+        if not self.enabled:
+            return False
+        if self.every_s is not None and time.monotonic() - self._last_time >= float(self.every_s):
+            return True
+        return bool(self.every_steps) and step - self._last_step >= int(self.every_steps)
+
+    def saved(self, step: int) -> None:
+        self.start(step)
+
+
+class ValidationTimer(Callback):
+    """Time spent in validation, so the fit time can be split into train and val."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._start = 0.0
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        self._start = time.perf_counter()
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        self.seconds += time.perf_counter() - self._start
+
+
+class EpochCheckpointer(Checkpoint):
+    """Lightning-loop tasks: a checkpoint at epoch ends when the policy says so; a stop request ends the fit.
+
+    Saved at epoch ends only: a mid-epoch Lightning checkpoint of our index-based loaders would
+    resume at the start of the epoch anyway. An interrupted run therefore continues from its last
+    finished epoch. A `Checkpoint` so that Lightning runs its epoch end AFTER the task's, as it does
+    ModelCheckpoint's: the task writes that epoch's train row (and a GAN steps its schedulers and
+    scores the epoch) there, and the checkpoint of an epoch must hold all of it. As a plain Callback
+    it saved first, and a run killed after that save lost the checkpointed epoch's train row for good
+    (the resumed run starts at the next epoch).
+    """
+
+    def __init__(self, path: Path, policy: CheckpointPolicy, stop: StopRequests, on_save, saved_epoch: int | None = None) -> None:
+        self.path, self.policy, self.stop, self.on_save = Path(path), policy, stop, on_save
+        self.saved_epoch = saved_epoch
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self.stop.requested:
+            raise Interrupted(self.saved_epoch)
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        if not self.policy.enabled:
+            return
+        if self.policy.due(trainer.current_epoch) or trainer.current_epoch + 1 >= (trainer.max_epochs or 0):
+            t0 = time.perf_counter()
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            trainer.save_checkpoint(str(tmp), weights_only=False)
+            tmp.replace(self.path)
+            self.saved_epoch = trainer.current_epoch
+            self.policy.saved(trainer.current_epoch)
+            self.on_save(step=trainer.current_epoch, seconds=time.perf_counter() - t0, size=self.path.stat().st_size)
+
+
+def state_checkpointer(task, path: Path, policy: CheckpointPolicy, stop: StopRequests, note_save):
+    """For tasks that keep their own state (DQN): save when due; on a stop request save and end the fit."""
+
+    def save() -> None:
+        t0 = time.perf_counter()
+        try:
+            state = task.checkpoint_state()
+            size = save_atomic(state, path)
+        except (OSError, RuntimeError) as exc:  # a failed save (disk full, ...) must not end the training
+            policy.saved(task.resume_step)
+            log.warning(f"checkpoint at step {task.resume_step} not saved: {one_line(exc)}; training goes on")
+            return
+        policy.saved(task.resume_step)
+        note_save(step=task.resume_step, seconds=time.perf_counter() - t0, size=size, replay_saved=state.get("replay") is not None)
+
+    def hook(final: bool = False) -> None:
+        if stop.requested and not final:
+            save()
+            raise Interrupted(task.resume_step)
+        if policy.due(task.resume_step) or (final and policy.enabled):
+            save()  # the final one lets ckpt_path=last continue a finished run to a larger budget
+
+    return hook

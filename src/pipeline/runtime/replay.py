@@ -1,0 +1,220 @@
+"""Replaying a trained agent (the engine of `python -m pipeline.eval` and of `task.capture_video`).
+
+
+Loads `<run dir>/model.pt` (weights only) into the network the run's own config describes, plays N greedy
+episodes on fresh start states (seeds the run never trained or was scored on), and writes
+`<run dir>/eval.json` (per-episode returns and lengths, mean, std, seeds); with `video=true` an MP4 per
+episode under `<run dir>/videos/`. When the run logged to W&B or TensorBoard, the replay goes there too.
+A seed of a seed-batched run is `<batch dir>/seed<n>` (its config is the batch's).
+
+No Lightning here: a replay starts in about the time torch and gymnasium take to import.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+# Training uses start states from seed + 0 (training), + 10,000 (evaluations), + 20,000 (final evaluation):
+# a replay's episodes start from seed + 30,000 + i, states the agent was never trained or scored on.
+REPLAY_SEED_OFFSET = 30_000
+VIDEO_DIR = "videos"
+EVAL_FILE = "eval.json"
+
+
+class EvalError(ValueError):
+    """A problem the user fixes on the command line (one line, exit 2)."""
+
+
+@dataclass
+class Options:
+    run_dir: Path
+    episodes: int = 10
+    video: bool = False
+    device: str = "cpu"
+    seed: int | None = None
+
+
+def find_config(run_dir: Path) -> tuple[DictConfig, int]:
+    """The run's composed config and its seed (a `seed<n>` dir of a batch: the batch's config, seed n)."""
+    if not run_dir.is_dir():
+        raise EvalError(f"{run_dir}: no such run dir")
+    if not (run_dir / "model.pt").is_file():
+        seeds = sorted(p.name for p in run_dir.glob("seed*") if (p / "model.pt").is_file())
+        hint = f"it holds seeds {', '.join(seeds)}: pass one, e.g. {run_dir / seeds[0]}" if seeds else "did the run finish?"
+        raise EvalError(f"{run_dir}: no model.pt; {hint}")
+    seed_dir = re.fullmatch(r"seed(\d+)", run_dir.name)
+    for where in (run_dir, run_dir.parent if seed_dir else None):
+        if where is None:
+            continue
+        for name in (".hydra/config.yaml", ".pipeline/config.yaml"):
+            if (where / name).is_file():
+                cfg = OmegaConf.load(where / name)
+                return cfg, _run_seed(run_dir, cfg, seed_dir)
+    raise EvalError(f"{run_dir}: no .hydra/config.yaml here{' or in its batch dir' if seed_dir else ''}; was it made by python -m pipeline?")
+
+
+def _run_seed(run_dir: Path, cfg: DictConfig, seed_dir: re.Match | None) -> int:
+    result = run_dir / "result.json"
+    if result.is_file():
+        seed = json.loads(result.read_text()).get("seed")
+        if isinstance(seed, int):
+            return seed
+    return int(seed_dir.group(1)) if seed_dir else int(cfg.get("seed", 0))
+
+
+def env_of(cfg: DictConfig) -> tuple[str, dict]:
+    env = OmegaConf.select(cfg, "env", default=None)
+    if not env or not env.get("id"):
+        task = OmegaConf.select(cfg, "task._target_", default="?")
+        raise EvalError(f"this run ({task}) has no environment: pipeline.eval replays reinforcement-learning agents")
+    kwargs = env.get("kwargs")
+    return str(env.id), dict(OmegaConf.to_container(kwargs, resolve=True) if kwargs else {})
+
+
+def load_policy(cfg: DictConfig, model_path: Path, obs_shape: tuple, n_actions: int, device):
+    """The run's network (from its config), with model.pt's weights, in eval mode."""
+    import torch
+    from hydra.utils import instantiate
+
+    from pipeline.nets.factory import make_net
+
+    net = make_net(instantiate(cfg.model), int(np.prod(obs_shape)), n_actions)
+    try:
+        net.load_state_dict(torch.load(model_path, map_location="cpu", weights_only=True))
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()[0]
+        raise EvalError(f"{model_path} does not fit the run's model config ({cfg.model._target_}): {first}") from None
+    return net.to(device).eval()
+
+
+class Mp4Writer:
+    """Frames to an H.264 MP4 through imageio's ffmpeg (imageio-ffmpeg bundles the binary).
+
+    gymnasium's RecordVideo needs moviepy, which is not a dependency: we write the env's rgb_array frames
+    ourselves. Frames are padded to even sizes (yuv420p needs them) instead of imageio's resize with a warning.
+    """
+
+    def __init__(self, path: Path, fps: float):
+        import imageio.v2 as imageio
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.writer = imageio.get_writer(str(path), fps=fps, codec="libx264", macro_block_size=1, quality=7)
+
+    def add(self, frame: np.ndarray) -> None:
+        h, w = frame.shape[:2]
+        if h % 2 or w % 2:
+            frame = np.pad(frame, ((0, h % 2), (0, w % 2), (0, 0)), mode="edge")
+        self.writer.append_data(frame)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def play(options: Options, cfg: DictConfig, run_seed: int) -> dict:
+    import torch
+
+    from pipeline.rl.envs import is_atari, make_env
+
+    env_id, env_kwargs = env_of(cfg)
+    if is_atari(env_id):
+        # Scored as players score the game (as evaluate_greedy does): unclipped rewards, whole games.
+        env_kwargs.update(clip_rewards=False, terminal_on_life_loss=False)
+    if options.video:
+        env_kwargs["render_mode"] = "rgb_array"
+        # Off-screen frames need no display: without this SDL (classic-control's pygame) prints an XDG error.
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+        os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+    device = torch.device(options.device)
+    first = run_seed + REPLAY_SEED_OFFSET if options.seed is None else options.seed
+    seeds = [first + i for i in range(options.episodes)]
+    env = make_env(env_id, **env_kwargs)
+    net = load_policy(cfg, options.run_dir / "model.pt", env.observation_space.shape, int(env.action_space.n), device)
+    fps = float(env.metadata.get("render_fps") or 30) / float(env_kwargs.get("frame_skip", 1) if is_atari(env_id) else 1)
+    returns, lengths, videos = [], [], []
+    try:
+        for seed in seeds:
+            obs, _ = env.reset(seed=seed)
+            writer = Mp4Writer(options.run_dir / VIDEO_DIR / f"replay-seed{seed}.mp4", fps) if options.video else None
+            total, steps, done = 0.0, 0, False
+            try:
+                while not done:
+                    if writer is not None:
+                        writer.add(env.render())
+                    with torch.inference_mode():
+                        # uint8 frames stay uint8 (the network scales them); everything else becomes float32.
+                        x = torch.as_tensor(np.asarray(obs)).unsqueeze(0).to(device)
+                        action = int(net(x if x.dtype == torch.uint8 else x.float()).argmax(dim=1).item())
+                    obs, reward, terminated, truncated, _ = env.step(action)
+                    total, steps, done = total + float(reward), steps + 1, terminated or truncated
+                if writer is not None:
+                    writer.add(env.render())
+            finally:
+                if writer is not None:
+                    writer.close()
+                    videos.append(str(writer.path))
+            returns.append(total)
+            lengths.append(steps)
+    finally:
+        env.close()
+    return {
+        "run_dir": str(options.run_dir), "env_id": env_id, "run_seed": run_seed, "episodes": len(returns),
+        "seeds": seeds, "returns": returns, "lengths": lengths,
+        "mean": float(np.mean(returns)), "std": float(np.std(returns)), "device": str(device), "videos": videos,
+    }
+
+
+def log_to_run_loggers(cfg: DictConfig, result: dict, run_dir: Path) -> list[str]:
+    """The replay's numbers and videos to the loggers the run itself used; returns their names."""
+    spec = OmegaConf.select(cfg, "logger", default=None) or {}
+    used = []
+    metrics = {"replay/return_mean": result["mean"], "replay/return_std": result["std"]}
+    if "tensorboard" in spec:
+        from torch.utils.tensorboard import SummaryWriter
+
+        writer = SummaryWriter(str(run_dir / "tensorboard" / "replay"))
+        for i, value in enumerate(result["returns"]):
+            writer.add_scalar("replay/return", value, i)
+        for key, value in metrics.items():
+            writer.add_scalar(key, value, 0)
+        # TensorBoard's add_video needs moviepy: the MP4s' paths go in as text instead.
+        if result["videos"]:
+            writer.add_text("replay/videos", "\n\n".join(result["videos"]), 0)
+        writer.close()
+        used.append("tensorboard")
+    if "wandb" in spec:
+        import wandb
+
+        opts = dict(spec.get("wandb") or {})
+        record = run_dir / "result.json"
+        group = json.loads(record.read_text()).get("group") if record.is_file() else None
+        run = wandb.init(
+            project=opts.get("project", "pipeline"), entity=opts.get("entity"), group=group, job_type="replay",
+            name=f"{cfg.get('name', 'run')}-seed{result['run_seed']}-replay", dir=str(run_dir),
+            mode=str(opts.get("mode") or os.environ.get("WANDB_MODE") or "offline"),
+            config={"run_dir": str(run_dir), "episodes": result["episodes"], "seeds": result["seeds"]},
+            settings=wandb.Settings(silent=True, console="off"),
+        )
+        run.log({**metrics, **{f"replay/video_{i}": wandb.Video(p, format="mp4") for i, p in enumerate(result["videos"])}})
+        run.summary.update(metrics)
+        run.finish()
+        used.append("wandb")
+    return used
+
+
+def evaluate_run(options: Options) -> dict:
+    """Replay the run in `options.run_dir`, write eval.json (and videos), log to the run's loggers."""
+    cfg, run_seed = find_config(options.run_dir)
+    result = play(options, cfg, run_seed)
+    result["logged_to"] = log_to_run_loggers(cfg, result, options.run_dir)
+    (options.run_dir / EVAL_FILE).write_text(json.dumps(result, indent=2))
+    return result
+
+
