@@ -75,3 +75,20 @@ def cluster() -> dict[str, str]:
     if reason:
         pytest.skip(f"cluster tests: {reason}")
     return {"partition": settings["PIPELINE_CLUSTER_PARTITION"], "pg_url": settings["PIPELINE_CLUSTER_PG_URL"]}
+
+
+@pytest.fixture
+def start_cli(cluster):
+    """Start `python -m pipeline ...` in the background (slurm_testing.Cli); stopped, and its SLURM jobs
+    cancelled, when the test ends."""
+    from slurm_testing import Cli
+
+    started = []
+
+    def _start(args, cwd):
+        started.append(Cli(args, cwd))
+        return started[-1]
+
+    yield _start
+    for cli in started:
+        cli.stop()

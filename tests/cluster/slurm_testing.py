@@ -37,12 +37,23 @@ class Cli:
         self._reader.join(10)
         return rc, "\n".join(self.lines)
 
-    def array_job(self) -> str | None:
-        """The SLURM job id the launcher printed ('submitted 2 SLURM job(s): 12_0 .. 12_1')."""
+    def job_ids(self) -> list[str]:
+        """The first and last SLURM job ids the launcher printed ('submitted 2 SLURM job(s): 12_0 .. 12_1')."""
         for line in list(self.lines):
             if line.startswith("submitted ") and "SLURM job" in line:
-                return line.split(": ", 1)[1].split()[0].split("_")[0]
-        return None
+                return line.split(": ", 1)[1].split(" .. ")
+        return []
+
+    def array_job(self) -> str | None:
+        ids = self.job_ids()
+        return ids[0].split("_")[0] if ids else None
+
+    def stop(self) -> None:
+        """Teardown: end the sweep and cancel its jobs, whatever the test's outcome."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        for job in {i.split("_")[0] for i in self.job_ids()}:
+            subprocess.run(["scancel", job], capture_output=True)
 
 
 def squeue_states(job: str) -> dict[str, str]:

@@ -11,7 +11,7 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from slurm_testing import SLURM_SMALL, Cli, squeue_states, wait_until
+from slurm_testing import SLURM_SMALL, squeue_states, wait_until
 
 # Long enough (in epochs) that the cancelled task is still training when scancel arrives.
 SWEEP = ["-m", "experiment=supervised_digits", "trainer=debug", "trainer.max_epochs=40", "seed=0,1",
@@ -26,9 +26,9 @@ def _records(sweep: Path) -> dict[int, dict]:
     return out
 
 
-def test_slurm_sweep_scancel_one_task_then_resume_finishes_only_it(tmp_path, cluster):
+def test_slurm_sweep_scancel_one_task_then_resume_finishes_only_it(tmp_path, cluster, start_cli):
     sweep = tmp_path / "sweep"
-    cli = Cli([*SWEEP, f"hydra.launcher.partition={cluster['partition']}", *SLURM_SMALL, f"hydra.sweep.dir={sweep}"], tmp_path)
+    cli = start_cli([*SWEEP, f"hydra.launcher.partition={cluster['partition']}", *SLURM_SMALL, f"hydra.sweep.dir={sweep}"], tmp_path)
     job = wait_until(cli.array_job, 120, "the sweep to submit its array")
     # Cancel seed 1's task once its training process has started, as the scheduler would kill it.
     started = sweep / "1_seed=1,trainer.max_epochs=40,trainer=debug" / ".pipeline" / "context.json"
@@ -55,7 +55,7 @@ def test_slurm_sweep_scancel_one_task_then_resume_finishes_only_it(tmp_path, clu
 
     seed0_before = (sweep / "0_seed=0,trainer.max_epochs=40,trainer=debug" / "result.json").read_text()
     args = shlex.split(resume.split(": ", 1)[1])[3:]  # after "python -m pipeline"
-    rc, out = Cli(args, tmp_path).wait()
+    rc, out = start_cli(args, tmp_path).wait()
     assert rc == 0, out
     records = _records(sweep)
     assert records[0]["status"] == records[1]["status"] == "ok", out
