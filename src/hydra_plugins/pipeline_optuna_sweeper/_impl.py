@@ -171,8 +171,9 @@ class SeedDistributionSearch:
     def _taken(self) -> int:
         from optuna.trial import TrialState
 
-        return sum(1 for t in self.study.get_trials(deepcopy=False)
-                   if t.state != TrialState.WAITING and not t.user_attrs.get("interrupted"))
+        # A FAIL trial was interrupted (its worker killed; a failed seed is a COMPLETE trial with the worst
+        # value): its parameters were enqueued again, so it does not count.
+        return sum(1 for t in self.study.get_trials(deepcopy=False) if t.state not in (TrialState.WAITING, TrialState.FAIL))
 
     def _resume_or_enqueue(self) -> None:
         from optuna.trial import TrialState
@@ -189,7 +190,7 @@ class SeedDistributionSearch:
             if t.state == TrialState.RUNNING:
                 self.study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
                 tell(self.study, t.number, state=TrialState.FAIL)
-                self.study.enqueue_trial(t.params)
+                self.study.enqueue_trial(t.params, user_attrs={"rerun_of": t.number})
                 print(f"[trial {t.number}] interrupted earlier: its parameters run again", flush=True)
 
     def _others_running(self) -> bool:
@@ -305,9 +306,8 @@ class SeedDistributionSearch:
 
 
 def _run_again(study, trial) -> None:
-    """Optuna's stale-trial callback: a dead worker's trial is FAIL (counted as interrupted) and runs again."""
-    study._storage.set_trial_user_attr(trial._trial_id, "interrupted", True)
-    study.enqueue_trial(trial.params, skip_if_exists=False)
+    """Optuna's stale-trial callback (the trial is FAIL already): its parameters run again as a new trial."""
+    study.enqueue_trial(trial.params, user_attrs={"rerun_of": trial.number}, skip_if_exists=False)
     print(f"[trial {trial.number}] its worker stopped answering (no heartbeat): marked FAIL, its parameters "
           "run again", flush=True)
 
