@@ -40,8 +40,9 @@ bench: $(STAMP) ## speed benchmarks, as ratios against a reference run in the sa
 bench-tune: $(STAMP) ## tune dqn_cartpole over seed distributions, then confirm on fresh seeds (~20 minutes on 2 cores)
 	$(PY) benchmarks/tune_dqn.py $(ARGS)
 
-lint: $(STAMP) ## ruff
+lint: $(STAMP) ## ruff, and the layer contracts of pyproject.toml (import-linter)
 	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/lint-imports
 
 cluster-up: ## a one-node SLURM cluster (with accounting) and PostgreSQL on this machine, for the tests marked cluster (root)
 	bash tools/cluster/up.sh

@@ -1,7 +1,7 @@
 """`make bench`: speed as ratios against a reference measured in the same invocation, on one CPU thread.
 
     make bench                                   # everything below (~15-20 min on 2 shared cores)
-    make bench ARGS="--only k1"                  # one or more parts: k1 k16 k64 acrobot atari
+    make bench ARGS="--only k1"                  # one or more parts: k1 k16 k64 acrobot atari rmac_million rmac_grid debug
 
 k1      `experiment=dqn_cartpole` (K = 1: Lightning, Hydra, loggers, run record) against
         `benchmarks/bare_dqn.py`, the plain PyTorch loop a researcher would write, identical
@@ -12,6 +12,8 @@ k64     `experiment=dqn_cartpole` runs (seeds 0..4, measured once for both), wit
 acrobot `experiment=dqn_acrobot` at K = 16 against the same preset at K = 1 (solved: -100).
 atari   `experiment=dqn_atari device=cpu`, a short explicit budget: env steps/s over all agents at
         K = 4 against K = 1.
+debug   every preset with `trainer=debug device=cpu`, in seconds and as a multiple of
+        `python -c "import torch"` timed alongside (`benchmarks/debug_presets.py`).
 
 The machine is shared and noisy, so k1 alternates the two implementations and keeps the best of
 `--repeats`, and every number that matters is a ratio of two runs of this invocation.
@@ -34,7 +36,7 @@ sys.path.insert(0, str(HERE))
 import bare_dqn  # noqa: E402
 import seed_batching  # noqa: E402
 
-PARTS = ("k1", "k16", "k64", "acrobot", "atari", "rmac_million", "rmac_grid")
+PARTS = ("k1", "k16", "k64", "acrobot", "atari", "rmac_million", "rmac_grid", "debug")
 # The default preset's hyperparameters, spelled out for the bare loop.
 SHARED = dict(
     hidden=(128, 128), lr=2.3e-3, adam_fused=True, gamma=0.99, batch_size=64, buffer_size=100_000,
@@ -145,6 +147,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--single-seeds", type=int, default=5, help="k16/k64: single-seed CartPole runs (seeds 0..n-1)")
     parser.add_argument("--acrobot-single-seeds", type=int, default=2)
+    parser.add_argument("--debug-repeats", type=int, default=3, help="debug: runs per preset, the median kept")
     parser.add_argument("--out", type=Path, default=Path("outputs/bench/results.json"))
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -170,6 +173,10 @@ def main(argv: list[str] | None = None) -> None:
         import rmac_grid
 
         results["rmac_grid"] = rmac_grid.measure()
+    if "debug" in args.only:
+        import debug_presets
+
+        results["debug"] = debug_presets.measure(repeats=args.debug_repeats)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"results: {args.out}")

@@ -1,5 +1,6 @@
 """The command line: bad input gets one clear line and a non-zero exit; help lists the groups."""
 
+import subprocess
 import sys
 
 import pytest
@@ -39,13 +40,49 @@ def test_unknown_option_inside_a_sweep_list():
 )
 def test_bad_value_is_one_line_and_no_record(tmp_path, override, names, fix):
     """Refused at start-up: exit 2, one line on stderr naming the key and the fix, no traceback, no result.json."""
-    proc = run_cli("experiment=dqn_cartpole", "trainer=debug", override, f"hydra.run.dir={tmp_path}")
+    run_dir = tmp_path / "run"
+    proc = run_cli("experiment=dqn_cartpole", "trainer=debug", override, f"hydra.run.dir={run_dir}")
     assert proc.returncode == 2, proc.stdout[-1000:] + proc.stderr[-1000:]
     err = proc.stderr.strip().splitlines()
     assert len(err) == 1, proc.stderr
     assert names in err[0] and fix in err[0]
     assert "Traceback" not in proc.stdout + proc.stderr
-    assert not (tmp_path / "result.json").exists()
+    assert not run_dir.exists()  # nothing is created before the config is valid
+
+
+def test_a_config_error_leaves_no_run_dir_in_outputs(tmp_path):
+    proc = run_cli("experiment=supervised_digits", "trainer=debug", "optimizer.lr=abc", cwd=tmp_path)
+    assert proc.returncode == 2 and "optimizer.lr" in proc.stderr
+    assert not (tmp_path / "outputs").exists()
+
+
+def _imported_modules(stderr: str) -> set[str]:
+    """The modules `python -X importtime` reports (its lines: 'import time: self | cumulative | name')."""
+    return {line.rsplit("|", 1)[-1].strip() for line in stderr.splitlines() if line.startswith("import time:")}
+
+
+@pytest.mark.slow
+def test_a_refused_command_changes_nothing_and_answers_before_lightning_loads(tmp_path):
+    """A finished run in a dir: a plain rerun, a resume with a changed key and a resume while the dir is owned are
+    each refused in one line; the dir's .hydra/ config and record stay as they were; Lightning is never imported."""
+    run_dir = tmp_path / "run"
+    first = run_cli("experiment=dqn_cartpole", "trainer=debug", f"hydra.run.dir={run_dir}")
+    assert first.returncode == 0, first.stderr[-2000:]
+    before = {p: p.read_bytes() for p in [run_dir / ".hydra" / "config.yaml", run_dir / "result.json"]}
+    attempts = [
+        (["task.gamma=0.5", "ckpt_path=last"], "task.gamma (0.99 -> 0.5)"),
+        (["model.hidden=[8]", "ckpt_path=last"], "model.hidden"),
+        ([], "already holds a finished run"),
+    ]
+    for extra, named in attempts:
+        proc = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", "pipeline", "experiment=dqn_cartpole", "trainer=debug",
+             f"hydra.run.dir={run_dir}", *extra], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        )
+        errors = [line for line in proc.stderr.splitlines() if not line.startswith("import time:")]
+        assert proc.returncode == 1 and len(errors) == 1 and named in errors[0], proc.stderr[-2000:]
+        assert not any(m == "lightning" or m.startswith("lightning.") for m in _imported_modules(proc.stderr))
+        assert {p: p.read_bytes() for p in before} == before
 
 
 @pytest.mark.slow

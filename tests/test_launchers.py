@@ -1,4 +1,4 @@
-"""README promises about launchers and user configs, each checked on a real run.
+"""Promises of docs/sweeps.md and docs/running.md about launchers and user configs, each checked on a real run.
 
 - a sweep through the submitit launcher (`hydra/launcher=submitit_local`) ends in K records and a report;
 - under a parallel launcher, `device.num_threads` is lowered so jobs x threads fit the cores;

@@ -1,6 +1,6 @@
 """A fast start: help and config errors load no torch or Lightning; a run loads heavy packages only when it uses them.
 
-Start-up time itself is measured, not asserted (README, "Start-up time"): these tests pin what is imported.
+Start-up time itself is measured, not asserted (docs/speed.md, "Start-up time"): these tests pin what is imported.
 """
 
 import json

@@ -6,6 +6,7 @@ a K-member run must end with; losses and accuracies are checked against hand-com
 """
 
 import math
+from dataclasses import dataclass
 
 import lightning as L
 import optuna
@@ -22,6 +23,14 @@ from pipeline.tasks.supervised import SupervisedTask, split_tensors, target_kind
 from pipeline.tune.pruning import PRUNED_REASON, TrialReporter
 
 IN, C = 3, 3
+
+
+@dataclass
+class Sizes:
+    """What the task reads from its datamodule when it is built (the data itself comes to fit_and_evaluate)."""
+
+    in_features: int
+    n_classes: int
 
 
 class TinyData(L.LightningDataModule):
@@ -65,8 +74,8 @@ def sgd(lr):
 
 
 def make_task(loss=None, lr=0.1, seed=0, k=1, **kwargs):
-    return SupervisedTask(net=net, loss=loss or nn.CrossEntropyLoss(), optimizer=kwargs.pop("optimizer", sgd(lr)),
-                          in_features=IN, n_classes=C, seed=seed, n_agents=k, **kwargs)
+    return SupervisedTask.create(net=net, loss=loss or nn.CrossEntropyLoss(), optimizer=kwargs.pop("optimizer", sgd(lr)),
+                                 datamodule=Sizes(IN, C), seed=seed, n_agents=k, **kwargs)
 
 
 def trainer(epochs=1, **kwargs):
@@ -142,7 +151,7 @@ def test_bad_values_are_refused():
 
 
 def test_by_default_one_member_of_seed_0():
-    task = SupervisedTask(net=net, loss=nn.CrossEntropyLoss(), optimizer=sgd(0.1), in_features=IN, n_classes=C)
+    task = SupervisedTask.create(net=net, loss=nn.CrossEntropyLoss(), optimizer=sgd(0.1), datamodule=Sizes(IN, C))
     assert task.agent_seeds == [0] and task.n_agents == 1
     assert_same_weights(plain(task, 0), plain(make_task(seed=0), 0), atol=0)
 
@@ -155,7 +164,7 @@ def test_members_start_as_the_single_runs_of_their_seeds():
 
 def test_per_member_loss_and_accuracy_by_hand():
     # Two members, two samples, two classes; logits chosen so the numbers are known.
-    task = SupervisedTask(net=net, loss=nn.CrossEntropyLoss(), optimizer=sgd(0.1), in_features=IN, n_classes=2, n_agents=2)
+    task = SupervisedTask.create(net=net, loss=nn.CrossEntropyLoss(), optimizer=sgd(0.1), datamodule=Sizes(IN, 2), n_agents=2)
     out = torch.tensor([[[0.0, 0.0], [2.0, 0.0]], [[0.0, math.log(3.0)], [0.0, 0.0]]])
     y = torch.tensor([[0, 1], [1, 1]])
     loss, acc, mae = task.per_member(out, y)
@@ -167,7 +176,7 @@ def test_per_member_loss_and_accuracy_by_hand():
 
 
 def test_one_vs_all_loss_by_hand():
-    task = SupervisedTask(net=net, loss=nn.BCEWithLogitsLoss(), optimizer=sgd(0.1), in_features=IN, n_classes=4)
+    task = SupervisedTask.create(net=net, loss=nn.BCEWithLogitsLoss(), optimizer=sgd(0.1), datamodule=Sizes(IN, 4))
     # each sample has one logit log 3 (sigmoid 3/4) and three 0s (sigmoid 1/2); labels 1, 2, 2 (class 3 never
     # appears, yet is one of the outputs)
     t = math.log(3.0)
@@ -180,7 +189,7 @@ def test_one_vs_all_loss_by_hand():
 
 
 def test_regression_loss_accuracy_and_mae_by_hand():
-    task = SupervisedTask(net=net, loss=nn.MSELoss(), optimizer=sgd(0.1), in_features=IN, n_classes=3)
+    task = SupervisedTask.create(net=net, loss=nn.MSELoss(), optimizer=sgd(0.1), datamodule=Sizes(IN, 3))
     out = torch.tensor([[[0.4], [2.6], [-1.0], [5.0], [1.6]]])  # rounds to 0, 3 -> clamped 2, -1 -> clamped 0, 5 -> 2, 2
     y = torch.tensor([[0, 2, 0, 2, 1]])  # integer labels, regressed as numbers
     loss, acc, mae = task.per_member(out, y)

@@ -6,16 +6,18 @@ import logging
 import os
 import sys
 import uuid
+from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from pipeline.config import checks as config_checks
 from pipeline.config.checks import ConfigError, check_group_overrides
 from pipeline.runtime import quiet
 from pipeline.runtime.context import exit_status
+from pipeline.store.layout import error_log_path, result_path
 from pipeline.store.record import summary_line
 
 log = logging.getLogger("pipeline")
@@ -36,9 +38,6 @@ if not OmegaConf.has_resolver("pipeline_uid"):
 
 @hydra.main(version_base="1.3", config_path="pkg://pipeline.conf", config_name="config")
 def hydra_entry(cfg: DictConfig) -> list[dict]:
-    from pipeline.config.debug import apply_debug
-
-    apply_debug(cfg)  # trainer=debug wins over the preset's own lengths (idempotent: run.py may call it too)
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     if not multirun:
         _check_before_running(cfg)
@@ -64,7 +63,7 @@ def hydra_entry(cfg: DictConfig) -> list[dict]:
             exit_status.set(int((record.get("interrupted") or {}).get("exit_code") or 130))
         else:
             where = record.get("run_dir")
-            log.error(f"run failed: {record.get('error')}  (record kept in {where}/result.json, traceback in {where}/error.log)")
+            log.error(f"run failed: {record.get('error')}  (record kept in {result_path(where)}, traceback in {error_log_path(where)})")
             exit_status.set(1)
     if len(records) > 1:
         values = [(r.get("metrics") or {}).get(r.get("primary_metric") or "") for r in records]
@@ -74,14 +73,14 @@ def hydra_entry(cfg: DictConfig) -> list[dict]:
     return records
 
 
-def _check_before_running(cfg: DictConfig) -> None:
+def _check_before_running(cfg: DictConfig, choices: dict | None = None) -> None:
     """A bad value is one line and exit 2 before Lightning loads (seconds) and before any record is written.
 
     Single runs only: in a sweep each job checks in its own process and its record says what was wrong.
     """
     try:
         config_checks.check_missing(cfg)
-        choices = config_checks.runtime_choices(cfg)
+        choices = config_checks.runtime_choices(cfg) if choices is None else choices
         config_checks.check_types(cfg, choices)
         config_checks.check_values(cfg, choices)
         _check_device(cfg)
@@ -103,6 +102,34 @@ def _check_device(cfg: DictConfig) -> None:
         raise ConfigError(str(exc)) from None
 
 
+def _check_single_run_first(argv: list[str]) -> None:
+    """A single run's config and run dir are checked before Hydra creates the dir or writes its .hydra/: a bad
+    value (exit 2) or a refused run dir (busy, finished, resumed with another config: exit 1) changes nothing
+    on disk and answers before Lightning is imported. Sweeps check each job in its own process."""
+    if any(a.startswith("-") for a in argv):  # -m, --cfg, --help, --info, ...: Hydra's own business
+        return
+    from hydra import compose, initialize_config_module
+
+    from pipeline.runtime.preflight import RunRefused, preflight
+
+    try:
+        with initialize_config_module(config_module="pipeline.conf", version_base="1.3"):
+            cfg = compose(config_name="config", overrides=argv, return_hydra_config=True)
+    except Exception:  # noqa: BLE001 - Hydra reports its own errors (with its hints) when it composes for real
+        return
+    choices = config_checks.runtime_choices(cfg)
+    run_dir = Path(str(cfg.hydra.run.dir))
+    with open_dict(cfg):
+        del cfg["hydra"]  # the job's config, as the run gets it (Hydra's node still has sweep-only values unset)
+    _check_before_running(cfg, choices)
+    if any(a.startswith("hydra.run.dir=") for a in argv):
+        try:
+            preflight(cfg, run_dir)
+        except RunRefused as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            sys.exit(1)
+
+
 def _user_config_dirs(argv: list[str]) -> bool:
     return any(a in ("--config-dir", "-cd", "--config-path", "-cp") or "searchpath" in a for a in argv)
 
@@ -122,6 +149,8 @@ def main(argv: list[str] | None = None) -> None:
         except ConfigError as exc:
             print(f"error: {exc}", file=sys.stderr)
             sys.exit(2)
+    if not _user_config_dirs(argv):
+        _check_single_run_first(argv)
     sys.argv = [sys.argv[0], *argv]
     hydra_entry()
     sys.exit(exit_status.code)

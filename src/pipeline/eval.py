@@ -15,7 +15,8 @@ import math
 import sys
 from pathlib import Path
 
-from pipeline.runtime.replay import EVAL_FILE, EvalError, Options, evaluate_run
+from pipeline.runtime.replay import EvalError, Options, evaluate_run
+from pipeline.store.layout import EVAL_FILE
 
 USAGE = "usage: python -m pipeline.eval <run dir> [episodes=10] [video=false] [device=cpu] [seed=<first episode seed>]"
 

@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import shlex
 import sys
@@ -20,7 +19,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.runtime.context import exit_status
-from pipeline.store.record import summary_line
+from pipeline.store.record import read_records, summary_line
 
 log = logging.getLogger("pipeline.sweep")
 
@@ -97,7 +96,7 @@ class SweepReportCallback(Callback):
         if wandb_cfg is not None and report is not None:
             from pipeline.report.wandb_summary import log_report_to_wandb
 
-            groups = {r.get("group") for r in _records(sweep_dir)}
+            groups = {r.group for r in read_records(sweep_dir)}
             group = groups.pop() if len(groups) == 1 else str(config.name)  # the runs' own W&B group when they share one
             log_report_to_wandb(report, sweep_dir / "report", project=wandb_cfg.get("project", "pipeline"),
                                 group=group, entity=wandb_cfg.get("entity"), mode=wandb_cfg.get("mode"))
@@ -108,21 +107,9 @@ class SweepReportCallback(Callback):
             print(f"finish the sweep with: {sweep_command(config)}", flush=True)
 
 
-def _records(sweep_dir: Path) -> list[dict]:
-    records = []
-    for path in sorted(sweep_dir.rglob("result.json")):
-        if "report" in path.parts:
-            continue
-        try:
-            records.append(json.loads(path.read_text()))
-        except (OSError, ValueError):
-            continue
-    return records
-
-
 def unfinished_runs(sweep_dir: Path) -> list[str]:
     """'seed=3 failed: killed by SIGKILL ...' for each run record under the sweep dir that is not ok."""
     # A tuning trial's failed seed (a NaN at a bad learning rate) is a result of the search, not an unfinished run.
     trials = (sweep_dir / "trials").resolve()
-    return [f"seed={r.get('seed')} {r.get('status')}: {r.get('error')}" for r in _records(sweep_dir)
-            if r.get("status") != "ok" and trials not in Path(str(r.get("run_dir", ""))).resolve().parents]
+    return [f"seed={r.seed} {r.status}: {r.error}" for r in read_records(sweep_dir)
+            if r.status != "ok" and trials not in Path(r.run_dir or sweep_dir).resolve().parents]

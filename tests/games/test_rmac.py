@@ -264,7 +264,7 @@ def test_estimates_scale_with_the_data_units(scale):
 
 def test_bounds_cover_the_truth_on_equilibrium_data(equilibrium_table):
     # Reserve 1.0, the top of the values, is the exception: its revenue is n * P(V > 1) under an estimated
-    # top (see test_with_the_value_top_known_the_bounds_cover_the_top_reserves and the README).
+    # top (see test_with_the_value_top_known_the_bounds_cover_the_top_reserves and docs/auctions.md).
     for rule in [r for r in RULES if r != "second_price_r1.0"]:
         truth_value = equilibrium_table[f"cf/{rule}/truth"]
         for eps in EPSILONS:
@@ -315,7 +315,7 @@ def test_second_price_on_non_uniform_values_is_within_0_01():
     0.0046 / 0.0027 (the reflected kernel density this replaced: 0.025 at r = 0.9); threshold 0.01.
     Reserve 1.0, the top of the values, is not in it: there revenue is n * P(V > 1) from an estimated
     top, 0 / 0.0035 / 0.069 on these seeds (top read 0.988 / 1.001 / 1.015; f(1) = 2 puts 3% of the values
-    within 0.015 of the top), see the README."""
+    within 0.015 of the top), see docs/auctions.md."""
     rules = default_rules(max_bidders=0)[:-1]
     for seed in range(3):
         table = counterfactual_table(_v_squared_bids(5000, seed), 3, rules, [])

@@ -4,7 +4,7 @@ from pipeline.nets.cnn import AtariCNN
 
 
 def test_atari_cnn_takes_uint8_frames():
-    net = AtariCNN(n_actions=6)
+    net = AtariCNN(out_features=6)
     frames = torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8)
     q = net(frames)
     assert q.shape == (2, 6) and q.dtype == torch.float32
@@ -15,7 +15,7 @@ def test_atari_cnn_takes_uint8_frames():
 
 def test_frames_are_scaled_to_0_1_before_the_convolutions():
     torch.manual_seed(0)
-    net = AtariCNN(n_actions=3, in_channels=2)
+    net = AtariCNN(out_features=3, in_channels=2)
     frames = torch.randint(0, 256, (2, 2, 84, 84), dtype=torch.uint8)
     reference = net.head(net.features(frames.float() / 255.0))
     assert torch.equal(net(frames), reference)

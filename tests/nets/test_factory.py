@@ -1,7 +1,8 @@
-"""make_net: a config partial gets the sizes it asks for, under the name it uses."""
+"""make_net: every model factory gets its sizes as in_features= and out_features=."""
 
 import functools
 
+import pytest
 import torch
 
 from pipeline.nets.cnn import AtariCNN
@@ -16,20 +17,17 @@ def test_an_mlp_gets_in_and_out_features_as_a_partial_or_a_class():
         assert isinstance(net, MLP) and (net.in_features, net.out_features) == (5, 3)
 
 
-def test_a_q_head_gets_n_actions():
+def test_a_q_head_gets_one_output_per_action():
     net = make_net(functools.partial(DuelingQNet, hidden=(8,)), 4, 6)
     assert net(torch.zeros(2, 4)).shape == (2, 6)
 
 
-def test_a_network_without_in_features_gets_only_its_output_size():
+def test_a_conv_net_checks_the_flat_size_against_its_frames():
     net = make_net(functools.partial(AtariCNN, in_channels=1), 84 * 84, 5)
     assert isinstance(net, AtariCNN) and net.head[-1].out_features == 5
     assert net.features[0].in_channels == 1
-
-
-def test_an_unknown_input_size_leaves_the_partials_own():
-    net = make_net(functools.partial(MLP, in_features=7, hidden=(8,)), None, 2)
-    assert (net.in_features, net.out_features) == (7, 2)
+    with pytest.raises(ValueError, match="AtariCNN takes 4 stacked 84x84 frames"):
+        make_net(AtariCNN, 84 * 84, 5)
 
 
 def test_sizes_arrive_as_python_ints():

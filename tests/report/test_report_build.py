@@ -138,7 +138,7 @@ def test_files_written(two_group_report, two_group_sweep):
     assert "RuntimeError: replay buffer \\| exploded" in markdown
     for image in two_group_report["images"]:
         assert f"]({image['file']})" in markdown
-    assert "| dqn_cartpole | eval/return_mean | 3 | 1 | 476.7 ± 25.17 | 480 |" in markdown
+    assert "| dqn_cartpole | eval/return_mean | 3 | 1 | 0 | 0 | 0 | 476.7 ± 25.17 | 480 |" in markdown
     assert "2/3" in markdown  # seeds that reached the threshold
 
 
@@ -151,7 +151,7 @@ def test_single_run_dir_and_single_seed(tmp_path):
     assert "collapses" in group["ci_note"]
     assert report["comparisons"] == {}
     markdown = (run / "report" / "report.md").read_text()
-    assert "| solo | eval/return_mean | 1 | 0 | 0.9 ± 0 | 0.9 |" in markdown
+    assert "| solo | eval/return_mean | 1 | 0 | 0 | 0 | 0 | 0.9 ± 0 | 0.9 |" in markdown
     assert json.loads((run / "report" / "report.json").read_text())["groups"]["solo"]["iqm"] == 0.9
 
 
@@ -216,17 +216,51 @@ def test_seeds_that_stop_early_hold_and_the_band_stays_inside_the_bounds(tmp_pat
     report = build_report([tmp_path / "sweep"], tmp_path / "out", reps=300)
     curve = report["groups"]["dqn_cartpole"]["curve"]
     assert curve["x"] == "env steps" and curve["metric"] == "eval/return_mean" and curve["bounds"] == [0.0, 500.0]
-    assert curve["steps"] == [float(s) for s in range(0, 100_001, 10_000)]
+    # The evaluation grid, then the final point (every seed's final evaluation) at the last step.
+    assert curve["steps"] == [float(s) for s in range(0, 100_001, 10_000)] + [100_000.0]
+    assert curve["last_point"] == "final"
     # Every seed contributes at every step; only the seed stopping at 100k is still running at the end.
-    assert curve["n_seeds"] == [16] * 11
-    assert curve["n_live"][-1] == 1 and curve["n_live"][3] == 15  # at 30k only the seed stopped at 20k is held
+    assert curve["n_seeds"] == [16] * 12
+    assert curve["n_live"][-2] == 1 and curve["n_live"][3] == 15  # at 30k only the seed stopped at 20k is held
     assert curve["iqm"][-1] == 500.0 and curve["ci_low"][-1] == 500.0
     assert all(0.0 <= lo <= m <= hi <= 500.0 for lo, m, hi in zip(curve["ci_low"], curve["iqm"], curve["ci_high"]))
     assert sorted(h for h in curve["held_from"] if h is not None) == [float(s) for s in stops[:-1]]
     on_disk = _strict_json(tmp_path / "out" / "report.json")["groups"]["dqn_cartpole"]["curve"]
-    assert on_disk["iqm"] == curve["iqm"] and len(on_disk["ci_high"]) == 11
+    assert on_disk["iqm"] == curve["iqm"] and len(on_disk["ci_high"]) == 12
     _assert_png(tmp_path / "out" / "learning_curves.png")
-    assert "15 of 16 seeds stopped earlier and hold their last value" in (tmp_path / "out" / "report.md").read_text()
+    assert "15 of 16 seeds stopped earlier and hold their final evaluation" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_the_curve_ends_at_the_number_the_table_reports(tmp_path):
+    """K-seed DQN: a seed stopped by a 10-episode evaluation of 500 has a lower 20-episode final evaluation.
+    The curve holds that final evaluation after the stop and ends at the table's IQM and CI, not at 500."""
+    # (stop step, in-training evaluations every 10k, final evaluation): by hand, not from the code.
+    seeds = {0: (20_000, [10.0, 200.0, 500.0], 423.8), 1: (30_000, [9.0, 150.0, 300.0, 500.0], 480.0),
+             2: (40_000, [12.0, 100.0, 250.0, 400.0, 460.0], 455.0), 3: (40_000, [8.0, 90.0, 200.0, 350.0, 430.0], 441.0),
+             4: (40_000, [11.0, 50.0, 150.0, 300.0, 410.0], 399.0)}
+    for seed, (stop, evals, final) in seeds.items():
+        write_run(tmp_path / "sweep" / f"seed{seed}", seed=seed, group="dqn_cartpole", value=final,
+                  curve=list(zip(range(0, stop + 1, 10_000), evals)),
+                  rl={"env_steps": stop, "time_to_threshold_s": None, "threshold": 475.0},
+                  extra={"metric_bounds": {"eval/return_mean": [0, 500]},
+                         "config": {"task.final_eval_episodes": 20, "task.eval_episodes": 10}})
+    report = build_report([tmp_path / "sweep"], tmp_path / "out", reps=300)
+    group = report["groups"]["dqn_cartpole"]
+    curve = group["curve"]
+    # The table: 5 finals, one trimmed each end -> mean(423.8, 441, 455).
+    assert group["iqm"] == pytest.approx((423.8 + 441.0 + 455.0) / 3, rel=1e-12)
+    assert curve["iqm"][-1] == group["iqm"] and [curve["ci_low"][-1], curve["ci_high"][-1]] == group["iqm_ci"]
+    assert curve["steps"][-2:] == [40_000.0, 40_000.0] and curve["last_point"] == "final"
+    # At 30k seed 0 holds its final 423.8 (not the 500 that stopped it): values 423.8, 500, 400, 350, 300.
+    at_30k = curve["steps"].index(30_000.0)
+    assert curve["iqm"][at_30k] == pytest.approx((350.0 + 400.0 + 423.8) / 3, rel=1e-12)
+    # At 40k (the evaluation grid) seeds 0 and 1 hold their finals; 2-4 show their in-training evaluations.
+    # Values 423.8, 480, 460, 430, 410: one trimmed each end -> mean(423.8, 430, 460).
+    assert curve["iqm"][-2] == pytest.approx((423.8 + 430.0 + 460.0) / 3, rel=1e-12)
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert "final evaluation after training (20 greedy episodes" in text
+    assert "in-training evaluations (10 episodes each)" in text
+    assert "ends at the final evaluation, the table's IQM" in text
 
 
 @pytest.mark.slow
@@ -289,7 +323,7 @@ def test_all_failed_group_lower_is_better_and_duplicate_seeds(tmp_path):
     assert pairs[("low", "high")] == 1.0 and pairs[("high", "low")] == 0.0
     assert comparison["performance_profile"]["direction"] == "score < tau"
     markdown = (sweep / "report" / "report.md").read_text()
-    assert "| crashes | eval/return_mean | 0 | 2 | — |" in markdown
+    assert "| crashes | eval/return_mean | 0 | 2 | 0 | 0 | 0 | — |" in markdown
     assert "ValueError: bad lr 1" in markdown
     _strict_json(sweep / "report" / "report.json")
 
@@ -313,3 +347,24 @@ def test_report_groups_by_resolved_config_and_names_the_difference(tmp_path):
     assert sorted(groups["dqn_cartpole seeding.deterministic=true"]["values"]) == [103.0, 104.0]
     assert groups["dqn_cartpole old"]["values"] == [1.0]
     assert "### dqn_cartpole seeding.deterministic=true" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_a_seeds_per_process_report_shows_the_cost_per_seed_and_the_batch_wall_time(tmp_path):
+    """Two batches of 16 seeds (each seed's record holds its batch's wall time): 91.2 s and 96.0 s per batch is
+    5.7 s and 6.0 s per seed, not 'a run' of 93.6 s."""
+    for job, wall in ((0, 91.2), (1, 96.0)):
+        for agent in range(16):
+            seed = 16 * job + agent
+            write_run(tmp_path / "sweep" / str(job) / f"seed{seed}", seed=seed, group="dqn_cartpole", value=400.0 + seed,
+                      extra={"wall_time_s": wall, "seeds_per_process": 16, "agent": agent})
+    report = build_report([tmp_path / "sweep"], tmp_path / "out", reps=100)
+    g = report["groups"]["dqn_cartpole"]
+    assert g["seeds_per_process"] == [16] and g["n_batches"] == 2
+    assert g["seed_cost_s_mean"] == pytest.approx((91.2 / 16 + 96.0 / 16) / 2, rel=1e-12)
+    assert g["batch_wall_time_s_mean"] == pytest.approx((91.2 + 96.0) / 2, rel=1e-12)
+    assert g["per_seed"]["0"]["seed_cost_s"] == pytest.approx(5.7) and g["per_seed"]["0"]["wall_time_s"] == 91.2
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert "- cost per seed: mean 5.85 s (a process's wall time / the seeds it trained, seeds_per_process=16)" in text
+    assert "- wall time per batch of 16 seeds (one process): mean 93.6 s over 2 batches" in text
+    assert "wall time per run" not in text
+    assert "| seed | eval/return_mean | seed cost s (batch / K) |" in text and "| 0 | 400 | 5.7 |" in text

@@ -31,7 +31,14 @@ def test_curve_of_a_real_batched_cartpole_run(tmp_path):
         evaluated = frame.dropna(subset=["eval/return_mean"])
         assert evaluated["step"].iloc[-1] == curve["steps"][-1]
         last.append(float(evaluated["eval/return_mean"].iloc[-1]))
-    assert curve["iqm"][-1] == pytest.approx(np.mean(sorted(last)[1:3]))
-    assert min(last) - 1e-9 <= curve["ci_low"][-1] <= curve["iqm"][-1] <= curve["ci_high"][-1] <= max(last) + 1e-9
+    assert curve["iqm"][-2] == pytest.approx(np.mean(sorted(last)[1:3]))
+    assert min(last) - 1e-9 <= curve["ci_low"][-2] <= curve["iqm"][-2] <= curve["ci_high"][-2] <= max(last) + 1e-9
+    # The curve's last point is the final evaluation: the table's IQM and CI, from each seed's record.
+    finals = [json.loads((tmp_path / f"seed{seed}" / "result.json").read_text())["metrics"]["eval/return_mean"]
+              for seed in range(SEEDS)]
+    group = report["groups"]["dqn_cartpole"]
+    assert curve["last_point"] == "final" and curve["steps"][-1] == curve["steps"][-2]
+    assert curve["iqm"][-1] == group["iqm"] == pytest.approx(np.mean(sorted(finals)[1:3]))
+    assert [curve["ci_low"][-1], curve["ci_high"][-1]] == group["iqm_ci"]
     on_disk = json.loads((tmp_path / "report" / "report.json").read_text())
     assert on_disk["groups"]["dqn_cartpole"]["curve"]["iqm"] == curve["iqm"]

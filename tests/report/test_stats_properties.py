@@ -212,7 +212,7 @@ def test_group_stats_of_a_mixed_group_by_hand():
     g = stats.group_stats("a", runs, reps=50, seed=1)
     # Seeds in numeric order, ties by directory, non-numeric seeds last; a repeated seed gets #2.
     assert list(g["per_seed"]) == ["0", "1", "1#2", "2"]
-    assert g["per_seed"]["1#2"] == {"seed": 1, "value": 0.9, "wall_time_s": 40.0, "dir": "/sweep/a/1b", "relative_dir": "a/1b"}
+    assert g["per_seed"]["1#2"] == {"seed": 1, "value": 0.9, "wall_time_s": 40.0, "seed_cost_s": 40.0, "dir": "/sweep/a/1b", "relative_dir": "a/1b"}
     assert g["values"] == [0.7, 0.6, 0.9, 0.5]
     assert (g["n_runs"], g["n_ok"], g["n_failed"], g["n_excluded"]) == (8, 4, 2, 2)
     assert (g["group"], g["experiment"], g["task"], g["primary_metric"]) == ("a", "exp_a", "supervised", "test/acc")
@@ -222,7 +222,7 @@ def test_group_stats_of_a_mixed_group_by_hand():
     assert g["iqm"] == pytest.approx(0.65)  # 4 seeds: drop 0.5 and 0.9
     estimates = stats.interval_estimates([0.7, 0.6, 0.9, 0.5], reps=50, seed=1)
     assert (g["iqm_ci"], g["mean_ci"], g["ci_note"]) == (estimates["iqm_ci"], estimates["mean_ci"], None)
-    assert g["wall_time_s_mean"] == pytest.approx(25.0)
+    assert g["seed_cost_s_mean"] == pytest.approx(25.0) and g["batch_wall_time_s_mean"] is None and g["seeds_per_process"] == [1]
     assert g["failed"] == [
         {"seed": 3, "error": "boom", "dir": "/sweep/a/3", "relative_dir": "a/3"},
         {"seed": "x", "error": "status='failed' and no error message", "dir": "/sweep/a/x", "relative_dir": "a/x"},
@@ -252,7 +252,7 @@ def test_group_stats_of_one_seed_and_of_nothing():
     ]
     none = stats.group_stats("c", [_run("c/0", 0, status="failed", error="x")], reps=20)
     assert (none["values"], none["iqm"], none["iqm_ci"], none["mean"], none["primary_metric"]) == ([], None, None, None, "test/acc")
-    assert none["warnings"][-1] == "group c has 1 failed run" and none["wall_time_s_mean"] is None
+    assert none["warnings"][-1] == "group c has 1 failed run" and none["seed_cost_s_mean"] is None
     five = stats.group_stats("d", [_run(f"d/{s}", s, float(s)) for s in range(5)], reps=20)
     assert five["warnings"] == [] and five["n_ok"] == 5
 
@@ -275,7 +275,7 @@ def test_threshold_stats_count_seeds_that_never_reached_it():
     assert never["median_reached_s"] is None and never["min_reached_s"] is None and never["max_reached_s"] is None
     g = stats.group_stats("r", runs, reps=20)
     assert g["threshold"] == t
-    assert g["per_seed"]["1"] == {"seed": 1, "value": 500.0, "wall_time_s": None, "dir": "/sweep/r/1",
+    assert g["per_seed"]["1"] == {"seed": 1, "value": 500.0, "wall_time_s": None, "seed_cost_s": None, "dir": "/sweep/r/1",
                                   "relative_dir": "r/1", "time_to_threshold_s": None, "env_steps": 1000.0,
                                   "env_steps_per_s": 50.0}
 

@@ -9,7 +9,7 @@ from pipeline.runtime.run import run
 def test_cem_learns_cartpole_on_most_seeds(make_cfg, tmp_path):
     """The preset on seeds 0-2: at least 2 of 3 stop early and score >= 450 in the final greedy evaluation.
 
-    Measured (README): seeds 0-4 reached a batch mean of 475 after 6.5-14.5 s and all five scored 500
+    Measured (docs/rl.md, "Cross-entropy method"): seeds 0-4 reached a batch mean of 475 after 6.5-14.5 s and all five scored 500
     in the final greedy evaluation; 450 and one seed of slack leave a margin for other machines.
     """
     records = []

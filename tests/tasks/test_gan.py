@@ -14,7 +14,7 @@ from pipeline.data.digit_images import DigitImagesDataModule
 from pipeline.nets.gan import DCGAN, MLPGAN
 from pipeline.runtime.run import run
 from pipeline.tasks import gan_metrics
-from pipeline.tasks.gan import GANTask, image_grid
+from pipeline.tasks.gan import ClassifierSettings, GANTask, image_grid
 from pipeline_testing import read_result
 
 SHORT = ("experiment=gan_digits", "trainer.enable_progress_bar=false", "task.log_every_n_steps=3")
@@ -227,11 +227,11 @@ class SpyGAN(GANTask):
 
 @pytest.mark.parametrize("d_steps", [1, 2])
 def test_both_optimizers_step_and_gradients_stay_in_their_net(tmp_path, digits, d_steps):
-    task = SpyGAN(
+    task = SpyGAN.create(
         net=partial(MLPGAN, latent_dim=16), loss=nn.BCEWithLogitsLoss(),
-        optimizer=partial(torch.optim.Adam, lr=2e-4, betas=(0.5, 0.999)), image_shape=(1, 8, 8), n_classes=10,
+        optimizer=partial(torch.optim.Adam, lr=2e-4, betas=(0.5, 0.999)), datamodule=digits,
         d_steps_per_g_step=d_steps, label_smoothing=0.1, eval_every_n_epochs=0, sample_every_n_epochs=0,
-        classifier=dict(hidden=[16], epochs=1), n_eval_samples=200,
+        classifier=ClassifierSettings(hidden=[16], epochs=1), n_eval_samples=200,
     )
     trainer = L.Trainer(
         max_epochs=1, limit_train_batches=6, logger=False, enable_checkpointing=False, enable_progress_bar=False,

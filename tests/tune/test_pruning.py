@@ -1,10 +1,14 @@
 """Pruning from inside a job: the reporter talks to the trial through the study's database."""
 
 import lightning as L
+import numpy as np
 import optuna
 import pytest
 import torch
 
+from pipeline.nets.mlp import MLP
+from pipeline.store.curves import CurveLog
+from pipeline.tasks.dqn import DQNTask
 from pipeline.tune.pruning import PruningCallback, TrialReporter
 
 
@@ -75,3 +79,59 @@ def test_pruning_callback_stops_a_hopeless_lightning_run(study, tmp_path):
     trainer.fit(_Flat(0.1), data, data)
     assert callback.pruned_at_step == 0
     assert trainer.current_epoch == 1  # stopped after the first validation, not after 5 epochs
+
+
+@pytest.mark.parametrize("direction", ["maximize", "minimize"])
+def test_the_pruner_stops_the_trial_that_is_behind_in_either_study_direction(tmp_path, direction):
+    """A study minimizing time to threshold is told evaluation returns (higher is better): the trial whose agents
+    return 50-70 where the finished trial's returned 400-450 is behind, and the one at 470-490 is ahead."""
+    url = f"sqlite:///{tmp_path}/optuna.db"
+    s = optuna.create_study(study_name="s", storage=url, direction=direction,
+                            pruner=optuna.pruners.MedianPruner(n_startup_trials=1))
+    first = s.ask()
+    assert _reporter(url, first).report(1000, [400.0, 420.0, 450.0]) is False
+    s.tell(first, 420.0 if direction == "maximize" else 55.0)  # its objective: IQM return, or seconds to threshold
+    behind, ahead = s.ask(), s.ask()
+    assert _reporter(url, behind).report(1000, [50.0, 60.0, 70.0]) is True
+    assert _reporter(url, ahead).report(1000, [470.0, 480.0, 490.0]) is False
+    # Intermediate values are in the study's direction: returns as they are, or negated for a minimizing study.
+    sign = 1.0 if direction == "maximize" else -1.0
+    assert s._storage.get_trial(ahead._trial_id).intermediate_values == {1000: pytest.approx(sign * 480.0)}
+
+
+def test_the_pruner_sees_every_agent_when_some_have_stopped():
+    """K=3 DQN agents that do not learn (each evaluation repeats): the best one reaches stop_at_return at the first
+    evaluation and stops; at the next evaluations the pruner still sees it, at its last evaluation."""
+    def make(stop):
+        return DQNTask(env={"id": "CartPole-v1", "backend": "tensor", "dtype": "float64"}, n_agents=3, total_steps=96,
+                       train_frequency=16, gradient_steps=1, batch_size=8, learning_starts=10**9, eval_every=32,
+                       eval_episodes=2, final_eval_episodes=1, log_every=10**9, buffer_size=1000, eps_duration=32,
+                       optimizer=lambda p: torch.optim.SGD(p, lr=0.05), loss=torch.nn.SmoothL1Loss(),
+                       net=lambda in_features, out_features: MLP(in_features, out_features, hidden=(8,)),
+                       stop_at_return=stop)
+
+    def fit(task):
+        task.curves = [CurveLog(f"/nonexistent-{id(task)}/{i}.csv", flush_every_s=10**9) for i in range(3)]
+        trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False,
+                            enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+                            limit_val_batches=0)
+        task.fit_and_evaluate(trainer, None, None)
+
+    probe = make(None)
+    fit(probe)
+    means = [probe.evaluations[a][0][1] for a in range(3)]
+    assert all(e[1] == means[a] for a in range(3) for e in probe.evaluations[a])  # no learning: evaluations repeat
+    top = int(np.argmax(means))
+    assert sorted(means)[-1] > sorted(means)[-2], means  # one agent alone reaches the stop
+
+    study = optuna.create_study(direction="maximize", pruner=optuna.pruners.NopPruner())
+    trial = study.ask()
+    task = make(max(means))
+    task.trial_reporter = TrialReporter(trial)
+    fit(task)
+    assert task.stop_step[top] == 32 and task.env_steps == 96
+    seen = study._storage.get_trial(trial._trial_id).intermediate_values
+    # Three values, nothing trimmed: the IQM is their mean, the stopped agent's last evaluation included.
+    assert seen == {step: pytest.approx(sum(means) / 3, rel=1e-12) for step in (32, 64, 96)}
+    others = [m for a, m in enumerate(means) if a != top]
+    assert seen[64] != pytest.approx(sum(others) / 2)  # not the two live agents alone

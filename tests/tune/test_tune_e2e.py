@@ -40,7 +40,7 @@ def test_tune_supervised_digits_bad_lr_loses_and_best_yaml_runs(tmp_path):
     assert tune["trials"] == {"total": 3, "completed": states.count(optuna.trial.TrialState.COMPLETE),
                               "pruned": states.count(optuna.trial.TrialState.PRUNED), "failed": 0}
     best = trials[tune["best_trial"]]
-    assert tune["best_params"] == {"optimizer.lr": repr(best.params["optimizer.lr"])}
+    assert tune["best_params"] == {"optimizer.lr": best.params["optimizer.lr"]}  # typed, not a string
     assert tune["best_tuned_value"] == pytest.approx(best.value)
     assert tune["tuning_seeds"] == [0, 1, 2] and tune["confirm_seeds"] == [3, 4, 5]  # fresh, disjoint
 
@@ -52,13 +52,15 @@ def test_tune_supervised_digits_bad_lr_loses_and_best_yaml_runs(tmp_path):
     for seed in (0, 1, 2):
         stop = read_result(sweep / "trials" / "1" / f"seed{seed}")["early_stop"]
         assert stop["reason"] == "pruned by the tuner"
-    assert tune["best_params"]["optimizer.lr"] != "10.0"
-    assert all(c["params"]["optimizer.lr"] != "10.0" for c in tune["candidates"])
+    assert tune["best_params"]["optimizer.lr"] != 10.0
+    assert all(c["params"]["optimizer.lr"] != 10.0 for c in tune["candidates"])
     assert tune["preset"]["primary"]["iqm"] > 0.5
     assert tune["best_confirmed"]["optimism_gap"] == pytest.approx(tune["best_tuned_value"] - tune["best_confirmed"]["value"])
     assert tune["verdict"] in (sweep / "tune" / "tune.md").read_text()
     for name in ("tune.md", "best.yaml", "experiment/best.yaml", "confirmed.png", "optimization_history.png"):
         assert (sweep / "tune" / name).is_file(), name
+    assert not (sweep / "tune" / "parameter_importances.png").exists()  # 3 trials: importances would be noise
+    assert "no parameter importance plot: " in (sweep / "tune" / "tune.md").read_text()
 
     # best.yaml is a preset that runs as it is, with the tuned value
     preset = yaml.safe_load((sweep / "tune" / "best.yaml").read_text())

@@ -13,7 +13,7 @@ from hydra.core.plugins import Plugins
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.config.checks import group_options
-from pipeline.tune.objective import OBJECTIVES, collect, maximize, trial_value
+from pipeline.tune.objective import OBJECTIVES, TIE_BREAKS, collect, maximize, rank_trials, trial_value
 from pipeline.tune.space import Param, TuneError, format_value, parse_space
 from pipeline.tune.study import tell
 
@@ -58,6 +58,8 @@ class SeedDistributionSearch:
         if s.objective in RL_OBJECTIVES and not self.config.get("env"):
             raise TuneError(f"hydra.sweeper.objective={s.objective} needs an RL task (it reads evaluations over env steps); "
                             f"{self.config.name} has no environment: use iqm, ci_low or mean")
+        if str(s.get("tie_break") or "auto") not in TIE_BREAKS:
+            raise TuneError(f"hydra.sweeper.tie_break={s.tie_break}: choose one of: {', '.join(TIE_BREAKS)}")
         if s.direction not in ("auto", "maximize", "minimize"):
             raise TuneError(f"hydra.sweeper.direction={s.direction}: choose auto, maximize or minimize")
         if int(s.confirm_top) > 0 and int(s.confirm_seeds) < 1:
@@ -282,7 +284,8 @@ class SeedDistributionSearch:
 
         done = [t for t in self.study.get_trials(deepcopy=False)
                 if t.state == TrialState.COMPLETE and t.value is not None and math.isfinite(t.value)]
-        done.sort(key=lambda t: -t.value if self.maximize else t.value)
+        done = rank_trials(done, self.maximize, self.sweep_dir / "trials", self.tune_seeds, str(self.s.objective),
+                           str(self.s.get("tie_break") or "auto"))  # ties in the objective: the secondary objective decides
         picked, seen = [], set()
         for t in done:
             key = tuple(sorted((k, format_value(v)) for k, v in t.params.items()))

@@ -20,6 +20,11 @@ def conf_root() -> Path:
     return Path(str(importlib.resources.files("pipeline.conf")))
 
 
+# Groups the defaults list chooses by itself (conf/debug/: what trainer=debug shrinks, picked by interpolation
+# from the trainer, task and env options), never on the command line.
+INTERNAL_GROUPS = ("debug",)
+
+
 @cache
 def group_options() -> dict[str, list[str]]:
     """{'model': ['dueling', 'mlp', ...], 'hydra/launcher': [...], ...} from the shipped conf/ tree."""
@@ -27,7 +32,7 @@ def group_options() -> dict[str, list[str]]:
     groups: dict[str, list[str]] = {}
     for path in sorted(root.rglob("*.yaml")):
         rel = path.relative_to(root)
-        if len(rel.parts) < 2:
+        if len(rel.parts) < 2 or rel.parts[0] in INTERNAL_GROUPS:
             continue
         groups.setdefault("/".join(rel.parts[:-1]), []).append(rel.stem)
     return {g: sorted(opts) for g, opts in groups.items()}

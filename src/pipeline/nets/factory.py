@@ -1,20 +1,15 @@
-"""Build a network from a config partial whatever it calls its output size."""
+"""Build a plain network from a config's model factory with the sizes only the task knows."""
 
 from __future__ import annotations
 
-import functools
-import inspect
 from collections.abc import Callable
 
 from torch import nn
 
 
-def make_net(factory: Callable[..., nn.Module], in_features: int | None, out_features: int) -> nn.Module:
-    """Call `factory` with the sizes it asks for: MLP takes out_features, Q-heads take n_actions."""
-    target = factory.func if isinstance(factory, functools.partial) else factory
-    params = inspect.signature(target).parameters
-    kwargs = {}
-    if "in_features" in params and in_features is not None:
-        kwargs["in_features"] = int(in_features)
-    kwargs["n_actions" if "n_actions" in params else "out_features"] = int(out_features)
-    return factory(**kwargs)
+def make_net(factory: Callable[..., nn.Module], in_features: int, out_features: int) -> nn.Module:
+    """`factory(in_features=..., out_features=...)`: every model of conf/model/ takes its sizes under these names.
+
+    (The flat observation or input size, and the number of outputs: actions for a Q-network, classes for a classifier.)
+    """
+    return factory(in_features=int(in_features), out_features=int(out_features))

@@ -29,12 +29,12 @@ class DuelingQNet(nn.Module):
     """
 
     def __init__(
-        self, in_features: int, n_actions: int, hidden: Sequence[int] = (256, 256), act: str = "relu"
+        self, in_features: int, out_features: int, hidden: Sequence[int] = (256, 256), act: str = "relu"
     ):
         super().__init__()
         self.trunk, width = _trunk(in_features, hidden, act)
         self.value = nn.Linear(width, 1)
-        self.advantage = nn.Linear(width, int(n_actions))
+        self.advantage = nn.Linear(width, int(out_features))  # one output per action
 
     def value_and_advantage(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         h = self.trunk(x.flatten(1) if x.dim() > 2 else x)
@@ -100,10 +100,10 @@ class NoisyQNet(nn.Module):
     """An MLP Q-network whose layers are all NoisyLinear: exploration comes from the weights, not epsilon."""
 
     def __init__(
-        self, in_features: int, n_actions: int, hidden: Sequence[int] = (256, 256), sigma0: float = 0.5
+        self, in_features: int, out_features: int, hidden: Sequence[int] = (256, 256), sigma0: float = 0.5
     ):
         super().__init__()
-        widths = [int(in_features), *(int(h) for h in hidden), int(n_actions)]
+        widths = [int(in_features), *(int(h) for h in hidden), int(out_features)]
         self.layers = nn.ModuleList(NoisyLinear(a, b, sigma0=sigma0) for a, b in zip(widths[:-1], widths[1:]))
 
     def reset_noise(self, generator: torch.Generator | None = None) -> None:

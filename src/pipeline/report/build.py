@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.report.collect import ReportInputError, RunRecordWarning, collect_runs
+from pipeline.report.collect import STATUSES, ReportInputError, RunRecordWarning, collect_runs
 from pipeline.report.stats import CONFIDENCE, DEFAULT_REPS, DEFAULT_SEED
 from pipeline.report.summary import summarize
 
@@ -38,6 +38,15 @@ def to_strict_json(value: Any) -> Any:
     if isinstance(value, os.PathLike):
         return str(value)
     return value
+
+
+def status_counts(groups: dict[str, dict[str, Any]]) -> dict[str, int]:
+    """Runs per status over all groups: every status of STATUSES, then any other a record names."""
+    counts = dict.fromkeys(STATUSES, 0)
+    for g in groups.values():
+        for status, n in g["status_counts"].items():
+            counts[status] = counts.get(status, 0) + n
+    return counts
 
 
 def default_out_dir(inputs: Sequence[str | os.PathLike[str]]) -> Path:
@@ -85,6 +94,9 @@ def build_report(
             "out_dir": str(target.resolve()),
             "n_runs": len(runs),
             "n_groups": len(summary["groups"]),
+            "status_counts": status_counts(summary["groups"]),
+            # Runs still training: every number below may change when they finish.
+            "partial": any(g["n_running"] for g in summary["groups"].values()),
             "settings": {"bootstrap_reps": reps, "seed": seed, "confidence": CONFIDENCE},
             "groups": summary["groups"],
             "comparisons": summary["comparisons"],

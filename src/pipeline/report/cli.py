@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline.report.collect import ReportInputError, RunRecordWarning
+from pipeline.report.collect import NOT_OK, ReportInputError, RunRecordWarning
 from pipeline.report.markdown import fmt
 from pipeline.report.stats import DEFAULT_REPS, DEFAULT_SEED
 
@@ -32,12 +32,12 @@ def _fmt(value: Any) -> str:
 
 
 def summary_lines(report: dict[str, Any]) -> list[str]:
-    header = ("group", "metric", "ok", "failed", "mean ± std", "IQM [95% CI]")
+    header = ("group", "metric", "ok", *NOT_OK, "mean ± std", "IQM [95% CI]")
     rows = [header]
     for name, g in report["groups"].items():
         mean = "-" if g["mean"] is None else f"{_fmt(g['mean'])} ± {_fmt(g['std'])}"
         iqm = "-" if g["iqm"] is None else f"{_fmt(g['iqm'])} [{_fmt(g['iqm_ci'][0])}, {_fmt(g['iqm_ci'][1])}]"
-        rows.append((name, str(g["primary_metric"]), str(g["n_ok"]), str(g["n_failed"]), mean, iqm))
+        rows.append((name, str(g["primary_metric"]), str(g["n_ok"]), *(str(g[f"n_{s}"]) for s in NOT_OK), mean, iqm))
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     return ["  ".join(value.ljust(width) for value, width in zip(row, widths)).rstrip() for row in rows]
 
@@ -68,6 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(line)
     for warning in report["warnings"]:
         print(f"warning: {warning}")
+    if report["partial"]:
+        print(f"partial report: {report['status_counts']['running']} run(s) still running; build it again when they finish")
     elapsed = time.perf_counter() - start
     print(f"{report['n_runs']} runs, {len(report['groups'])} groups, built in {elapsed:.1f} s")
     print(f"report: {Path(report['out_dir']) / MARKDOWN_FILE}")

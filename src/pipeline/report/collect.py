@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
+import socket
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -22,6 +24,13 @@ METRICS_FILE = "metrics.csv"
 SKIPPED_DIRS = frozenset({"report", "wandb"})
 STEP_COLUMNS = ("step", "env_step")
 REQUIRED_KEYS = ("seed", "status")
+LOCK_FILE = ".lock"
+# Every status a report counts and shows, in this order. `running` and `pruned` are read from records that
+# say so, and from today's records: an unfinished record (status failed, its last segment never closed)
+# whose owner process is alive is running; an ok record stopped by the tuner's pruner is pruned.
+STATUSES = ("ok", "failed", "interrupted", "pruned", "running")
+NOT_OK = STATUSES[1:]  # shown in every summary, even at zero
+PRUNED_REASON = "pruned by the tuner"
 
 
 class ReportInputError(ValueError):
@@ -56,9 +65,33 @@ class RunRecord:
     def seed(self) -> Any:
         return self.result.get("seed")
 
-    @property
+    @functools.cached_property
     def status(self) -> str:
-        return str(self.result.get("status"))
+        """One of STATUSES (or whatever else the record says, shown as it is)."""
+        recorded = str(self.result.get("status"))
+        if recorded == "ok" and (self.result.get("early_stop") or {}).get("reason") == PRUNED_REASON:
+            return "pruned"
+        if recorded == "failed" and self.unfinished and self.owner is not None:
+            alive = owner_alive(self.owner)
+            return "running" if alive or alive is None else "failed"
+        return recorded
+
+    @property
+    def unfinished(self) -> bool:
+        """The record was written at the start (or at a checkpoint) and never closed: killed, or still running."""
+        segments = self.result.get("segments")
+        if self.result.get("ended_by"):  # a sweep's job recorded how its training process died
+            return False
+        return isinstance(segments, list) and bool(segments) and isinstance(segments[-1], dict) and "end" not in segments[-1]
+
+    @functools.cached_property
+    def owner(self) -> dict[str, Any] | None:
+        """The run dir's owner as its lock file names it ({pid, host, since}), or None."""
+        try:
+            owner = json.loads((self.dir / LOCK_FILE).read_text(encoding="utf-8") or "null")
+        except (OSError, ValueError):
+            return None
+        return owner if isinstance(owner, dict) and isinstance(owner.get("pid"), int) else None
 
     @property
     def ok(self) -> bool:
@@ -66,10 +99,24 @@ class RunRecord:
 
     @property
     def error(self) -> str | None:
+        """Why the run is not ok, in one message (None for an ok run)."""
+        status = self.status
+        if status == "running":
+            where = f"process {self.owner['pid']} on {self.owner.get('host')}"
+            if owner_alive(self.owner) is None:
+                return f"unfinished, owned by {where}, which this host cannot check (still running, or killed without a word)"
+            return f"still running ({where}): the report is partial"
+        if status == "pruned":
+            step = (self.result.get("early_stop") or {}).get("env_step", (self.result.get("early_stop") or {}).get("epoch"))
+            return f"pruned by the tuner at step {step}: its value is from a shortened run"
         error = self.result.get("error")
+        if status == "interrupted":
+            stop = self.result.get("interrupted") or {}
+            resume = f"; resume: {stop['resume']}" if stop.get("resume") else ""
+            return str(error) if error else f"interrupted by {stop.get('signal', 'a signal')} at step {stop.get('step')}{resume}"
         if error:
             return str(error)
-        return None if self.ok else f"status={self.status!r} and no error message"
+        return None if self.ok else f"status={status!r} and no error message"
 
     @property
     def primary_metric(self) -> str | None:
@@ -117,6 +164,23 @@ class RunRecord:
             return None, None
         return finite_or_none(bounds[0]), finite_or_none(bounds[1])
 
+    @property
+    def seeds_per_process(self) -> int:
+        k = self.result.get("seeds_per_process")
+        return k if isinstance(k, int) and not isinstance(k, bool) and k > 0 else 1
+
+    @property
+    def seed_cost_s(self) -> float | None:
+        """What one seed cost: the process's wall time shared among the K seeds it trained (K = 1: the wall time).
+        A K-seed run's record holds the whole batch's wall time."""
+        wall = self.get_float("wall_time_s")
+        return None if wall is None else wall / self.seeds_per_process
+
+    @property
+    def batch_dir(self) -> Path:
+        """The dir of the process that trained this seed: a K-seed batch keeps each seed in `<job dir>/seed<n>/`."""
+        return self.dir.parent if self.seeds_per_process > 1 else self.dir
+
     def get_float(self, key: str) -> float | None:
         return finite_or_none(self.result.get(key))
 
@@ -149,6 +213,21 @@ class RunRecord:
             return None
         data = data.groupby("x", sort=True)["y"].mean()
         return x_column, data.index.to_numpy(dtype=float), data.to_numpy(dtype=float)
+
+
+def owner_alive(owner: dict[str, Any]) -> bool | None:
+    """Whether the process a lock file names still runs: on this host, the same pid, started before it took
+    the lock (a reused pid started later). None for a process on another host: it cannot be checked from here."""
+    import psutil
+
+    if owner.get("host") != socket.gethostname():
+        return None
+    try:
+        started = psutil.Process(owner["pid"]).create_time()
+    except (psutil.Error, ValueError, OverflowError):
+        return False
+    since = owner.get("since")
+    return not isinstance(since, (int, float)) or started <= since + 1.0
 
 
 def finite_or_none(value: Any) -> float | None:

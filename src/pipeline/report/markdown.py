@@ -5,7 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from pipeline.report.collect import NOT_OK
+
 ERROR_CELL_CHARS = 240
+STATUS_TITLES = {"failed": "Failed runs", "interrupted": "Interrupted runs (resume them to complete the group)",
+                 "pruned": "Pruned runs (stopped by the tuner)", "running": "Runs still running (this report is partial)"}
 
 
 def fmt(value: Any) -> str:
@@ -53,10 +57,10 @@ def _summary(groups: dict[str, Any]) -> list[str]:
         mean_std = "—" if g["mean"] is None else f"{fmt(g['mean'])} ± {fmt(g['std'])}"
         iqm = "—" if g["iqm"] is None else f"{fmt(g['iqm'])} {fmt_ci(g['iqm_ci'])}"
         rows.append(
-            [name, g["primary_metric"], g["n_ok"], g["n_failed"], mean_std, fmt(g["median"]), iqm,
-             fmt(g["min"]), fmt(g["max"])]
+            [name, g["primary_metric"], g["n_ok"], *(g[f"n_{status}"] for status in NOT_OK), mean_std, fmt(g["median"]),
+             iqm, fmt(g["min"]), fmt(g["max"])]
         )
-    header = ["group", "primary metric", "ok", "failed", "mean ± std", "median", "IQM [95% CI]", "min", "max"]
+    header = ["group", "primary metric", "ok", *NOT_OK, "mean ± std", "median", "IQM [95% CI]", "min", "max"]
     return ["## Summary", "", *table(header, rows)]
 
 
@@ -102,6 +106,21 @@ def _comparisons(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _cost_lines(g: dict[str, Any]) -> list[str]:
+    if g["seed_cost_s_mean"] is None:
+        return []
+    ks = g["seeds_per_process"]
+    if ks == [1]:
+        return [f"- wall time per run: mean {fmt(g['seed_cost_s_mean'])} s"]
+    k = "/".join(str(v) for v in ks)
+    lines = [f"- cost per seed: mean {fmt(g['seed_cost_s_mean'])} s (a process's wall time / the seeds it trained, "
+             f"seeds_per_process={k})"]
+    if g["batch_wall_time_s_mean"] is not None:
+        lines.append(f"- wall time per batch of {k} seeds (one process): mean {fmt(g['batch_wall_time_s_mean'])} s "
+                     f"over {g['n_batches']} batch{'es' if g['n_batches'] != 1 else ''}")
+    return lines
+
+
 def _group_section(name: str, g: dict[str, Any]) -> list[str]:
     direction = "higher is better" if g["higher_is_better"] else "lower is better"
     lines = [
@@ -109,32 +128,39 @@ def _group_section(name: str, g: dict[str, Any]) -> list[str]:
         "",
         f"- experiment: `{g['experiment']}`, task: `{g['task']}`",
         f"- primary metric: `{g['primary_metric']}` ({direction}); learning curve: `{g['primary_curve']}`",
-        f"- runs: {g['n_runs']} ({g['n_ok']} ok, {g['n_failed']} failed, {g['n_excluded']} excluded)",
+        f"- runs: {g['n_runs']} ({g['n_ok']} ok, " + ", ".join(f"{g[f'n_{status}']} {status}" for status in NOT_OK)
+        + "".join(f", {len(entries)} {status}" for status, entries in g["other_status"].items())
+        + f", {g['n_excluded']} excluded)",
     ]
-    if g["wall_time_s_mean"] is not None:
-        lines.append(f"- mean wall time per run: {fmt(g['wall_time_s_mean'])} s")
+    lines += _cost_lines(g)
     if g["iqm"] is not None:
         lines.append(f"- IQM {fmt(g['iqm'])} {fmt_ci(g['iqm_ci'])}, mean {fmt(g['mean'])} {fmt_ci(g['mean_ci'])}")
+    if g.get("table_value"):
+        lines.append(f"- value: {g['table_value']}")
     curve = g.get("curve")
     if curve and curve["steps"]:
         held = sum(h is not None for h in curve["held_from"])
+        final = curve.get("last_point") == "final"
+        ends = "ends at the final evaluation, the table's IQM" if final else "ends at"
         lines.append(
-            f"- curve `{curve['metric']}`: IQM {fmt(curve['iqm'][-1])} "
+            f"- curve `{curve['metric']}` {ends}: IQM {fmt(curve['iqm'][-1])} "
             f"{fmt_ci([curve['ci_low'][-1], curve['ci_high'][-1]])} at {fmt(curve['steps'][-1])} {curve['x']}"
-            + (f"; {held} of {len(curve['held_from'])} seeds stopped earlier and hold their last value" if held else "")
+            + (f"; {held} of {len(curve['held_from'])} seeds stopped earlier and hold their "
+               f"{'final evaluation' if final else 'last value'}" if held else "")
         )
     if g["ci_note"]:
         lines.append(f"- note: {g['ci_note']}")
     lines.append("")
 
     rl = g["threshold"] is not None
-    header = ["seed", g["primary_metric"] or "value", "wall time s"]
+    batched = g["seeds_per_process"] != [1]
+    header = ["seed", g["primary_metric"] or "value", "seed cost s (batch / K)" if batched else "wall time s"]
     if rl:
         header += ["time to threshold s", "env steps", "env steps/s"]
     header.append("dir")
     rows = []
     for entry in g["per_seed"].values():
-        row = [entry["seed"], fmt(entry["value"]), fmt(entry["wall_time_s"])]
+        row = [entry["seed"], fmt(entry["value"]), fmt(entry["seed_cost_s"] if batched else entry["wall_time_s"])]
         if rl:
             reached = entry.get("time_to_threshold_s")
             row += ["never" if reached is None else fmt(reached), fmt(entry.get("env_steps")),
@@ -142,9 +168,12 @@ def _group_section(name: str, g: dict[str, Any]) -> list[str]:
         rows.append([*row, f"`{entry['relative_dir']}`"])
     if rows:
         lines += ["Per seed:", "", *table(header, rows)]
-    if g["failed"]:
-        failed_rows = [[f["seed"], one_line(f["error"], ERROR_CELL_CHARS), f"`{f['relative_dir']}`"] for f in g["failed"]]
-        lines += ["Failed runs:", "", *table(["seed", "error", "dir"], failed_rows)]
+    listed = {**{status: g[status] for status in NOT_OK}, **g["other_status"]}
+    for status, entries in listed.items():
+        if entries:
+            title = STATUS_TITLES.get(status, f"Runs with status `{status}`")
+            rows = [[e["seed"], one_line(e["error"], ERROR_CELL_CHARS), f"`{e['relative_dir']}`"] for e in entries]
+            lines += [f"{title}:", "", *table(["seed", "error" if status == "failed" else "why", "dir"], rows)]
     if g["excluded"]:
         excluded_rows = [[e["seed"], e["reason"], f"`{e['relative_dir']}`"] for e in g["excluded"]]
         lines += ["Excluded runs (status ok, no usable final value):", "", *table(["seed", "reason", "dir"], excluded_rows)]
@@ -165,6 +194,11 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"({settings['bootstrap_reps']} resamples, seed {settings['seed']}). std uses ddof=1.",
         "",
     ]
+    counts = report["status_counts"]
+    lines += ["Runs by status: " + ", ".join(f"{status} {n}" for status, n in counts.items()) + ".", ""]
+    if report["partial"]:
+        lines += [f"> **Partial report:** {counts['running']} run(s) still running; every number below may change "
+                  "when they finish. Build the report again then.", ""]
     for warning in report["warnings"]:
         lines += [f"> **Warning:** {one_line(warning)}", ""]
     lines += _summary(report["groups"])

@@ -53,7 +53,8 @@ def plot_learning_curves(
     groups: dict[str, dict[str, Any]], curve_seeds: dict[str, list], colors: dict[str, Any], out_dir: Path
 ) -> list[dict[str, Any]]:
     """One figure per curve metric: each group's IQM with its bootstrap band, and thin per-seed lines,
-    solid while the seed ran and dashed where it stopped early and holds its last evaluation."""
+    solid while the seed ran and dashed where it stopped early and holds its final evaluation. Where the
+    curve ends with the final evaluation (the table's IQM), that point is a marker with the table's CI."""
     by_metric: dict[str, list[str]] = defaultdict(list)
     for name, stats in groups.items():
         if stats.get("curve"):
@@ -61,21 +62,27 @@ def plot_learning_curves(
     images = []
     for metric, names in sorted(by_metric.items()):
         fig, ax = _subplots((8, 5))
-        any_held = False
+        any_held = any_final = False
         for name in names:
             curve, color = groups[name]["curve"], colors[name]
+            final = curve.get("last_point") == "final"
+            any_final |= final
             end = curve["steps"][-1]
-            for steps, values in curve_seeds[name]:
+            for steps, values, held in curve_seeds[name]:
                 ax.plot(steps, values, color=color, alpha=0.3, linewidth=0.8)
                 if steps[-1] < end:
                     any_held = True
-                    ax.plot([steps[-1], end], [values[-1], values[-1]], color=color, alpha=0.5, linewidth=0.9,
-                            linestyle="--")
+                    level = values[-1] if held is None else held
+                    ax.plot([steps[-1], end], [level, level], color=color, alpha=0.5, linewidth=0.9, linestyle="--")
             steps = np.asarray(curve["steps"], dtype=float)
-            ax.plot(steps, curve["iqm"], color=color, linewidth=2.2, label=f"{_label(name, len(curve_seeds[name]))} IQM")
+            iqm, low, high = (np.asarray(curve[k], dtype=float) for k in ("iqm", "ci_low", "ci_high"))
+            last = len(steps) - 1 if final else len(steps)  # the final point is drawn on its own below
+            ax.plot(steps[:last], iqm[:last], color=color, linewidth=2.2, label=f"{_label(name, len(curve_seeds[name]))} IQM")
             if len(curve_seeds[name]) > 1:
-                ax.fill_between(steps, np.asarray(curve["ci_low"], dtype=float), np.asarray(curve["ci_high"], dtype=float),
-                                color=color, alpha=0.2, linewidth=0)
+                ax.fill_between(steps[:last], low[:last], high[:last], color=color, alpha=0.2, linewidth=0)
+            if final:
+                ax.errorbar(steps[-1], iqm[-1], yerr=[[max(iqm[-1] - low[-1], 0.0)], [max(high[-1] - iqm[-1], 0.0)]],
+                            fmt="D", color=color, markeredgecolor="k", markersize=7, capsize=4, zorder=5)
         bounds = groups[names[0]]["curve"]["bounds"]
         if bounds:
             low, high = ax.get_ylim()
@@ -83,9 +90,12 @@ def plot_learning_curves(
             ax.set_ylim(low if bounds[0] is None else bounds[0] - pad, high if bounds[1] is None else bounds[1] + pad)
         ax.set_xlabel(" / ".join(sorted({groups[n]["curve"]["x"] for n in names})))
         ax.set_ylabel(metric)
-        held = "\ndashed = a seed that stopped early, held at its last evaluation" if any_held else ""
-        ax.set_title(f"Learning curves: {metric}\nIQM over seeds, 95% stratified bootstrap band, thin lines = seeds{held}",
-                     fontsize="medium")
+        notes = ["IQM over seeds, 95% stratified bootstrap band, thin lines = seeds"]
+        if any_final:
+            notes.append("diamond = final evaluation (the table's IQM and CI)")
+        if any_held:
+            notes.append("dashed = a seed that stopped early, held at its " + ("final" if any_final else "last") + " evaluation")
+        ax.set_title(f"Learning curves: {metric}\n" + "\n".join(notes), fontsize="medium")
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small", loc="best")
         file = _file_name("learning_curves", metric, len(by_metric) > 1)

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.report.collect import RunRecord
+from pipeline.report.collect import STATUSES, RunRecord
 
 DEFAULT_REPS = 2000
 DEFAULT_SEED = 0
@@ -256,6 +256,63 @@ def threshold_stats(runs: Sequence[RunRecord]) -> dict[str, Any]:
     }
 
 
+def config_value(runs: Sequence[RunRecord], key: str) -> Any:
+    """A resolved-config value (flat dotted key) that every run shares, or None."""
+    values = {json_key(run.result.get("config") or {}, key) for run in runs}
+    return values.pop() if len(values) == 1 else None
+
+
+def json_key(config: dict, key: str) -> Any:
+    value = config.get(key)
+    return value if isinstance(value, (int, float, str)) and not isinstance(value, bool) else None
+
+
+def table_value_note(runs: Sequence[RunRecord], metric: str | None, curve: str | None) -> str | None:
+    """Which evaluation the table's number is: said in the report next to the curve."""
+    if not runs or metric is None:
+        return None
+    final_episodes = config_value(runs, "task.final_eval_episodes")
+    eval_episodes = config_value(runs, "task.eval_episodes")
+    if final_episodes is not None:
+        during = f" ({eval_episodes} episodes each)" if eval_episodes is not None else ""
+        text = (f"the table's `{metric}` is each seed's final evaluation after training ({final_episodes} greedy "
+                f"episodes, `task.final_eval_episodes`)")
+        if curve == metric:
+            return text + f"; the curve's points are the in-training evaluations{during}, and its last point is that final evaluation"
+        return text
+    if curve == metric:
+        return f"the table's `{metric}` is each seed's final value; the curve's last point is the same value"
+    if curve:
+        return f"the table's `{metric}` is each seed's final value after training; the curve draws `{curve}` during training, another metric"
+    return f"the table's `{metric}` is each seed's final value after training"
+
+
+def wall_times(runs: Sequence[RunRecord]) -> dict[str, Any]:
+    """What the group cost, labelled: per seed (a K-seed process's wall time / K) and per process (a batch of K)."""
+    costs = [c for c in (run.seed_cost_s for run in runs) if c is not None]
+    batches = {run.batch_dir: run.get_float("wall_time_s") for run in runs if run.seeds_per_process > 1}
+    batch_times = [t for t in batches.values() if t is not None]
+    return {
+        "seeds_per_process": sorted({run.seeds_per_process for run in runs}),
+        "seed_cost_s_mean": describe(costs)["mean"],
+        "batch_wall_time_s_mean": describe(batch_times)["mean"],
+        "n_batches": len(batches),
+    }
+
+
+def status_warning(group: str, status: str, n: int) -> str:
+    runs = f"{n} {status} run{'s' if n != 1 else ''}"
+    if status == "running":
+        return f"group {group} has {n} run{'s' if n != 1 else ''} still running: this report is partial; build it again when they finish"
+    if status == "interrupted":
+        return f"group {group} has {runs}: resume them (each record's `interrupted.resume` says how) to complete the group"
+    if status == "pruned":
+        return f"group {group} has {n} run{'s' if n != 1 else ''} pruned by the tuner: shortened runs, left out of the statistics"
+    if status == "failed":
+        return f"group {group} has {runs}"
+    return f"group {group} has {n} run{'s' if n != 1 else ''} with status {status!r}, left out of the statistics"
+
+
 def group_stats(
     name: str, runs: Sequence[RunRecord], reps: int = DEFAULT_REPS, seed: int = DEFAULT_SEED
 ) -> dict[str, Any]:
@@ -263,11 +320,15 @@ def group_stats(
     runs = sorted(runs, key=_seed_sort_key)
     warnings_out: list[str] = []
     ok_runs = [run for run in runs if run.ok]
-    failed = [
-        {"seed": run.seed, "error": run.error, "dir": str(run.dir), "relative_dir": run.relative_dir}
-        for run in runs
-        if not run.ok
-    ]
+    # Every status a record can hold is counted and listed (failed, interrupted, pruned, running, and any
+    # other a record names); none of them enters the statistics.
+    not_ok: dict[str, list[dict[str, Any]]] = {status: [] for status in STATUSES if status != "ok"}
+    for run in runs:
+        if not run.ok:
+            not_ok.setdefault(run.status, []).append(
+                {"seed": run.seed, "error": run.error, "dir": str(run.dir), "relative_dir": run.relative_dir}
+            )
+    failed = not_ok["failed"]
     metric_counts = Counter(run.primary_metric for run in runs if run.primary_metric)
     metric = metric_counts.most_common(1)[0][0] if metric_counts else None
     if len(metric_counts) > 1:
@@ -293,6 +354,7 @@ def group_stats(
             "seed": run.seed,
             "value": run.primary_value,
             "wall_time_s": run.get_float("wall_time_s"),
+            "seed_cost_s": run.seed_cost_s,
             "dir": str(run.dir),
             "relative_dir": run.relative_dir,
         }
@@ -312,9 +374,14 @@ def group_stats(
         "primary_metric": metric,
         "higher_is_better": higher_is_better,
         "primary_curve": next((run.primary_curve for run in runs if run.primary_curve), None),
+        "table_value": table_value_note(valid, metric, next((run.primary_curve for run in runs if run.primary_curve), None)),
         "n_runs": len(runs),
         "n_ok": len(valid),
         "n_failed": len(failed),
+        "n_interrupted": len(not_ok["interrupted"]),
+        "n_pruned": len(not_ok["pruned"]),
+        "n_running": len(not_ok["running"]),
+        "status_counts": {"ok": len(ok_runs), **{status: len(entries) for status, entries in not_ok.items()}},
         "n_excluded": len(excluded),
         "values": values,
         "per_seed": per_seed,
@@ -324,13 +391,15 @@ def group_stats(
         "mean_ci": None,
         "ci_note": None,
         "failed": failed,
+        "interrupted": not_ok["interrupted"],
+        "pruned": not_ok["pruned"],
+        "running": not_ok["running"],
+        "other_status": {status: entries for status, entries in not_ok.items() if status not in STATUSES},
         "excluded": [
             {"seed": run.seed, "reason": reason, "dir": str(run.dir), "relative_dir": run.relative_dir}
             for run, reason in excluded
         ],
-        "wall_time_s_mean": describe([v for v in (r.get_float("wall_time_s") for r in valid) if v is not None])[
-            "mean"
-        ],
+        **wall_times(valid),
         "threshold": threshold_stats([run for run in ok_runs if run.is_rl]) if any(r.is_rl for r in ok_runs) else None,
     }
     if values:
@@ -346,8 +415,9 @@ def group_stats(
             f"with fewer than {MIN_SEEDS} the CIs are wide and a comparison is anecdotal, "
             "run more seeds (e.g. seed='range(0,10)')"
         )
-    if failed:
-        warnings_out.append(f"group {name} has {len(failed)} failed run{'s' if len(failed) != 1 else ''}")
+    for status, entries in not_ok.items():
+        if entries:
+            warnings_out.append(status_warning(name, status, len(entries)))
     stats["warnings"] = warnings_out
     return stats
 

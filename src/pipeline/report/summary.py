@@ -21,8 +21,10 @@ def summarize(runs: Sequence[RunRecord], reps: int = DEFAULT_REPS, seed: int = D
     groups = {name: group_stats(name, members, reps=reps, seed=seed) for name, members in by_group.items()}
     curve_seeds = {}
     for name, members in by_group.items():
-        valid_dirs = {entry["dir"] for entry in groups[name]["per_seed"].values()}
-        curve = group_curve([run for run in members if str(run.dir) in valid_dirs], reps=reps, seed=seed)
+        # In the table's order, so the curve's final point resamples exactly as the table's CI does.
+        by_dir = {str(run.dir): run for run in members}
+        valid = [by_dir[entry["dir"]] for entry in groups[name]["per_seed"].values()]
+        curve = group_curve(valid, reps=reps, seed=seed)
         groups[name]["curve"], curve_seeds[name] = curve if curve is not None else (None, [])
     comparisons, notes = compare_groups(groups, reps=reps, seed=seed)
     warnings_out = [w for stats in groups.values() for w in stats["warnings"]] + notes

@@ -7,7 +7,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-SUMMARY_STATS = ("n_ok", "n_failed", "mean", "std", "median", "min", "max", "iqm")
+from pipeline.report.collect import NOT_OK
+
+SUMMARY_STATS = ("n_ok", "n_failed", "n_interrupted", "n_pruned", "n_running", "mean", "std", "median", "min", "max", "iqm")
+
 THRESHOLD_STATS = ("n_reached", "n_seeds", "median_reached_s", "median_all_s")
 
 
@@ -26,15 +29,17 @@ def per_seed_rows(report: dict[str, Any]) -> list[list[Any]]:
         metric = g["primary_metric"]
         for entry in g["per_seed"].values():
             rows.append([name, str(entry["seed"]), "ok", metric, entry["value"], None, entry["relative_dir"]])
-        for entry in g["failed"]:
-            rows.append([name, str(entry["seed"]), "failed", metric, None, entry["error"], entry["relative_dir"]])
+        for status, entries in {**{s: g[s] for s in NOT_OK}, **g["other_status"]}.items():
+            for entry in entries:
+                rows.append([name, str(entry["seed"]), status, metric, None, entry["error"], entry["relative_dir"]])
         for entry in g["excluded"]:
             rows.append([name, str(entry["seed"]), "excluded", metric, None, entry["reason"], entry["relative_dir"]])
     return rows
 
 
 def summary_values(report: dict[str, Any]) -> dict[str, Any]:
-    values: dict[str, Any] = {"n_runs": report["n_runs"], "n_groups": report["n_groups"]}
+    values: dict[str, Any] = {"n_runs": report["n_runs"], "n_groups": report["n_groups"], "partial": report["partial"]}
+    values.update({f"runs/{status}": n for status, n in report["status_counts"].items()})
     for name, g in report["groups"].items():
         for stat in SUMMARY_STATS:
             values[f"{name}/{stat}"] = g[stat]

@@ -30,8 +30,6 @@ OWNED = {
 # Defaults of the pipeline that a user may still override with trainer.<key>.
 PIPELINE_DEFAULTS = {"num_sanity_val_steps": 0, "enable_model_summary": False, "enable_checkpointing": False}
 SUMMARY_CALLBACKS = ("ModelSummary", "RichModelSummary")
-# Keys of conf/trainer/*.yaml that are no Trainer arguments (read by pipeline.config.debug).
-NOT_TRAINER_ARGS = ("debug",)
 
 
 def _trainer_params() -> list[str]:
@@ -52,7 +50,6 @@ def trainer_kwargs(cfg: DictConfig) -> dict:
     key that is no Trainer argument, is a ConfigError naming what to use instead.
     """
     given = OmegaConf.to_container(cfg.trainer, resolve=True) if cfg.get("trainer") is not None else {}
-    given = {k: v for k, v in given.items() if k not in NOT_TRAINER_ARGS}
     params = _trainer_params()
     for key in given:
         if key in OWNED:

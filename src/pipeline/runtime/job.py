@@ -20,6 +20,8 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.runtime.context import JobContext
+from pipeline.store.layout import agent_dirs
+from pipeline.store.record import RunRecord, read_record
 
 log = logging.getLogger("pipeline")
 
@@ -30,10 +32,10 @@ def hydra_job(cfg: DictConfig) -> list[dict]:
     """Hydra's task function body: a sweep's job runs in a child process, a single run in this one."""
     ctx = JobContext.from_hydra(cfg)
     if ctx.multirun and cfg.get("resume"):
-        done = read_job_records(Path(ctx.run_dir), int(cfg.get("seeds_per_process") or 1), int(cfg.seed))
-        if done and all(r.get("status") == "ok" for r in done):
+        done = read_job_records(Path(ctx.run_dir), _agents(cfg), int(cfg.seed))
+        if done and all(r.status == "ok" for r in done):
             log.info(f"resume: {ctx.run_dir} already finished ok, skipping")
-            return done
+            return [r.to_dict() for r in done]
     if ctx.multirun and bool(cfg.get("isolate_jobs", True)):
         return run_in_child(cfg, ctx)
     from pipeline.runtime.run import run_job
@@ -75,40 +77,57 @@ def run_in_child(cfg: DictConfig, ctx: JobContext) -> list[dict]:
         # Lightning's own SLURM auto-requeue is off in the child (runtime.run.make_trainer), so one requeue.
         log.info(f"[job {ctx.job_num}] seed={cfg.seed}: checkpoint saved after SIGUSR2 (exit {rc}); requeueing")
         requeue(signal.SIGUSR2, None)
-    records = read_job_records(Path(ctx.run_dir), int(cfg.get("seeds_per_process") or 1), int(cfg.seed))
-    if rc not in (0, 1, 130, 143, 2):
+    records = read_job_records(Path(ctx.run_dir), _agents(cfg), int(cfg.seed))
+    if rc not in (0, 1, 130, 143, 2) or len(records) < _agents(cfg):
         how = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exited with code {rc}"
-        records = [_record_death(r, how, ctx) for r in records]
+        # A child killed in its first seconds (during imports, out of memory) wrote no record: one is made
+        # here from what the sweep knows, so every launched job is counted.
+        records = [_record_death(r, how, ctx) for r in _with_skeletons(records, cfg, ctx)]
         print(f"[job {ctx.job_num}] seed={cfg.seed}: the training process was {how}; finish with: {ctx.resume_command()}", flush=True)
     if received and signal.SIGUSR2 not in received:
         # Stop the sweep; its jobs' records say where each one stopped.
         print(f"sweep stopped by {signal.Signals(received[0]).name}; finish it with: {ctx.resume_command()}", flush=True)
         raise SystemExit(130 if received[0] == signal.SIGINT else 143)
-    return records
+    return [r.to_dict() for r in records]
 
 
-def read_job_records(run_dir: Path, k: int, seed: int) -> list[dict]:
-    from pipeline.store.record import read_result
-
-    dirs = [run_dir] if k <= 1 else [run_dir / f"seed{seed + i}" for i in range(k)]
-    return [r for r in (read_result(d) for d in dirs) if r is not None]
+def _agents(cfg: DictConfig) -> int:
+    k = cfg.get("seeds_per_process") or 1
+    return int(k) if isinstance(k, int) and k > 0 else 1
 
 
-def _record_death(record: dict, how: str, ctx: JobContext) -> dict:
+def read_job_records(run_dir: Path, k: int, seed: int) -> list[RunRecord]:
+    dirs = agent_dirs(run_dir, [seed + i for i in range(k)])
+    return [r for r in (read_record(d) for d in dirs) if r is not None]
+
+
+def _with_skeletons(records: list[RunRecord], cfg: DictConfig, ctx: JobContext) -> list[RunRecord]:
+    """The job's records, plus a skeleton for each agent whose process died before it could write one."""
+    have = {r.seed for r in records}
+    seeds = [int(cfg.seed) + i for i in range(_agents(cfg))]
+    out = list(records)
+    for seed, d in zip(seeds, agent_dirs(Path(ctx.run_dir), seeds)):
+        if seed not in have:
+            d.mkdir(parents=True, exist_ok=True)
+            task = str(OmegaConf.select(cfg, "task._target_", default="") or "").rsplit(".", 1)[-1]
+            out.append(RunRecord(experiment=str(cfg.get("name") or ""), group=str(cfg.get("name") or ""), task=task,
+                                 seed=seed, run_dir=str(d), versions=None, git_commit=None,
+                                 seeds_per_process=len(seeds), agent=seed - seeds[0]))
+    return out
+
+
+def _record_death(record: RunRecord, how: str, ctx: JobContext) -> RunRecord:
     return _mark_dead(record, how, ctx.resume_command())
 
 
-def _mark_dead(record: dict, how: str, resume_command: str) -> dict:
-    from pipeline.store.record import RESULT, write_json
-
-    if record.get("status") == "ok":  # never overwrite a finished record
+def _mark_dead(record: RunRecord, how: str, resume_command: str) -> RunRecord:
+    if record.status == "ok":  # never overwrite a finished record
         return record
-    checkpoint = record.get("checkpoint") or {}
-    step = checkpoint.get("step")
+    step = (record.checkpoint or {}).get("step")
     where = f"; its checkpoint holds step {step}" if step is not None else "; no checkpoint was written yet"
     record.update(status="failed", error=f"the training process was {how}{where}", ended_by=how,
                   resume_command=resume_command)
-    write_json(Path(record["run_dir"]) / RESULT, record)
+    record.write()
     return record
 
 
@@ -117,23 +136,23 @@ def record_lost_job(cfg: DictConfig, run_dir: Path, how: str, resume_command: st
     started gets one (with its config, so the report groups it with its seeds), so the sweep counts it and
     ends with the command that finishes it. `cfg` is the job's config without its `hydra` node."""
     from pipeline.config.grouping import group_name, semantic_config
-    from pipeline.store.record import RunRecord
 
-    k, seed = int(cfg.get("seeds_per_process") or 1), int(cfg.seed)
+    k, seed = _agents(cfg), int(cfg.seed)
     records = read_job_records(run_dir, k, seed)
     if records:
-        return [_mark_dead(r, how, resume_command) for r in records]
+        return [_mark_dead(r, how, resume_command).to_dict() for r in records]
     resolved = OmegaConf.to_container(cfg, resolve=True)
-    for i, d in enumerate([run_dir] if k <= 1 else [run_dir / f"seed{seed + i}" for i in range(k)]):
+    out = []
+    for i, d in enumerate(agent_dirs(run_dir, [seed + i for i in range(k)])):
         record = RunRecord(
             experiment=str(cfg.name), group=group_name(resolved, str(cfg.name)), seed=seed + i, run_dir=str(d),
             task=str(cfg.task._target_).rsplit(".", 1)[-1], config=semantic_config(resolved), seeds_per_process=k,
-            agent=i, error=f"the job was {how} before the run started",
+            agent=i, error=f"the job was {how} before the run started", versions=None, git_commit=None,
         ).update(ended_by=how, resume_command=resume_command)
         d.mkdir(parents=True, exist_ok=True)
         record.write()
-        records.append(record.to_dict())
-    return records
+        out.append(record.to_dict())
+    return out
 
 
 # ---- the child side ------------------------------------------------------------------------------

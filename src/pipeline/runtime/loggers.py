@@ -11,7 +11,8 @@ from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 
 from pipeline.config.grouping import sweep_id
-from pipeline.store.curves import CurveLog
+from pipeline.store.curves import CurveLog, read_run_curve
+from pipeline.store.layout import model_path
 
 KNOWN = ("csv", "tensorboard", "wandb")
 
@@ -108,7 +109,6 @@ def finish_loggers(loggers: list[Logger], status: str) -> None:
 
 def log_records_to_wandb(records: list[dict], run_dirs: list[Path], wandb_cfg: dict, config: dict) -> None:
     """One W&B run per seed of a seed-batched run, replaying its metrics.csv, so W&B sees K ordinary seeds."""
-    import csv
     import math
 
     import wandb
@@ -121,14 +121,7 @@ def log_records_to_wandb(records: list[dict], run_dirs: list[Path], wandb_cfg: d
             config=wandb_config({**config, "seed": record["seed"]}), dir=str(run_dir), mode=wandb_mode(wandb_cfg.get("mode")),
             settings=_wandb_settings(), reinit="create_new",
         )
-        rows: dict[int, dict[str, float]] = {}
-        with open(Path(run_dir) / "metrics.csv", newline="") as f:
-            for row in csv.DictReader(f):
-                x = next((c for c in ("step", "env_step") if row.get(c) not in ("", None)), None)
-                if x is None:
-                    continue
-                values = {k: float(v) for k, v in row.items() if k not in ("step", "env_step") and v not in ("", None)}
-                rows.setdefault(int(float(row[x])), {}).update({k: v for k, v in values.items() if math.isfinite(v)})
+        rows = {s: {k: v for k, v in row.items() if math.isfinite(v)} for s, row in read_run_curve(run_dir).items()}
         for step, values in sorted(rows.items()):
             # Committed now: an open last row would reach W&B after the summary and overwrite it.
             if values:
@@ -154,14 +147,14 @@ def publish_to_wandb(run, record: dict, run_dir: Path) -> None:
         if not key.startswith("_") and key not in final and isinstance(run.summary[key], int | float):
             del run.summary[key]
     run.summary.update(final)
-    model = Path(run_dir) / "model.pt"
+    model = model_path(run_dir)
     if model.is_file():
         artifact = wandb.Artifact(
             f"model-{run.id}", type="model",
             metadata={"experiment": record.get("experiment"), "seed": record.get("seed"), "status": record.get("status"),
                       "sweep_id": sweep_id(), "metrics": final},
         )
-        artifact.add_file(str(model), name="model.pt")
+        artifact.add_file(str(model), name=model.name)
         run.log_artifact(artifact)
 
 

@@ -12,7 +12,6 @@ No Lightning here: a replay starts in about the time torch and gymnasium take to
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
@@ -21,11 +20,13 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from pipeline.store.layout import EVAL_FILE, MODEL, agent_seed_dirs, config_path, has_model, model_path
+from pipeline.store.record import read_record, write_json
+
 # Training uses start states from seed + 0 (training), + 10,000 (evaluations), + 20,000 (final evaluation):
 # a replay's episodes start from seed + 30,000 + i, states the agent was never trained or scored on.
 REPLAY_SEED_OFFSET = 30_000
 VIDEO_DIR = "videos"
-EVAL_FILE = "eval.json"
 
 
 class EvalError(ValueError):
@@ -45,27 +46,23 @@ def find_config(run_dir: Path) -> tuple[DictConfig, int]:
     """The run's composed config and its seed (a `seed<n>` dir of a batch: the batch's config, seed n)."""
     if not run_dir.is_dir():
         raise EvalError(f"{run_dir}: no such run dir")
-    if not (run_dir / "model.pt").is_file():
-        seeds = sorted(p.name for p in run_dir.glob("seed*") if (p / "model.pt").is_file())
+    if not has_model(run_dir):
+        seeds = [p.name for p in agent_seed_dirs(run_dir)]
         hint = f"it holds seeds {', '.join(seeds)}: pass one, e.g. {run_dir / seeds[0]}" if seeds else "did the run finish?"
-        raise EvalError(f"{run_dir}: no model.pt; {hint}")
+        raise EvalError(f"{run_dir}: no {MODEL}; {hint}")
     seed_dir = re.fullmatch(r"seed(\d+)", run_dir.name)
     for where in (run_dir, run_dir.parent if seed_dir else None):
-        if where is None:
-            continue
-        for name in (".hydra/config.yaml", ".pipeline/config.yaml"):
-            if (where / name).is_file():
-                cfg = OmegaConf.load(where / name)
-                return cfg, _run_seed(run_dir, cfg, seed_dir)
+        saved = None if where is None else config_path(where)
+        if saved is not None:
+            cfg = OmegaConf.load(saved)
+            return cfg, _run_seed(run_dir, cfg, seed_dir)
     raise EvalError(f"{run_dir}: no .hydra/config.yaml here{' or in its batch dir' if seed_dir else ''}; was it made by python -m pipeline?")
 
 
 def _run_seed(run_dir: Path, cfg: DictConfig, seed_dir: re.Match | None) -> int:
-    result = run_dir / "result.json"
-    if result.is_file():
-        seed = json.loads(result.read_text()).get("seed")
-        if isinstance(seed, int):
-            return seed
+    record = read_record(run_dir)
+    if record is not None and isinstance(record.seed, int):
+        return record.seed
     return int(seed_dir.group(1)) if seed_dir else int(cfg.get("seed", 0))
 
 
@@ -78,19 +75,21 @@ def env_of(cfg: DictConfig) -> tuple[str, dict]:
     return str(env.id), dict(OmegaConf.to_container(kwargs, resolve=True) if kwargs else {})
 
 
-def load_policy(cfg: DictConfig, model_path: Path, obs_shape: tuple, n_actions: int, device):
+def load_policy(cfg: DictConfig, run_dir: Path, obs_shape: tuple, n_actions: int, device):
     """The run's network (from its config), with model.pt's weights, in eval mode."""
-    import torch
     from hydra.utils import instantiate
 
     from pipeline.nets.factory import make_net
+    from pipeline.store.checkpoint import CheckpointError, load_model
 
     net = make_net(instantiate(cfg.model), int(np.prod(obs_shape)), n_actions)
     try:
-        net.load_state_dict(torch.load(model_path, map_location="cpu", weights_only=True))
+        net.load_state_dict(load_model(run_dir))
+    except CheckpointError as exc:
+        raise EvalError(str(exc)) from None
     except RuntimeError as exc:
         first = str(exc).strip().splitlines()[0]
-        raise EvalError(f"{model_path} does not fit the run's model config ({cfg.model._target_}): {first}") from None
+        raise EvalError(f"{model_path(run_dir)} does not fit the run's model config ({cfg.model._target_}): {first}") from None
     return net.to(device).eval()
 
 
@@ -136,7 +135,7 @@ def play(options: Options, cfg: DictConfig, run_seed: int) -> dict:
     first = run_seed + REPLAY_SEED_OFFSET if options.seed is None else options.seed
     seeds = [first + i for i in range(options.episodes)]
     env = make_env(env_id, **env_kwargs)
-    net = load_policy(cfg, options.run_dir / "model.pt", env.observation_space.shape, int(env.action_space.n), device)
+    net = load_policy(cfg, options.run_dir, env.observation_space.shape, int(env.action_space.n), device)
     fps = float(env.metadata.get("render_fps") or 30) / float(env_kwargs.get("frame_skip", 1) if is_atari(env_id) else 1)
     returns, lengths, videos = [], [], []
     try:
@@ -193,8 +192,8 @@ def log_to_run_loggers(cfg: DictConfig, result: dict, run_dir: Path) -> list[str
         import wandb
 
         opts = dict(spec.get("wandb") or {})
-        record = run_dir / "result.json"
-        group = json.loads(record.read_text()).get("group") if record.is_file() else None
+        record = read_record(run_dir)
+        group = record.group if record is not None else None
         run = wandb.init(
             project=opts.get("project", "pipeline"), entity=opts.get("entity"), group=group, job_type="replay",
             name=f"{cfg.get('name', 'run')}-seed{result['run_seed']}-replay", dir=str(run_dir),
@@ -214,7 +213,7 @@ def evaluate_run(options: Options) -> dict:
     cfg, run_seed = find_config(options.run_dir)
     result = play(options, cfg, run_seed)
     result["logged_to"] = log_to_run_loggers(cfg, result, options.run_dir)
-    (options.run_dir / EVAL_FILE).write_text(json.dumps(result, indent=2))
+    write_json(options.run_dir / EVAL_FILE, result)
     return result
 
 

@@ -34,6 +34,7 @@ from hydra.utils import get_class, instantiate
 from lightning.fabric.plugins.environments import LightningEnvironment
 from lightning.pytorch.callbacks import Checkpoint
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from pipeline.config import checks as config_checks
 from pipeline.config.checks import one_line
@@ -47,63 +48,77 @@ from pipeline.runtime.checkpointing import (
 from pipeline.runtime.context import JobContext
 from pipeline.runtime.devices import flushes_denormals, setup_device
 from pipeline.runtime.loggers import CurveLogger, build_loggers, finish_loggers
+from pipeline.runtime.preflight import RunRefused, plan_start
 from pipeline.runtime.rundir import Interrupted, RunDirBusy, RunDirLock, StopRequests
 from pipeline.runtime.seeding import seed_everything
-from pipeline.store.checkpoint import checkpoint_path, load_safely, save_atomic
-from pipeline.store.curves import METRICS, CurveLog
-from pipeline.store.record import RunRecord, git_commit, read_record, versions
+from pipeline.store.checkpoint import load_safely, save_model
+from pipeline.store.curves import CurveLog
+from pipeline.store.layout import RESULT, agent_dirs, checkpoint_path, error_log_path, metrics_path
+from pipeline.store.record import RunRecord, git_commit, versions
+from pipeline.tasks.base import PART_GROUPS, Task, TaskParts
 
 log = logging.getLogger("pipeline")
 
 warnings.filterwarnings("ignore", message=".*isinstance.treespec, LeafSpec.*")
 
 
-class RunRefused(RuntimeError):
-    """The run cannot start without losing or mixing up work; the message is one line with the fix."""
-
-
 def _is_empty(node) -> bool:
     return node is None or (isinstance(node, DictConfig) and len(node) == 0)
 
 
-def build_task(cfg: DictConfig, datamodule, n_agents: int, run_dir: Path | None = None, device: torch.device | None = None):
-    """The task from `cfg.task` plus the parts it asks for; a part it cannot take is an error, never dropped."""
-    import inspect
+def task_class(cfg: DictConfig) -> type[Task]:
+    """The class named by `task._target_`; it must be a `pipeline.tasks.base.Task` (the declared contract)."""
+    try:
+        cls = get_class(str(cfg.task._target_))
+    except Exception as exc:  # noqa: BLE001 - any import problem is the same one-line refusal
+        raise config_checks.ConfigError(f"task._target_={cfg.task._target_}: {one_line(exc)}") from None
+    if not (isinstance(cls, type) and issubclass(cls, Task)):
+        raise config_checks.ConfigError(f"task._target_={cfg.task._target_} is not a pipeline.tasks.base.Task subclass")
+    return cls
 
-    cls = get_class(cfg.task._target_)
-    params = inspect.signature(cls.__init__).parameters
-    parts = {
-        "net": None if _is_empty(cfg.get("model")) else instantiate(cfg.model),
-        "loss": None if _is_empty(cfg.get("loss")) else instantiate(cfg.loss),
-        "optimizer": None if _is_empty(cfg.get("optimizer")) else instantiate(cfg.optimizer),
-        "scheduler": None if _is_empty(cfg.get("scheduler")) else instantiate(cfg.scheduler),
-        "env": None if _is_empty(cfg.get("env")) else OmegaConf.to_container(cfg.env, resolve=True),
-        "datamodule": datamodule,
-    }
-    for attr in ("in_features", "n_classes", "image_shape"):
-        if datamodule is not None and hasattr(datamodule, attr):
-            parts[attr] = getattr(datamodule, attr)
-    kwargs = {"seed": int(cfg.seed), "run_dir": run_dir, "data_device": device}
-    if n_agents > 1 or "n_agents" in params:
-        if "n_agents" not in params:
-            raise config_checks.ConfigError(
-                f"task {cls.__name__} trains one seed per process; seeds_per_process={n_agents} works with task=dqn and "
-                "task=supervised (run the seeds as a sweep: -m seed='range(0,N)')"
-            )
-        kwargs["n_agents"] = n_agents
-    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    for name, value in parts.items():
-        if value is None:
-            continue
-        if name in params or takes_any:
-            kwargs[name] = value
-        elif name in ("net", "loss", "optimizer", "scheduler", "env"):
-            group = {"net": "model"}.get(name, name)
+
+def check_task(cfg: DictConfig, n_agents: int) -> type[Task]:
+    """What the task declares against what the config asks, before anything is built or written (one line each)."""
+    cls = task_class(cfg)
+    if n_agents > 1 and not cls.trains_seeds_together:
+        raise config_checks.ConfigError(
+            f"task {cls.__name__} trains one seed per process; seeds_per_process={n_agents} works with task=dqn and "
+            "task=supervised (run the seeds as a sweep: -m seed='range(0,N)')"
+        )
+    for group in PART_GROUPS:
+        if group != "data" and group not in cls.uses and not _is_empty(cfg.get(group)):
             raise config_checks.ConfigError(
                 f"task {cls.__name__} does not use a {group}; drop it with {group}=none (got {group}={_choice_hint(cfg, group)})"
             )
-    kwargs = {k: v for k, v in kwargs.items() if k in params or takes_any}
-    return instantiate(cfg.task, **kwargs, _convert_="all")
+    task_config(cls, cfg.task)  # a wrong type or an unknown key of the task's Config
+    return cls
+
+
+def task_config(cls: type[Task], node: DictConfig):
+    """The `task:` node (without `_target_`) as the task's typed Config; a wrong type or unknown key is one line."""
+    values = {k: v for k, v in OmegaConf.to_container(node, resolve=True).items() if k != "_target_"}
+    try:
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls.Config), values))
+    except OmegaConfBaseException as exc:
+        key = exc.full_key or exc.key
+        first = str(exc).splitlines()[0]
+        raise config_checks.ConfigError(f"task.{key}: {first}" if key else f"task: {first}") from None
+
+
+def build_task(cfg: DictConfig, datamodule, n_agents: int, run_dir: Path | None = None, device: torch.device | None = None) -> Task:
+    """`TaskClass(config, parts)`: the typed hyperparameters and the objects built from the groups it uses."""
+    cls = check_task(cfg, n_agents)
+
+    def part(group: str):
+        return None if group not in cls.uses or _is_empty(cfg.get(group)) else instantiate(cfg[group])
+
+    env = None if "env" not in cls.uses or _is_empty(cfg.get("env")) else OmegaConf.to_container(cfg.env, resolve=True)
+    parts = TaskParts(
+        seed=int(cfg.seed), n_agents=n_agents, net=part("model"), loss=part("loss"), optimizer=part("optimizer"),
+        scheduler=part("scheduler"), env=env, datamodule=datamodule if "data" in cls.uses else None,
+        run_dir=run_dir, device=device,
+    )
+    return cls(task_config(cls, cfg.task), parts)
 
 
 def _choice_hint(cfg: DictConfig, group: str) -> str:
@@ -136,10 +151,6 @@ def make_trainer(cfg: DictConfig, accelerator: str, run_dir: Path, loggers, call
     )
 
 
-def agent_dirs(run_dir: Path, seeds: list[int]) -> list[Path]:
-    return [run_dir] if len(seeds) == 1 else [run_dir / f"seed{s}" for s in seeds]
-
-
 def exit_code_of(records: list[dict]) -> int:
     if any(r.get("status") == "interrupted" for r in records):
         return int((records[0].get("interrupted") or {}).get("exit_code") or 130)
@@ -158,6 +169,7 @@ def _check_start(cfg: DictConfig, k: int) -> None:
     if k < 1:
         raise config_checks.ConfigError(f"seeds_per_process={k} must be >= 1")
     config_checks.check_values(cfg)
+    check_task(cfg, k)  # what the task declares (seeds together, groups it takes): refused once, before any record
 
 
 def run(cfg: DictConfig, run_dir: Path | None = None) -> list[dict]:
@@ -173,9 +185,6 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> list[dict]:
 
 def run_job(cfg: DictConfig, ctx: JobContext) -> list[dict]:
     """Run one job (K agents) and write its records. Refusals raise RunRefused; every other failure is recorded."""
-    from pipeline.config.debug import apply_debug
-
-    cfg = apply_debug(cfg)
     run_dir = Path(ctx.run_dir)
     raw_k = cfg.get("seeds_per_process") or 1
     k = int(raw_k) if isinstance(raw_k, int) else -1
@@ -199,23 +208,13 @@ def run_job(cfg: DictConfig, ctx: JobContext) -> list[dict]:
 
 def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int], dirs: list[Path]) -> list[dict]:
     k = len(seeds)
-    previous = [read_record(d) for d in dirs]
+    plan = plan_start(cfg, run_dir, dirs)
+    if plan.nothing_to_do:
+        return [p.to_dict() for p in plan.previous]
+    previous, ckpt, extending = plan.previous, plan.ckpt, plan.extending
     ckpt_file = checkpoint_path(run_dir)
-    wants_resume = bool(cfg.get("ckpt_path")) or bool(cfg.get("resume"))
-    extending = all(p is not None and p.status == "ok" for p in previous)
     if extending:
-        if not cfg.get("ckpt_path"):
-            if wants_resume:
-                log.info(f"{run_dir} already finished ok; nothing to continue")
-                return [p.to_dict() for p in previous]
-            raise RunRefused(
-                f"{run_dir} already holds a finished run (status ok); choose a new dir (hydra.run.dir=<dir>) to run it "
-                "again, or continue it to a larger budget with ckpt_path=last"
-            )
-        log.info(f"{run_dir} finished ok; continuing it from its checkpoint (result.json keeps the finished record until this ends ok)")
-    ckpt = _resolve_ckpt(cfg, ckpt_file, any(p is not None for p in previous))
-    if extending and ckpt is None:
-        raise RunRefused(f"{run_dir} finished ok and has no checkpoint to continue from; choose a new dir to run it again")
+        log.info(f"{run_dir} finished ok; continuing it from its checkpoint ({RESULT} keeps the finished record until this ends ok)")
 
     t_start = time.perf_counter()
     signals = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2) if ctx.isolated else (signal.SIGINT, signal.SIGTERM)
@@ -243,11 +242,7 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
         resume_step = None
         if ckpt is not None:
             resume_state = load_safely(ckpt, "checkpoint")
-            if hasattr(task, "load_checkpoint_state"):
-                task.load_checkpoint_state(resume_state)
-                resume_step = task.resume_step
-            else:
-                resume_step = int(resume_state.get("epoch", 0))
+            resume_step = task.load_checkpoint_state(resume_state)
         setup_s = time.perf_counter() - t0
     except Exception as exc:
         if ckpt is not None:  # a failed resume leaves the earlier record and curve as they were
@@ -262,7 +257,7 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
                  higher_is_better=task.higher_is_better, device=str(device))
         r.write()
     try:
-        curves = [CurveLog(d / METRICS, resume_step=resume_step) for d in dirs]
+        curves = [CurveLog(metrics_path(d), resume_step=resume_step) for d in dirs]
         resolved = OmegaConf.to_container(cfg, resolve=True)
         logger_spec = {} if k > 1 else dict(cfg.get("logger") or {})
         logger_spec.pop("csv", None)
@@ -271,7 +266,7 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
             group=records[0].group, job_type=records[0].task, seed=int(cfg.seed), config=resolved,
         )
         loggers = [lg for lg in loggers if type(lg).__name__ != "CSVLogger"]
-        if getattr(task, "writes_curves", False):
+        if task.writes_curves:
             task.curves = curves
         else:
             loggers.insert(0, CurveLogger(curves[0]))
@@ -298,21 +293,19 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
                 c.flush()
 
         callbacks: list = [ValidationTimer()]
-        if hasattr(task, "checkpoint_state"):
+        if task.checkpointing == "state":
             task.checkpoint_hook = state_checkpointer(task, ckpt_file, policy, stop, note_save)
         else:
             callbacks.append(EpochCheckpointer(ckpt_file, policy, stop, note_save, saved_epoch=resume_step))
         policy.start(resume_step or 0)
         trainer = make_trainer(cfg, device.type, run_dir, loggers, callbacks)
-        lightning_ckpt = str(ckpt) if ckpt is not None and not hasattr(task, "load_checkpoint_state") else None
-        result = task.fit_and_evaluate(trainer, datamodule, lightning_ckpt)
-        per_agent = result if isinstance(result, list) else [result]
+        lightning_ckpt = str(ckpt) if ckpt is not None and task.checkpointing == "lightning" else None
+        per_agent = task.fit_and_evaluate(trainer, datamodule, lightning_ckpt)
         if stop.requested:  # the fit ended on a stop request after its last safe point
-            raise Interrupted(getattr(task, "resume_step", None))
+            raise Interrupted(task.resume_step)
         for i, (r, d) in enumerate(zip(records, dirs)):
-            state = task.agent_state_dict(i) if hasattr(task, "agent_state_dict") else task.export_state_dict()
-            save_atomic(state, d / "model.pt")
-            extras = task.agent_record(i) if hasattr(task, "agent_record") else task.record_extras()
+            save_model(task.agent_state_dict(i), d)
+            extras = task.agent_record(i)
             r.update(status="ok", error=None, metrics=per_agent[i], **extras)
             if r.primary_metric not in per_agent[i]:
                 raise RuntimeError(f"task did not report its primary metric {r.primary_metric!r}")
@@ -330,7 +323,7 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
         return _interrupted(records, exc, stop, ctx, t_start, loggers, curves, task)
     except Exception as exc:  # every failure becomes a record; the traceback goes to error.log
         return _fail(records, exc, run_dir, t_start, stop, loggers, curves, task)
-    return _finish(records, t_start, stop, loggers, curves, cfg, dirs, videos=getattr(task, "capture_video", False))
+    return _finish(records, t_start, stop, loggers, curves, cfg, dirs, videos=task.capture_video)
 
 
 def _capture_videos(cfg: DictConfig, records: list[RunRecord], dirs: list[Path], device: str) -> None:
@@ -346,25 +339,6 @@ def _capture_videos(cfg: DictConfig, records: list[RunRecord], dirs: list[Path],
             log.warning(f"video not logged: {one_line(exc)}")
 
 
-def _resolve_ckpt(cfg: DictConfig, last: Path, has_previous: bool) -> Path | None:
-    requested = cfg.get("ckpt_path")
-    requeued = os.environ.get("SLURM_RESTART_COUNT", "0") not in ("", "0")
-    if not requested and (cfg.get("resume") or requeued) and has_previous:
-        # A sweep resumed with resume=true, or a SLURM job requeued after preemption, continues its jobs.
-        requested = "last"
-    if not requested:
-        return None
-    if requested == "last":
-        if not last.is_file():
-            log.info(f"ckpt_path=last: no checkpoint at {last} yet, starting from scratch")
-            return None
-        return last
-    path = Path(str(requested))
-    if not path.is_file():
-        raise RunRefused(f"ckpt_path={requested}: no such checkpoint file; pass a checkpoint path or `last`")
-    return path
-
-
 def _policy(cfg: DictConfig) -> CheckpointPolicy:
     spec = cfg.get("checkpoint") or {}
     return CheckpointPolicy(
@@ -374,7 +348,7 @@ def _policy(cfg: DictConfig) -> CheckpointPolicy:
     )
 
 
-def _attach_trial(task, cfg: DictConfig) -> None:
+def _attach_trial(task: Task, cfg: DictConfig) -> None:
     trial = cfg.get("trial")
     if trial is None:
         return
@@ -405,7 +379,7 @@ def _start_records(cfg, ctx: JobContext, dirs, seeds, previous, resume_step, sid
         )
         r.update(choices=dict(ctx.choices))
         if resume_step is None:
-            (d / "error.log").unlink(missing_ok=True)
+            error_log_path(d).unlink(missing_ok=True)
         if side_file is not None:
             r.file = side_file
         r.write()
@@ -426,9 +400,9 @@ def _finish(records, t_start, stop, loggers, curves, cfg, dirs, videos: bool = F
         c.flush()
     for r in records:
         side = getattr(r, "file", None)
-        r.file = "result.json"
+        r.file = RESULT
         r.write()
-        if side and side != "result.json":
+        if side and side != RESULT:
             (Path(r.run_dir) / side).unlink(missing_ok=True)
     _publish(loggers, records)
     finish_loggers(loggers, "ok")
@@ -469,7 +443,7 @@ def _end_unfinished(records, t_start, stop, loggers, curves, task, end: str, **f
         if task is not None:
             r.time_breakdown_s = {key: round(v, 4) for key, v in task.time_breakdown_s.items()}
             try:  # what the task knows so far (rows read, env steps, ...) stays in the record
-                r.update(**(task.agent_record(i) if hasattr(task, "agent_record") else task.record_extras()))
+                r.update(**task.agent_record(i))
             except Exception:  # noqa: BLE001 - a half-built task may not know; the failure itself is what matters
                 pass
     for c in curves:
@@ -484,7 +458,7 @@ def _end_unfinished(records, t_start, stop, loggers, curves, task, end: str, **f
 def _fail(records, exc, run_dir, t_start, stop, loggers, curves, task=None) -> list[dict]:
     trace = traceback.format_exc()
     for d in {Path(run_dir), *(Path(r.run_dir) for r in records)}:
-        (d / "error.log").write_text(trace)
+        error_log_path(d).write_text(trace)
     return _end_unfinished(records, t_start, stop, loggers, curves, task, "failed", error=one_line(exc))
 
 

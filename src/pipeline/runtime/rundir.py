@@ -69,6 +69,23 @@ class RunDirLock:
         self.release()
 
 
+def probe_owner(run_dir: Path) -> None:
+    """RunDirBusy if a live process owns `run_dir`; writes nothing (a dir without a lock file has no owner)."""
+    path = Path(run_dir) / LOCK
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        owner = _read_owner(fd)
+        who = f"process {owner.get('pid')} on {owner.get('host')}" if owner else "another process"
+        raise RunDirBusy(f"run dir {path.parent} is in use by {who}; wait for it, or choose another dir with hydra.run.dir=<dir>") from None
+    finally:
+        os.close(fd)
+
+
 def _read_owner(fd: int) -> dict | None:
     try:
         raw = os.pread(fd, 4096, 0)

@@ -15,15 +15,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-LAST = "last.ckpt"
+from pipeline.store.layout import model_path
 
 
 class CheckpointError(RuntimeError):
     """A checkpoint that cannot be used; the message is one line naming the file and the problem."""
-
-
-def checkpoint_path(run_dir: Path) -> Path:
-    return Path(run_dir) / "checkpoints" / LAST
 
 
 def save_atomic(state: dict, path: Path) -> int:
@@ -82,3 +78,13 @@ def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
     if state.get("cuda") and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_model(state: dict, run_dir: Path) -> int:
+    """The trained weights (a state_dict of CPU tensors) as `<run dir>/model.pt`, atomically; returns its size."""
+    return save_atomic(state, model_path(run_dir))
+
+
+def load_model(run_dir: Path, map_location="cpu") -> dict:
+    """`<run dir>/model.pt`, loaded with weights_only=True; a CheckpointError naming the file if it is not one."""
+    return load_safely(model_path(run_dir), "model", map_location=map_location)

@@ -9,7 +9,7 @@ run kept only its last segment. Here
 - a fresh run into a dir that already has a curve moves the old file aside (`metrics.prev<N>.csv`);
 - the file is rewritten atomically (temp file + rename) on each flush: a kill never leaves half a file.
 
-`CurveLogger` is the Lightning face of a `CurveLog`, for tasks that log with `self.log`.
+`pipeline.runtime.loggers.CurveLogger` is the Lightning face of a `CurveLog`, for tasks that log with `self.log`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-METRICS = "metrics.csv"
+from pipeline.store.layout import metrics_path
 
 
 def _number(text: str) -> float | None:
@@ -98,3 +98,18 @@ def _cell(value: float | None) -> str:
     if value is None:
         return ""
     return repr(value) if math.isfinite(value) else str(value)
+
+
+STEP_KEYS = ("step", "env_step")
+
+
+def read_run_curve(run_dir: Path) -> dict[int, dict[str, float]]:
+    """The curves of the run in `run_dir` as {step: {metric: value}}, whichever step column it has (`step`, or
+    `env_step` for RL); {} when it has none yet."""
+    path = metrics_path(run_dir)
+    if not path.is_file():
+        return {}
+    with path.open(newline="") as f:
+        header = next(csv.reader(f), [])
+    step_key = next((k for k in STEP_KEYS if k in header), STEP_KEYS[0])
+    return {s: {k: v for k, v in row.items() if k not in STEP_KEYS} for s, row in read_curve(path, step_key).items()}

@@ -1,7 +1,9 @@
 """The run record: result.json, written atomically, the contract between runs, reports and tests.
 
-`RunRecord` is the one typed, versioned definition of result.json: run.py writes it (one per agent,
-K = 1 included) and the report reads records through `read_result` / `RunRecord.from_dict`.
+`RunRecord` is the one typed, versioned definition of result.json: the lifecycle writes it (one per agent,
+K = 1 included); reports, the tuner, sweeps and replays read it through `read_record` / `read_records`.
+Reading never invents provenance: a record written without a git commit or package versions says null,
+it does not borrow today's. A record of a newer schema than this code knows is refused in one line.
 Task-specific fields (e.g. the counterfactual task's coverage) live in `extras` and are written at
 the top level of the JSON, next to the typed fields.
 """
@@ -18,9 +20,16 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-RESULT = "result.json"
+from pipeline.store.layout import RESULT, record_dirs, result_path
+
 SCHEMA_VERSION = 2
-STATUSES = ("ok", "failed", "interrupted")
+# Every status a record can hold: `running` is a record written at the start and not closed yet (the run is
+# training, or was killed before it could say so); `pruned` is a tuning trial the pruner stopped.
+STATUSES = ("ok", "failed", "interrupted", "pruned", "running")
+
+
+class RecordError(ValueError):
+    """A result.json that cannot be read as a run record; the message is one line naming the file."""
 
 _VERSIONED = ("torch", "lightning", "hydra-core", "gymnasium", "numpy", "ale-py", "wandb", "scikit-learn")
 
@@ -69,13 +78,16 @@ def write_json(path: Path, data: dict) -> None:
 
 
 def read_result(run_dir: Path) -> dict | None:
-    path = Path(run_dir) / RESULT
+    """The raw JSON of `<run_dir>/result.json`, or None when there is none or it is not JSON (half-written by
+    something else: ours are written atomically)."""
+    path = result_path(run_dir)
     if not path.is_file():
         return None
     try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
         return None
+    return data if isinstance(data, dict) else None
 
 
 @dataclasses.dataclass
@@ -98,7 +110,7 @@ class RunRecord:
     segments: list[dict] = dataclasses.field(default_factory=list)
     time_breakdown_s: dict[str, float] = dataclasses.field(default_factory=dict)
     device: str | None = None
-    versions: dict[str, str] = dataclasses.field(default_factory=versions)
+    versions: dict[str, str] | None = dataclasses.field(default_factory=versions)
     git_commit: str | None = dataclasses.field(default_factory=git_commit)
     # The resolved config minus the keys that do not change results (what reports group by).
     config: dict | None = None
@@ -151,6 +163,15 @@ class RunRecord:
         typed.setdefault("seed", None)
         typed.setdefault("run_dir", "")
         typed.setdefault("schema_version", 1)
+        # Provenance is what the record says, never today's: an old record without them says null.
+        typed.setdefault("versions", None)
+        typed.setdefault("git_commit", None)
+        version = typed["schema_version"]
+        if not isinstance(version, int) or isinstance(version, bool) or version > SCHEMA_VERSION:
+            raise RecordError(
+                f"schema_version {version!r} is not one this pipeline reads (1..{SCHEMA_VERSION}); "
+                "read it with the pipeline version that wrote it (its `versions`), or upgrade"
+            )
         return cls(**typed, extras=extras)
 
     def write(self, run_dir: Path | None = None) -> None:
@@ -160,8 +181,30 @@ class RunRecord:
 
 
 def read_record(run_dir: Path) -> RunRecord | None:
+    """The record in `run_dir`, or None when it has none; a RecordError when it is of an unknown schema."""
     data = read_result(run_dir)
-    return None if data is None else RunRecord.from_dict(data)
+    if data is None:
+        return None
+    try:
+        return RunRecord.from_dict(data)
+    except RecordError as exc:
+        raise RecordError(f"{result_path(run_dir)}: {exc}") from None
+    except TypeError as exc:  # a field of the wrong shape: say which file
+        raise RecordError(f"{result_path(run_dir)}: not a run record ({exc})") from None
+
+
+def read_records(root: Path) -> list[RunRecord]:
+    """Every run record under `root` (a run, a K-seed batch or a sweep dir), in path order; unreadable ones are
+    skipped (a report or a sweep's end must not fail on one bad file: see report/collect.py for the warning)."""
+    out = []
+    for d in record_dirs(root):
+        try:
+            record = read_record(d)
+        except RecordError:
+            continue
+        if record is not None:
+            out.append(record)
+    return out
 
 
 def summary_line(record: dict) -> str:

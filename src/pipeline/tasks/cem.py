@@ -9,7 +9,7 @@ cross-entropy. Training stops when a batch's mean return reaches `stop_at_return
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
@@ -19,36 +19,40 @@ from torch.utils.data import DataLoader
 
 from pipeline.nets.factory import make_net
 from pipeline.rl.envs import env_threshold, evaluate_greedy, obs_to_tensor
-from pipeline.tasks.base import Task, check_finite
+from pipeline.tasks.base import Task, TaskParts, check_finite
 
 FINAL_EVAL_SEED_OFFSET = 20_000
 
 
+@dataclass
+class CEMConfig:
+    """CEM's hyperparameters: the keys of conf/task/cem.yaml."""
+
+    episodes_per_batch: int = 16
+    elite_percentile: float = 70.0  # keep episodes at or above this percentile of the batch's returns
+    fit_epochs: int = 1
+    max_iterations: int = 200
+    stop_at_return: float | None = 475.0
+    final_eval_episodes: int = 20
+    threshold: float | None = None
+
+
 class CEMTask(Task):
+    Config = CEMConfig
+    uses = frozenset({"model", "optimizer", "loss", "env"})
     primary_metric = "eval/return_mean"
     primary_curve = "train/batch_return_mean"
 
-    def __init__(
-        self,
-        net: Callable[..., nn.Module],
-        optimizer: Callable[..., torch.optim.Optimizer],
-        env: dict,
-        seed: int = 0,
-        loss: nn.Module | None = None,
-        episodes_per_batch: int = 16,
-        elite_percentile: float = 70.0,
-        fit_epochs: int = 1,
-        max_iterations: int = 200,
-        stop_at_return: float | None = 475.0,
-        final_eval_episodes: int = 20,
-        threshold: float | None = None,
-    ):
-        super().__init__()
+    def __init__(self, config: CEMConfig, parts: TaskParts):
+        super().__init__(config, parts)
+        net = parts.require("net", "cem", "choose a network with model=mlp")
+        optimizer = parts.require("optimizer", "cem", "choose one with optimizer=adam|sgd|...")
+        env = parts.require("env", "cem", "choose an environment with env=cartpole|acrobot")
+        loss = parts.loss
         self.automatic_optimization = False
         self.env_id = env["id"]
         self.env_kwargs = dict(env.get("kwargs") or {})
-        self.seed = int(seed)
-        self.envs = [gym.make(self.env_id, **self.env_kwargs) for _ in range(int(episodes_per_batch))]
+        self.envs = [gym.make(self.env_id, **self.env_kwargs) for _ in range(int(config.episodes_per_batch))]
         probe = self.envs[0]
         if not hasattr(probe.action_space, "n"):
             raise ValueError(f"CEM here needs a discrete action space; {self.env_id} has {probe.action_space}")
@@ -58,12 +62,12 @@ class CEMTask(Task):
             raise ValueError(f"task=cem fits the elite actions with cross-entropy; got {type(loss).__name__}: use loss=cross_entropy")
         self.loss_fn = loss if loss is not None else nn.CrossEntropyLoss()
         self.optimizer_factory = optimizer
-        self.elite_percentile = float(elite_percentile)
-        self.fit_epochs = int(fit_epochs)
-        self.max_iterations = int(max_iterations)
-        self.stop_at_return = stop_at_return
-        self.final_eval_episodes = int(final_eval_episodes)
-        self.threshold = threshold if threshold is not None else env_threshold(self.env_id)
+        self.elite_percentile = float(config.elite_percentile)
+        self.fit_epochs = int(config.fit_epochs)
+        self.max_iterations = int(config.max_iterations)
+        self.stop_at_return = config.stop_at_return
+        self.final_eval_episodes = int(config.final_eval_episodes)
+        self.threshold = config.threshold if config.threshold is not None else env_threshold(self.env_id)
         self.sample_gen = torch.Generator().manual_seed(self.seed)
         self.env_steps = 0
         self.iterations = 0
@@ -148,7 +152,7 @@ class CEMTask(Task):
     def on_train_end(self) -> None:
         self._train_seconds = time.perf_counter() - self._t0
 
-    def fit_and_evaluate(self, trainer, datamodule, ckpt_path) -> dict[str, float]:
+    def fit_and_evaluate(self, trainer, datamodule, ckpt_path) -> list[dict[str, float]]:
         trainer.fit(self, ckpt_path=ckpt_path)
         t0 = time.perf_counter()
         self.net.eval()
@@ -158,10 +162,10 @@ class CEMTask(Task):
         self.add_time("final_eval", time.perf_counter() - t0)
         for env in self.envs:
             env.close()
-        return {"eval/return_mean": float(np.mean(returns)), "eval/return_std": float(np.std(returns)),
-                "train/iterations": float(self.iterations)}
+        return [{"eval/return_mean": float(np.mean(returns)), "eval/return_std": float(np.std(returns)),
+                 "train/iterations": float(self.iterations)}]
 
-    def record_extras(self) -> dict:
+    def agent_record(self, i: int) -> dict:
         return {
             "env_id": self.env_id,
             "env_steps": self.env_steps,

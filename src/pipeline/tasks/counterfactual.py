@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -25,36 +26,39 @@ from pipeline.games.rmac import (
     truth_table,
 )
 from pipeline.games.symmetry import symmetry_test
-from pipeline.tasks.base import Task
+from pipeline.tasks.base import Task, TaskParts
 
 log = logging.getLogger(__name__)
 
 
+@dataclass
+class CounterfactualConfig:
+    """The counterfactual task's settings: the keys of conf/task/counterfactual.yaml (which says what each one does)."""
+
+    rules: list[str] | None = None
+    epsilons: list[float] = field(default_factory=lambda: [0.001, 0.005, 0.02])
+    statistics: list[str] = field(default_factory=lambda: ["revenue", "welfare"])
+    n_iters: int = 200
+    point_iters: int = 1000
+    grid: float = 0.01
+    value_top: float | None = None
+
+
 class CounterfactualTask(Task):
+    Config = CounterfactualConfig
+    uses = frozenset({"data"})
     primary_metric = "cf/second_price_r0.5/point"
     primary_curve = None
 
-    def __init__(
-        self,
-        datamodule,
-        seed: int = 0,
-        run_dir: Path | None = None,
-        data_device: torch.device | None = None,
-        rules: list[str] | None = None,
-        epsilons: tuple[float, ...] = (0.001, 0.005, 0.02),
-        statistics: tuple[str, ...] = ("revenue", "welfare"),
-        n_iters: int = 200,
-        point_iters: int = 1000,
-        grid: float = 0.01,
-        value_top: float | None = None,
-    ):
-        super().__init__()
+    def __init__(self, config: CounterfactualConfig, parts: TaskParts):
+        super().__init__(config, parts)
+        datamodule = parts.require("datamodule", "counterfactual", "use data=auction_bids (simulated bids or data.path=bids.csv)")
         if not hasattr(datamodule, "load"):
             raise ValueError("task=counterfactual needs data=auction_bids (simulated bids or data.path=bids.csv)")
+        rules, epsilons, statistics, value_top = config.rules, config.epsilons, config.statistics, config.value_top
         self.data = datamodule
-        self.seed = int(seed)
-        self.run_dir = Path(run_dir) if run_dir is not None else None
-        self.compute_device = data_device or torch.device("cpu")
+        self.run_dir = Path(parts.run_dir) if parts.run_dir is not None else None
+        self.compute_device = parts.device or torch.device("cpu")
         # Default reserves span the data's own units: the simulated value range, or the observed bids.
         self.rules = [parse_rule(r).name for r in (rules or default_rules(top=self._reserve_top(datamodule)))]
         second = [parse_rule(r) for r in self.rules if r.startswith("second_price")]
@@ -65,7 +69,7 @@ class CounterfactualTask(Task):
             self.primary_metric = f"cf/{self.rules[0]}/point"
         self.epsilons = [float(e) for e in epsilons]
         self.statistics = list(statistics)
-        self.n_iters, self.point_iters, self.grid = int(n_iters), int(point_iters), float(grid)
+        self.n_iters, self.point_iters, self.grid = int(config.n_iters), int(config.point_iters), float(config.grid)
         self.value_top = None if value_top is None else float(value_top)
         self.extras: dict = {}
 
@@ -153,7 +157,7 @@ class CounterfactualTask(Task):
                                      "rough_top_value": scale.estimated_top_value}
         return metrics
 
-    def fit_and_evaluate(self, trainer, datamodule, ckpt_path) -> dict[str, float]:
+    def fit_and_evaluate(self, trainer, datamodule, ckpt_path) -> list[dict[str, float]]:
         generator = torch.Generator().manual_seed(self.seed)
         t0 = time.perf_counter()
         logged = self.data.load(generator)
@@ -187,10 +191,10 @@ class CounterfactualTask(Task):
                     logger.log_image(key="revenue_vs_reserve", images=[str(figure)])
         for logger in trainer.loggers:
             logger.log_metrics({k: v for k, v in metrics.items() if np.isfinite(v)}, step=0)
-        return metrics
+        return [metrics]
 
-    def record_extras(self) -> dict:
+    def agent_record(self, i: int) -> dict:
         return dict(self.extras)
 
-    def export_state_dict(self) -> dict[str, torch.Tensor]:
+    def agent_state_dict(self, i: int) -> dict[str, torch.Tensor]:
         return {}

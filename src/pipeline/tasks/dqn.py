@@ -26,7 +26,8 @@ import copy
 import functools
 import math
 import time
-from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -41,7 +42,7 @@ from pipeline.rl.schedules import epsilon_at
 from pipeline.rl.targets import freeze, hard_update, soft_update
 from pipeline.rl.vector import GymVectorEnv, evaluate_agents, make_vector_env
 from pipeline.store.checkpoint import rng_state, set_rng_state
-from pipeline.tasks.base import Task, check_finite
+from pipeline.tasks.base import Task, TaskParts, check_finite
 
 # Evaluation envs are seeded away from the training envs' streams.
 EVAL_SEED_OFFSET = 10_000
@@ -81,70 +82,73 @@ def elementwise(loss: nn.Module) -> nn.Module:
     return loss
 
 
+@dataclass
+class DQNConfig:
+    """DQN's hyperparameters: the keys of conf/task/dqn.yaml (which says what each one does)."""
+
+    total_steps: int = 50_000  # env steps per agent
+    envs_per_agent: int = 1
+    buffer_size: int = 100_000
+    batch_size: int = 64
+    gamma: float = 0.99
+    learning_starts: int = 1_000
+    train_frequency: int = 256
+    gradient_steps: int = 128
+    target_update: str = "hard"  # hard | soft
+    target_update_interval: int = 10
+    tau: float = 0.005
+    double_dqn: bool = False
+    max_grad_norm: float | None = 10.0
+    eps_start: float = 1.0
+    eps_end: float = 0.04
+    eps_duration: int = 8_000
+    eval_every: int = 2_500
+    eval_episodes: int = 10
+    final_eval_episodes: int = 20
+    stop_at_return: float | None = None
+    log_every: int = 1_000
+    threshold: float | None = None
+    fast_acting: bool = True
+    hand_gradients: bool = True
+    save_replay: Any = "auto"  # true | false | auto
+    replay_save_max_mb: float = 512.0
+    capture_video: bool = False
+
+
 class DQNTask(Task):
+    Config = DQNConfig
+    uses = frozenset({"model", "loss", "optimizer", "scheduler", "env"})
+    trains_seeds_together = True
     primary_metric = "eval/return_mean"
     primary_curve = "eval/return_mean"
     # run.py hands this task one CurveLog per agent (its metrics.csv) instead of a CSV logger.
     writes_curves = True
+    checkpointing = "state"
 
-    def __init__(
-        self,
-        net: Callable[..., nn.Module],
-        loss: nn.Module,
-        optimizer: Callable[..., torch.optim.Optimizer],
-        env: dict,
-        seed: int = 0,
-        n_agents: int = 1,
-        envs_per_agent: int = 1,
-        scheduler: Callable | None = None,
-        total_steps: int = 50_000,
-        buffer_size: int = 100_000,
-        batch_size: int = 64,
-        gamma: float = 0.99,
-        learning_starts: int = 1_000,
-        train_frequency: int = 256,
-        gradient_steps: int = 128,
-        target_update: str = "hard",
-        target_update_interval: int = 10,
-        tau: float = 0.005,
-        double_dqn: bool = False,
-        max_grad_norm: float | None = 10.0,
-        eps_start: float = 1.0,
-        eps_end: float = 0.04,
-        eps_duration: int = 8_000,
-        eval_every: int = 2_500,
-        eval_episodes: int = 10,
-        final_eval_episodes: int = 20,
-        stop_at_return: float | None = None,
-        log_every: int = 1_000,
-        threshold: float | None = None,
-        fast_acting: bool = True,
-        hand_gradients: bool = True,
-        save_replay: bool | str = "auto",
-        replay_save_max_mb: float = 512.0,
-        capture_video: bool = False,
-    ):
-        super().__init__()
-        if target_update not in ("hard", "soft"):
-            raise ValueError(f"task.target_update={target_update!r}; choose hard or soft")
-        if train_frequency <= 0 or gradient_steps < 0 or total_steps <= 0 or n_agents <= 0 or envs_per_agent <= 0:
+    def __init__(self, config: DQNConfig, parts: TaskParts):
+        super().__init__(config, parts)
+        hp = self.config
+        net = parts.require("net", "dqn", "choose a network with model=mlp|dueling|noisy|atari_cnn")
+        loss = parts.require("loss", "dqn", "use loss=huber or loss=mse")
+        optimizer = parts.require("optimizer", "dqn", "choose one with optimizer=adam|sgd|...")
+        env = parts.require("env", "dqn", "choose an environment with env=cartpole|acrobot|...")
+        if hp.target_update not in ("hard", "soft"):
+            raise ValueError(f"task.target_update={hp.target_update!r}; choose hard or soft")
+        if hp.train_frequency <= 0 or hp.gradient_steps < 0 or hp.total_steps <= 0 or self.n_agents <= 0 or hp.envs_per_agent <= 0:
             raise ValueError(
                 "task.train_frequency, task.total_steps, task.envs_per_agent and seeds_per_process must be positive, "
                 "task.gradient_steps >= 0"
             )
-        if train_frequency % envs_per_agent:
-            raise ValueError(f"task.train_frequency={train_frequency} must be a multiple of task.envs_per_agent={envs_per_agent}")
-        if not 0.0 <= float(gamma) <= 1.0:
-            raise ValueError(f"task.gamma={gamma} must lie in [0, 1]")
-        if save_replay not in (True, False, "auto"):
-            raise ValueError(f"task.save_replay={save_replay!r}; choose true, false or auto")
+        if hp.train_frequency % hp.envs_per_agent:
+            raise ValueError(f"task.train_frequency={hp.train_frequency} must be a multiple of task.envs_per_agent={hp.envs_per_agent}")
+        if not 0.0 <= float(hp.gamma) <= 1.0:
+            raise ValueError(f"task.gamma={hp.gamma} must lie in [0, 1]")
+        if hp.save_replay not in (True, False, "auto"):
+            raise ValueError(f"task.save_replay={hp.save_replay!r}; choose true, false or auto")
         self.automatic_optimization = False
         self.env_cfg = dict(env)
         self.env_id = str(env["id"])
-        self.n_agents = int(n_agents)
-        self.envs_per_agent = int(envs_per_agent)
-        self.seed = int(seed)
-        self.agent_seeds = [self.seed + i for i in range(self.n_agents)]
+        self.envs_per_agent = int(hp.envs_per_agent)
         # The spaces, from one throwaway env (the vector env itself is made on the training device).
         probe = make_env(self.env_id, **dict(env.get("kwargs") or {}))
         obs_space, act_space = probe.observation_space, probe.action_space
@@ -162,28 +166,16 @@ class DQNTask(Task):
         self.noisy = hasattr(self.net, "reset_noise")
         self.slots = list(range(self.n_agents))
         self.loss_fn = elementwise(loss)
-        self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
-        self.hp = dict(
-            total_steps=int(total_steps), buffer_size=int(buffer_size), batch_size=int(batch_size), gamma=float(gamma),
-            learning_starts=int(learning_starts), train_frequency=int(train_frequency), gradient_steps=int(gradient_steps),
-            target_update=target_update, target_update_interval=int(target_update_interval), tau=float(tau),
-            double_dqn=bool(double_dqn), max_grad_norm=max_grad_norm, eps_start=float(eps_start), eps_end=float(eps_end),
-            eps_duration=int(eps_duration), eval_every=int(eval_every), eval_episodes=int(eval_episodes),
-            final_eval_episodes=int(final_eval_episodes), stop_at_return=stop_at_return, log_every=int(log_every),
-        )
-        self.threshold = float(threshold) if threshold is not None else env_threshold(self.env_id)
-        self.fast_acting = bool(fast_acting)
+        self.optimizer_factory, self.scheduler_factory = optimizer, parts.scheduler
+        self.threshold = float(hp.threshold) if hp.threshold is not None else env_threshold(self.env_id)
+        self.fast_acting = bool(hp.fast_acting)
         # A ReLU MLP's TD gradient written out by hand (nets/td_grad.py) when the net and loss allow it.
-        beta = loss_derivative(self.loss_fn) if hand_gradients and not self.noisy else None
+        beta = loss_derivative(self.loss_fn) if hp.hand_gradients and not self.noisy else None
         self.hand_beta = beta if beta is not None and relu_mlp_layers(self.net) is not None else None
-        self.save_replay, self.replay_save_max_mb = save_replay, float(replay_save_max_mb)
+        self.save_replay, self.replay_save_max_mb = hp.save_replay, float(hp.replay_save_max_mb)
         # run.py records one greedy episode of each agent's final policy as an MP4 (pipeline.eval's writer).
-        self.capture_video = bool(capture_video)
+        self.capture_video = bool(hp.capture_video)
         self.replay_bytes_per_transition = ReplayBuffer.bytes_per_transition(self.obs_shape, self.obs_dtype)
-        # Set by run.py: one CurveLog per agent, the checkpoint hook, the tuner's pruning reporter.
-        self.curves: list = []
-        self.checkpoint_hook: Callable[[], None] | None = None
-        self.trial_reporter = None
         self.return_bounds: tuple[float, float] | None = None
         K = self.n_agents
         # Progress: shared (lockstep) and each agent's own; all of it goes into checkpoints.
@@ -216,7 +208,7 @@ class DQNTask(Task):
 
     def n_rounds(self) -> int:
         """Rounds left (all of them, or what a resumed run still has to do)."""
-        return max(1, math.ceil((self.hp["total_steps"] - self.env_steps) / self.hp["train_frequency"]))
+        return max(1, math.ceil((self.config.total_steps - self.env_steps) / self.config.train_frequency))
 
     def train_dataloader(self) -> DataLoader:
         # Each item is one round of the loop; the data itself comes from the environment.
@@ -228,7 +220,7 @@ class DQNTask(Task):
         self.env = make_vector_env(self.env_cfg, seeds, E, device=self.device)
         self.return_bounds = getattr(self.env, "return_bounds", None)
         self.obs = self.env.reset()
-        self.buffer = ReplayBuffer(self.hp["buffer_size"], self.obs_shape, len(seeds), obs_dtype=self.obs_dtype, device=self.device)
+        self.buffer = ReplayBuffer(self.config.buffer_size, self.obs_shape, len(seeds), obs_dtype=self.obs_dtype, device=self.device)
         self.generators = [torch.Generator(device=self.device).manual_seed(s) for s in seeds]
         self.episode_return = torch.zeros(len(seeds) * E, device=self.device, dtype=torch.float64)
 
@@ -248,8 +240,8 @@ class DQNTask(Task):
         """Exploration rate at `env_steps` (default: now)."""
         if self.noisy:
             return 0.0
-        hp = self.hp
-        return epsilon_at(self.env_steps if env_steps is None else env_steps, hp["eps_start"], hp["eps_end"], hp["eps_duration"])
+        hp = self.config
+        return epsilon_at(self.env_steps if env_steps is None else env_steps, hp.eps_start, hp.eps_end, hp.eps_duration)
 
     def elapsed_s(self) -> float:
         """Training seconds so far, over every segment of the run."""
@@ -387,9 +379,9 @@ class DQNTask(Task):
         self.add_time("env", t_env + time.perf_counter() - t0)
 
     def learn(self) -> None:
-        hp = self.hp
-        if hp["target_update"] == "hard":
-            copies = self.env_steps // hp["target_update_interval"]
+        hp = self.config
+        if hp.target_update == "hard":
+            copies = self.env_steps // hp.target_update_interval
             if copies != self._last_target_copy:
                 hard_update(self.target_net, self.net)
                 self._last_target_copy = copies
@@ -399,11 +391,11 @@ class DQNTask(Task):
         params = list(self.net.parameters())
         # One agent: torch's own clipping is the same arithmetic in fewer kernels (~1/4 of a small update).
         clip = nn.utils.clip_grad_norm_ if len(self.slots) == 1 else clip_grad_norm_per_member_
-        G, B = hp["gradient_steps"], hp["batch_size"]
+        G, B = hp.gradient_steps, hp.batch_size
         batches = self.buffer.sample(G, B, self.generators)
         # A hard-updated target is fixed for the whole round, so without double DQN (whose argmax uses
         # the changing online net) or noise, every TD target of the round comes from one batched forward.
-        fixed = hp["target_update"] == "hard" and not hp["double_dqn"] and not self.noisy
+        fixed = hp.target_update == "hard" and not hp.double_dqn and not self.noisy
         layers = relu_mlp_layers(self.net) if self.hand_beta is not None else None
         if fixed:
             K = len(self.slots)
@@ -412,7 +404,7 @@ class DQNTask(Task):
             target_net = self.target_net if target_layers is None else functools.partial(relu_mlp_forward, target_layers)
             all_targets = td_targets(
                 target_net, self.net, batches.rewards.transpose(0, 1).reshape(K, G * B), next_obs,
-                batches.dones.transpose(0, 1).reshape(K, G * B), hp["gamma"], double=False,
+                batches.dones.transpose(0, 1).reshape(K, G * B), hp.gamma, double=False,
             ).view(K, G, B).transpose(0, 1)
         losses, qs, targets = [], [], []
         for g in range(G):
@@ -423,7 +415,7 @@ class DQNTask(Task):
             if fixed:
                 target = all_targets[g]
             else:
-                target = td_targets(self.target_net, self.net, rewards, next_obs, dones, hp["gamma"], hp["double_dqn"])
+                target = td_targets(self.target_net, self.net, rewards, next_obs, dones, hp.gamma, hp.double_dqn)
             if layers is not None:
                 # The same gradient as the autograd branch below, without the autograd engine.
                 q = td_grads_(layers, obs, actions, target, self.hand_beta)
@@ -434,11 +426,11 @@ class DQNTask(Task):
                 opt.zero_grad(set_to_none=True)
                 per_agent.sum().backward()
                 losses.append(per_agent.detach())
-            if hp["max_grad_norm"]:
-                clip(params, hp["max_grad_norm"])
+            if hp.max_grad_norm:
+                clip(params, hp.max_grad_norm)
             opt.step()
-            if hp["target_update"] == "soft":
-                soft_update(self.target_net, self.net, hp["tau"])
+            if hp.target_update == "soft":
+                soft_update(self.target_net, self.net, hp.tau)
             qs.append(q.detach())
             targets.append(target)
         if self.fast_greedy is not None:
@@ -497,23 +489,23 @@ class DQNTask(Task):
             self.fast_greedy.refresh()
 
     def training_step(self, batch, batch_idx):
-        hp = self.hp
-        steps = min(hp["train_frequency"], hp["total_steps"] - self.env_steps)
+        hp = self.config
+        steps = min(hp.train_frequency, hp.total_steps - self.env_steps)
         if steps <= 0 or not self.slots:
             self.trainer.should_stop = True
             return None
         before = self.env_steps
         self.collect(math.ceil(steps / self.envs_per_agent))
-        if len(self.buffer) >= hp["learning_starts"] and hp["gradient_steps"] > 0:
+        if len(self.buffer) >= hp.learning_starts and hp.gradient_steps > 0:
             t0 = time.perf_counter()
             self.learn()
             self.add_time("learn", time.perf_counter() - t0)
             scheduler = self.lr_schedulers()
             if scheduler is not None:
                 scheduler.step()
-        if self.env_steps - self._last_log_step >= hp["log_every"]:
+        if self.env_steps - self._last_log_step >= hp.log_every:
             self.log_progress()
-        if self.env_steps // hp["eval_every"] != before // hp["eval_every"]:
+        if self.env_steps // hp.eval_every != before // hp.eval_every:
             self.evaluate_now()
         if not self.slots:
             self.trainer.should_stop = True
@@ -533,10 +525,10 @@ class DQNTask(Task):
 
     def evaluate_now(self) -> None:
         t0 = time.perf_counter()
-        returns = self.greedy_returns(self.net, self.slots, self.hp["eval_episodes"], EVAL_SEED_OFFSET)
+        returns = self.greedy_returns(self.net, self.slots, self.config.eval_episodes, EVAL_SEED_OFFSET)
         self.add_time("eval", time.perf_counter() - t0)
         elapsed = self.elapsed_s()
-        stop = self.hp["stop_at_return"]
+        stop = self.config.stop_at_return
         stopping, reasons, means = [], {}, []
         for slot, agent in enumerate(self.slots):
             mean, std = float(returns[slot].mean()), float(returns[slot].std())
@@ -633,7 +625,7 @@ class DQNTask(Task):
     def resume_step(self) -> int:
         return self.env_steps
 
-    def load_checkpoint_state(self, state: dict) -> None:
+    def load_checkpoint_state(self, state: dict) -> int:
         """Before fit: the structure (which agents still learn) and the weights. The rest at train start."""
         if state.get("format") != CHECKPOINT_FORMAT:
             raise ValueError(f"checkpoint format {state.get('format')!r} is not {CHECKPOINT_FORMAT!r} (made by another version?)")
@@ -664,6 +656,7 @@ class DQNTask(Task):
         self._recent = [dict(r) for r in state["recent"]]
         self.time_breakdown_s = dict(state.get("time_breakdown_s") or {})
         self._resume = state
+        return self.env_steps
 
     def _restore_training_state(self, state: dict) -> None:
         opt = self.optimizers().optimizer
@@ -689,11 +682,11 @@ class DQNTask(Task):
     def fit_and_evaluate(self, trainer, datamodule, ckpt_path) -> list[dict[str, float]]:
         if trainer.precision not in ("32-true", "32"):
             raise ValueError(f"task=dqn runs in fp32; got device.precision={trainer.precision}, use device.precision=32-true")
-        if self.env_steps < self.hp["total_steps"] and self.slots:
+        if self.env_steps < self.config.total_steps and self.slots:
             trainer.fit(self)
         t0 = time.perf_counter()
         agents = list(range(self.n_agents))
-        returns = self.greedy_returns(self.agents_net, agents, self.hp["final_eval_episodes"], FINAL_EVAL_SEED_OFFSET)
+        returns = self.greedy_returns(self.agents_net, agents, self.config.final_eval_episodes, FINAL_EVAL_SEED_OFFSET)
         self.add_time("final_eval", time.perf_counter() - t0)
         self.final_metrics = []
         for i in agents:

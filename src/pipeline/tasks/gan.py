@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -26,8 +26,7 @@ import torch
 from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger
 from torch import nn
 
-from pipeline.nets.gan import GANPair
-from pipeline.tasks.base import Task, check_finite
+from pipeline.tasks.base import Task, TaskParts, check_finite
 from pipeline.tasks.gan_metrics import build_quality
 
 QUALITIES = ("auto", "classifier", "frames")
@@ -64,36 +63,64 @@ def save_png(grid: np.ndarray, path: Path, min_side: int = 256) -> np.ndarray:
     return big
 
 
+@dataclass
+class ClassifierSettings:
+    """The quality classifier: a supervised run's model.pt (`path`), or one trained on the fly and cached."""
+
+    path: str | None = None
+    hidden: list[int] = field(default_factory=lambda: [128, 64])
+    act: str = "relu"
+    dropout: float = 0.2
+    epochs: int = 60
+    lr: float = 0.002
+    weight_decay: float = 0.0001
+    batch_size: int = 64
+    seed: int = 0
+
+
+@dataclass
+class FrameFeatureSettings:
+    """The fixed random-conv feature space that frames without labels are scored in."""
+
+    feature_seed: int = 0
+    channels: list[int] = field(default_factory=lambda: [16, 32, 64])
+    pooled_size: int = 8
+
+
+@dataclass
+class GANConfig:
+    """The GAN task's hyperparameters: the keys of conf/task/gan.yaml (which says what each one does)."""
+
+    d_steps_per_g_step: int = 1
+    label_smoothing: float = 0.0
+    quality: str = "auto"  # auto | classifier | frames
+    classifier: ClassifierSettings = field(default_factory=ClassifierSettings)
+    frame_features: FrameFeatureSettings = field(default_factory=FrameFeatureSettings)
+    n_eval_samples: int = 1000
+    coverage_threshold: float = 0.25
+    cache_dir: str | None = None
+    eval_every_n_epochs: int = 10
+    sample_every_n_epochs: int = 10
+    n_grid_samples: int = 64
+    log_every_n_steps: int = 50
+    histogram_every_n_steps: int = 500
+    log_graph: bool = True
+
+
 class GANTask(Task):
+    Config = GANConfig
+    uses = frozenset({"model", "loss", "optimizer", "scheduler", "data"})
     primary_metric = "eval/inception_score"
     primary_curve = "eval/inception_score"
 
-    def __init__(
-        self,
-        net: Callable[..., GANPair] | GANPair,
-        loss: nn.Module,
-        optimizer: Callable[..., torch.optim.Optimizer],
-        image_shape: Sequence[int],
-        n_classes: int | None = None,
-        seed: int = 0,
-        run_dir: str | Path | None = None,
-        scheduler: Callable | None = None,
-        d_steps_per_g_step: int = 1,
-        label_smoothing: float = 0.0,
-        quality: str = "auto",
-        classifier: dict | None = None,
-        frame_features: dict | None = None,
-        n_eval_samples: int = 1000,
-        coverage_threshold: float = 0.25,
-        cache_dir: str | None = None,
-        eval_every_n_epochs: int = 10,
-        sample_every_n_epochs: int = 10,
-        n_grid_samples: int = 64,
-        log_every_n_steps: int = 50,
-        histogram_every_n_steps: int = 500,
-        log_graph: bool = True,
-    ):
-        super().__init__()
+    def __init__(self, config: GANConfig, parts: TaskParts):
+        super().__init__(config, parts)
+        net = parts.require("net", "gan", "choose a pair with model=gan_mlp|gan_dcgan")
+        loss = parts.require("loss", "gan", "use loss=bce (classic GAN) or loss=mse (least squares)")
+        optimizer = parts.require("optimizer", "gan", "choose one with optimizer=adam")
+        data = parts.require("datamodule", "gan", "choose images with data=digit_images|atari_frames")
+        image_shape, n_classes = data.image_shape, data.n_classes
+        d_steps_per_g_step, label_smoothing, quality = config.d_steps_per_g_step, config.label_smoothing, config.quality
         if isinstance(loss, _PROBABILITY_LOSSES):
             raise ValueError(
                 f"task=gan needs a loss on logits and 0/1 targets (the discriminator outputs logits); "
@@ -105,13 +132,13 @@ class GANTask(Task):
             )
         if quality not in QUALITIES:
             raise ValueError(f"task.quality={quality!r}; choose one of {', '.join(QUALITIES)}")
+        scheduler, run_dir = parts.scheduler, parts.run_dir
         self.automatic_optimization = False
         self.gan = net if isinstance(net, nn.Module) else net(image_shape=tuple(image_shape))
         self.loss_fn = loss
         self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
         self.image_shape = tuple(int(s) for s in image_shape)
         self.n_classes = None if n_classes is None else int(n_classes)
-        self.seed = int(seed)
         self.run_dir = None if run_dir is None else Path(run_dir)
         self.d_steps_per_g_step = int(d_steps_per_g_step)
         self.real_target = 1.0 - float(label_smoothing)
@@ -121,13 +148,14 @@ class GANTask(Task):
             self.primary_metric = self.primary_curve = "eval/frechet_distance"
             self.higher_is_better = False
         self.quality_settings = dict(
-            classifier=dict(classifier or {}), frame_features=dict(frame_features or {}), n_samples=int(n_eval_samples),
-            coverage_threshold=float(coverage_threshold), cache_dir=cache_dir,
+            classifier=asdict(config.classifier), frame_features=asdict(config.frame_features),
+            n_samples=int(config.n_eval_samples), coverage_threshold=float(config.coverage_threshold), cache_dir=config.cache_dir,
         )
-        self.eval_every_n_epochs, self.sample_every_n_epochs = int(eval_every_n_epochs), int(sample_every_n_epochs)
-        self.log_every_n_steps, self.histogram_every_n_steps = max(1, int(log_every_n_steps)), int(histogram_every_n_steps)
-        self.log_graph = bool(log_graph)
-        grid_noise = torch.randn(int(n_grid_samples), self.gan.latent_dim, generator=torch.Generator().manual_seed(self.seed + GRID_NOISE_OFFSET))
+        self.eval_every_n_epochs, self.sample_every_n_epochs = int(config.eval_every_n_epochs), int(config.sample_every_n_epochs)
+        self.log_every_n_steps = max(1, int(config.log_every_n_steps))
+        self.histogram_every_n_steps = int(config.histogram_every_n_steps)
+        self.log_graph = bool(config.log_graph)
+        grid_noise = torch.randn(int(config.n_grid_samples), self.gan.latent_dim, generator=torch.Generator().manual_seed(self.seed + GRID_NOISE_OFFSET))
         self.register_buffer("grid_noise", grid_noise, persistent=False)
         # Progress (saved in checkpoints, so a resumed run continues its counters and keeps its start scores).
         self.iterations = 0
@@ -342,7 +370,7 @@ class GANTask(Task):
         return self.run_dir if self.run_dir is not None else Path(self.trainer.default_root_dir)
 
     # ---- the contract with run.py ----------------------------------------------------------------
-    def fit_and_evaluate(self, trainer, datamodule, ckpt_path) -> dict[str, float]:
+    def fit_and_evaluate(self, trainer, datamodule, ckpt_path) -> list[dict[str, float]]:
         # "train" is the fit minus what the fit spent measuring, drawing and logging (counted under those).
         others = ("eval", "samples", "log", "quality_setup")
         before = sum(self.time_breakdown_s.get(k, 0.0) for k in others)
@@ -360,9 +388,9 @@ class GANTask(Task):
         if self.quality_kind == "classifier":
             metrics["eval/inception_score_ratio"] = final["inception_score"] / self.reference_scores["inception_score_real"]
         metrics.update(self._last_logged)
-        return metrics
+        return [metrics]
 
-    def record_extras(self) -> dict:
+    def agent_record(self, i: int) -> dict:
         return {
             "quality": self.quality_kind,
             "iterations": self.iterations,
@@ -370,6 +398,6 @@ class GANTask(Task):
             "samples_png": "samples.png",
         }
 
-    def export_state_dict(self) -> dict[str, torch.Tensor]:
+    def agent_state_dict(self, i: int) -> dict[str, torch.Tensor]:
         return {k: v.detach().cpu() for k, v in self.gan.state_dict().items()}
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader
 
 from pipeline.nets.ensemble import clip_grad_norm_per_member_, make_ensemble
 from pipeline.store.checkpoint import rng_state, set_rng_state
-from pipeline.tasks.base import Task, check_finite
+from pipeline.tasks.base import Task, TaskParts, check_finite
 from pipeline.tasks.dqn import elementwise
 
 
@@ -48,48 +48,47 @@ def split_tensors(loader: DataLoader) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.cat(xs), torch.cat(ys)
 
 
+@dataclass
+class SupervisedConfig:
+    """The supervised task's hyperparameters: the keys of conf/task/supervised.yaml."""
+
+    scheduler_interval: str = "epoch"  # epoch | step: when the scheduler steps
+
+
 class SupervisedTask(Task):
+    Config = SupervisedConfig
+    uses = frozenset({"model", "loss", "optimizer", "scheduler", "data"})
+    trains_seeds_together = True
     primary_metric = "test/acc"
     primary_curve = "val/acc"
     writes_curves = True
     # Lightning owns the loop state here: run.py resumes through trainer.fit(ckpt_path=...).
-    lightning_checkpoints = True
+    checkpointing = "lightning"
 
-    def __init__(
-        self,
-        net: Callable[..., nn.Module],
-        loss: nn.Module,
-        optimizer: Callable[..., torch.optim.Optimizer],
-        in_features: int,
-        n_classes: int,
-        seed: int = 0,
-        n_agents: int = 1,
-        scheduler: Callable | None = None,
-        scheduler_interval: str = "epoch",
-    ):
-        super().__init__()
-        if n_agents <= 0:
-            raise ValueError(f"seeds_per_process must be positive, got {n_agents}")
-        if scheduler_interval not in ("epoch", "step"):
-            raise ValueError(f"task.scheduler_interval={scheduler_interval!r}; choose epoch or step")
-        self.n_agents = int(n_agents)
-        self.seed = int(seed)
-        self.agent_seeds = [self.seed + i for i in range(self.n_agents)]
+    def __init__(self, config: SupervisedConfig, parts: TaskParts):
+        super().__init__(config, parts)
+        if self.n_agents <= 0:
+            raise ValueError(f"seeds_per_process must be positive, got {self.n_agents}")
+        if config.scheduler_interval not in ("epoch", "step"):
+            raise ValueError(f"task.scheduler_interval={config.scheduler_interval!r}; choose epoch or step")
+        net = parts.require("net", "supervised", "choose a network with model=mlp")
+        loss = parts.require("loss", "supervised", "use loss=cross_entropy|bce|mse|huber")
+        data = parts.require("datamodule", "supervised", "choose a dataset with data=digits")
         self.kind = target_kind(loss)
         self.loss_fn = elementwise(loss)
-        self.n_classes = int(n_classes)
+        # The sizes come from the data: its flat input size and number of classes.
+        self.n_classes = int(data.n_classes)
         out_features = 1 if self.kind == "regression" else self.n_classes
-        self.net = make_ensemble(net, self.agent_seeds, (int(in_features),), out_features)
-        self.optimizer_factory = optimizer
-        self.scheduler_factory = scheduler
-        self.scheduler_interval = scheduler_interval
-        self.curves: list = []  # set by run.py: one CurveLog per agent
-        self.trial_reporter = None
+        self.net = make_ensemble(net, self.agent_seeds, (int(data.in_features),), out_features)
+        self.optimizer_factory = parts.require("optimizer", "supervised", "choose one with optimizer=adam|sgd|...")
+        self.scheduler_factory = parts.scheduler
+        self.scheduler_interval = config.scheduler_interval
         self.final_metrics: list[dict[str, float]] = []
         self.splits: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         self.batch_size = 64
         self._epoch_sums: dict[str, torch.Tensor] = {}
         self._resume_extra: dict | None = None
+        self.pruned_at: int | None = None
 
     # ---- data --------------------------------------------------------------------------------
     def attach_data(self, datamodule) -> None:
@@ -271,7 +270,7 @@ class SupervisedTask(Task):
 
     def agent_record(self, i: int) -> dict:
         extras = {"metric_bounds": {"test/acc": [0.0, 1.0], "val/acc": [0.0, 1.0]}}
-        if getattr(self, "pruned_at", None) is not None:
+        if self.pruned_at is not None:
             extras["early_stop"] = {"epoch": self.pruned_at, "reason": "pruned by the tuner"}
         return extras
 

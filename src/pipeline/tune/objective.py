@@ -14,7 +14,16 @@ from pathlib import Path
 
 import numpy as np
 
-OBJECTIVES = ("iqm", "ci_low", "mean", "time_to_threshold", "auc")
+from pipeline.report.collect import PRUNED_REASON
+from pipeline.tune.space import TuneError
+
+OBJECTIVES = ("iqm", "ci_low", "mean", "time_to_threshold", "steps_to_threshold", "auc")
+# What breaks a tie in the objective (many configurations reach CartPole's 500): `auto` is time_to_threshold
+# for runs with a threshold (auc when that is the objective itself), none elsewhere.
+TIE_BREAKS = ("auto", "time_to_threshold", "steps_to_threshold", "auc", "none")
+# Objective values equal to this many significant digits are a tie (an IQM of equal scores can differ in
+# the last bit with the order of the additions).
+TIE_DIGITS = 12
 
 
 def read_records(run_dir: Path) -> dict[int, dict]:
@@ -33,7 +42,7 @@ def read_records(run_dir: Path) -> dict[int, dict]:
 
 
 def maximize(objective: str, higher_is_better: bool) -> bool:
-    if objective == "time_to_threshold":
+    if objective in ("time_to_threshold", "steps_to_threshold"):
         return False
     if objective == "auc":
         return True
@@ -63,6 +72,11 @@ def seed_score(record: dict | None, objective: str, horizon: int = 0) -> float |
             return None  # not a run with a threshold to reach (records carry the key with null)
         t = record.get("time_to_threshold_s")
         return math.inf if t is None else float(t)  # never reached: infinitely slow
+    if objective == "steps_to_threshold":
+        if record.get("threshold") is None:
+            return None
+        reached = [int(e["env_step"]) for e in record.get("evaluations") or [] if float(e["return_mean"]) >= record["threshold"]]
+        return float(min(reached)) if reached else math.inf  # never reached: infinitely slow
     if objective == "auc":
         return curve_auc(record["evaluations"], horizon) if record.get("evaluations") else None
     value = (record.get("metrics") or {}).get(record.get("primary_metric"))
@@ -93,7 +107,7 @@ def collect(run_dir: Path, seeds: list[int], objective: str) -> SeedDistribution
         if record is not None and dist.higher_is_better is None:
             dist.higher_is_better = bool(record.get("higher_is_better", True))
         stop = (record or {}).get("early_stop") or {}
-        if stop.get("reason") == "pruned by the tuner":
+        if stop.get("reason") == PRUNED_REASON:
             dist.pruned_at_step = int(stop.get("env_step", stop.get("epoch")) or 0)  # RL: env steps; supervised: epochs
         score = seed_score(record, objective, horizon)
         if score is None:
@@ -121,3 +135,63 @@ def trial_value(dist: SeedDistribution, objective: str, maximize_: bool) -> floa
     if dist.failed or not dist.scores:
         return -math.inf if maximize_ else math.inf
     return aggregate(list(dist.scores.values()), objective, maximize_)
+
+
+def tie_breaker(setting: str, objective: str, run_dirs: list[Path]) -> str | None:
+    """The declared secondary objective (hydra.sweeper.tie_break), `auto` resolved from the runs' records."""
+    if setting not in TIE_BREAKS:
+        raise TuneError(f"hydra.sweeper.tie_break={setting}: choose one of: {', '.join(TIE_BREAKS)}")
+    if setting == "none":
+        return None
+    if setting != "auto":
+        return setting if setting != objective else None
+    rl = any(r.get("threshold") is not None for d in run_dirs for r in read_records(d).values())
+    if not rl:
+        return None
+    return "auc" if objective in ("time_to_threshold", "steps_to_threshold") else "time_to_threshold"
+
+
+def secondary_value(run_dir: Path, seeds: list[int], secondary: str | None) -> float | None:
+    """The seeds' IQM on the secondary objective (never reached counts as infinitely slow); None without one."""
+    if secondary is None:
+        return None
+    dist = collect(run_dir, seeds, secondary)
+    if dist.failed or not dist.scores:
+        return None
+    return aggregate(list(dist.scores.values()), "iqm", maximize(secondary, True))
+
+
+def ties(a: float | None, b: float | None) -> bool:
+    """Equal objective values (to TIE_DIGITS significant digits)."""
+    return a is not None and b is not None and _rounded(a) == _rounded(b)
+
+
+def _rounded(value: float) -> float:
+    return float(f"{value:.{TIE_DIGITS}g}") if math.isfinite(value) else value
+
+
+def rank(entries: list, value, second, maximize_: bool, secondary: str | None) -> list:
+    """`entries` best first: by objective value (`value(entry)`), ties by the secondary objective (`second(entry)`,
+    in its own direction; a missing one last), then as given. None values rank last."""
+
+    def key(indexed):
+        index, entry = indexed
+        v, w = value(entry), second(entry) if secondary is not None else None
+        primary = math.inf if v is None else (-_rounded(v) if maximize_ else _rounded(v))
+        tiebreak = math.inf if w is None else (-w if maximize(secondary, True) else w)
+        return (primary, tiebreak, index)
+
+    return [entry for _, entry in sorted(enumerate(entries), key=key)]
+
+
+def rank_trials(trials: list, maximize_: bool, trials_dir: Path, seeds: list[int], objective: str, tie_break: str) -> list:
+    """Finished trials best first, ties in the objective broken by the secondary objective on the tuning seeds."""
+    secondary = tie_breaker(tie_break, objective, [trials_dir / str(t.number) for t in trials[:1]])
+    cache: dict[int, float | None] = {}
+
+    def second(t):
+        if t.number not in cache:
+            cache[t.number] = secondary_value(trials_dir / str(t.number), seeds, secondary)
+        return cache[t.number]
+
+    return rank(trials, lambda t: t.value, second, maximize_, secondary)

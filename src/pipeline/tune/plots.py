@@ -18,15 +18,28 @@ def _save(ax_or_fig, path: Path) -> None:
     plt.close(fig)
 
 
+# Parameter importances (Optuna's fANOVA: a random forest fitted to the finished trials) from fewer trials
+# than this are noise that looks like an answer: the plot is left out, and tune.md says why.
+MIN_IMPORTANCE_TRIALS = 10
+
+
 def write_plots(study, candidates: list[dict], preset: dict | None, out: Path, warnings: list[str]) -> dict[str, str]:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from optuna.trial import TrialState
     from optuna.visualization import matplotlib as ovm
 
     made: dict[str, str] = {}
-    for name, draw in (("optimization history", ovm.plot_optimization_history), ("parameter importances", ovm.plot_param_importances)):
+    finished = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+    draws = [("optimization history", ovm.plot_optimization_history)]
+    if finished >= MIN_IMPORTANCE_TRIALS:
+        draws.append(("parameter importances", ovm.plot_param_importances))
+    else:
+        warnings.append(f"no parameter importance plot: {finished} completed trial{'s' if finished != 1 else ''}; "
+                        f"importances fitted to fewer than {MIN_IMPORTANCE_TRIALS} are noise")
+    for name, draw in draws:
         try:
             ax = draw(study)
             path = f"{name.replace(' ', '_')}.png"

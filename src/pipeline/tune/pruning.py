@@ -14,7 +14,11 @@ from typing import Any
 
 from lightning.pytorch.callbacks import Callback
 
-PRUNED_REASON = "pruned by the tuner"
+from pipeline.report.collect import (
+    PRUNED_REASON,  # what a pruned run's early_stop says; the report counts it as pruned
+)
+
+__all__ = ["PRUNED_REASON", "PruningCallback", "TrialReporter"]
 
 
 class TrialReporter:
@@ -35,14 +39,26 @@ class TrialReporter:
         )
         return cls(trial)
 
-    def report(self, step: int, agent_values: Sequence[float]) -> bool:
-        """Report the IQM of the agents' values at `step`; True when the pruner says stop this trial."""
+    def report(self, step: int, agent_values: Sequence[float], higher_is_better: bool = True) -> bool:
+        """Report the IQM of the agents' values at `step`; True when the pruner says stop this trial.
+
+        `agent_values` holds every agent of the trial, those that stopped early at their last evaluation
+        (the caller keeps them: dropping them would leave only the slow seeds). The pruner compares
+        intermediate values in the study's direction, which need not be the reported metric's: a study
+        minimizing time_to_threshold is told evaluation returns (higher is better). Such a value is
+        reported negated, so the pruner stops the trials that are behind, never the ones ahead.
+        """
+        from optuna.study import StudyDirection
+
         from pipeline.report.stats import fast_iqm
 
         finite = [float(v) for v in agent_values if v is not None and math.isfinite(float(v))]
         if not finite:
             return False
-        self.trial.report(fast_iqm(finite), int(step))
+        value = fast_iqm(finite)
+        if higher_is_better != (self.trial.study.direction == StudyDirection.MAXIMIZE):
+            value = -value
+        self.trial.report(value, int(step))
         self.last_step = int(step)
         return bool(self.trial.should_prune())
 

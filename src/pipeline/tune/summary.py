@@ -11,7 +11,16 @@ from omegaconf import OmegaConf
 
 from pipeline.config.checks import group_options
 from pipeline.store.record import write_json
-from pipeline.tune.objective import collect, read_records, trial_value
+from pipeline.tune.objective import (
+    collect,
+    maximize,
+    rank,
+    read_records,
+    secondary_value,
+    tie_breaker,
+    ties,
+    trial_value,
+)
 from pipeline.tune.space import format_value
 
 # Overrides that describe where or how a run ran, not what it is: best.yaml leaves them out.
@@ -74,6 +83,84 @@ def _better(a: float | None, b: float | None, maximize: bool) -> bool:
     return b is None or (a > b if maximize else a < b)
 
 
+def metric_direction(search, confirm_dirs: dict[str, Path]) -> bool:
+    """Whether the primary metric is higher-is-better, as its records say (the task class where no record is)."""
+    for run_dir in confirm_dirs.values():
+        for record in read_records(run_dir).values():
+            if record.get("higher_is_better") is not None:
+                return bool(record["higher_is_better"])
+    return bool(getattr(search._task_class(), "higher_is_better", True))
+
+
+def _show(value: float | None) -> str:
+    return "-" if value is None else ("never" if math.isinf(value) else f"{value:.4g}")
+
+
+def tie_of(ranked: list[dict], objective: str, secondary: str | None, where: str) -> dict | None:
+    """The winner's tie in the objective, if any: with whom, and whether (and how) the secondary objective broke it."""
+    winner = ranked[0]
+    tied = [e for e in ranked[1:] if ties(e["value"], winner["value"])]
+    if not tied:
+        return None
+    others = ", ".join(e["label"] for e in tied)
+    head = f"{winner['label']} ties {others} on {objective} ({_show(winner['value'])}) {where}"
+    seconds = [winner["secondary"], *(e["secondary"] for e in tied)]
+    if secondary is None:
+        note = f"{head}; no secondary objective breaks it (hydra.sweeper.tie_break=none, or no threshold), so the first is named"
+        broken = False
+    elif any(v is None for v in seconds) or all(v == seconds[0] for v in seconds):
+        note = f"{head}, and {secondary} does not tell them apart ({', '.join(_show(v) for v in seconds)}): the first is named"
+        broken = False
+    else:
+        note = (f"{head}; the tie is broken by {secondary}: {winner['label']} {_show(winner['secondary'])}, "
+                + ", ".join(f"{e['label']} {_show(e['secondary'])}" for e in tied))
+        broken = True
+    return {"with": [e["label"] for e in tied], "value": winner["value"], "broken_by": secondary if broken else None,
+            "secondary": {e["label"]: e["secondary"] for e in [winner, *tied]}, "note": note}
+
+
+def confirm_outcome(confirm_dirs: dict[str, Path], trials: dict, seeds: list[int], objective: str, maximize_: bool,
+                    metric_higher: bool, secondary: str | None) -> dict[str, Any]:
+    """The confirmation's entries, the winner (ties in the objective broken by `secondary`) and the verdict against
+    the preset. `trials` maps each candidate's label ("trial<n>") to its Optuna trial."""
+    preset = confirmed_entry(confirm_dirs["preset"], seeds, objective, maximize_)
+    preset["secondary"] = secondary_value(confirm_dirs["preset"], seeds, secondary)
+    candidates = []
+    for label, run_dir in confirm_dirs.items():
+        if label == "preset":
+            continue
+        t = trials[label]
+        entry = confirmed_entry(run_dir, seeds, objective, maximize_)
+        entry.update(label=label, trial=t.number, params=dict(t.params), tuned_value=_finite(t.value),
+                     secondary=secondary_value(run_dir, seeds, secondary))
+        entry["optimism_gap"] = (None if entry["value"] is None or entry["tuned_value"] is None
+                                 else entry["tuned_value"] - entry["value"])
+        # "Better" is the primary metric's own direction (a study minimizing time to threshold still wants higher returns).
+        entry["probability_of_improvement_over_preset"] = _improvement(entry["primary_scores"], preset["primary_scores"], metric_higher)
+        candidates.append(entry)
+    ranked = rank(candidates, lambda e: e["value"], lambda e: e["secondary"], maximize_, secondary)
+    winner = ranked[0] if ranked else None
+    tie = tie_of(ranked, objective, secondary, "on fresh seeds") if ranked else None
+    preset_tie = False
+    if winner is None or (not ties(preset["value"], winner["value"]) and _better(preset["value"], winner["value"], maximize_)):
+        preset_wins, verdict = True, "The preset still wins on fresh seeds: keep it."
+    elif ties(preset["value"], winner["value"]):
+        w, p = winner["secondary"], preset["secondary"]
+        if secondary is not None and w is not None and p is not None and w != p:
+            preset_wins = _better(p, w, maximize(secondary, True))
+            verdict = (f"The preset ties {winner['label']}'s {objective} on fresh seeds and is better on {secondary} "
+                       f"({_show(p)} vs {_show(w)}): keep it." if preset_wins else
+                       f"{winner['label']} ties the preset's {objective} on fresh seeds and is better on {secondary} "
+                       f"({_show(w)} vs {_show(p)}): the tie-break picks it.")
+        else:
+            preset_wins, preset_tie = False, True
+            verdict = f"{winner['label']} ties the preset's {objective} on fresh seeds: compare the other columns before switching."
+    else:
+        preset_wins, verdict = False, f"{winner['label']} beats the preset's {objective} on fresh seeds."
+    return {"preset": preset, "candidates": candidates, "winner": winner, "tie": tie, "verdict": verdict,
+            "preset_wins": preset_wins, "preset_tie": preset_tie}
+
+
 def write_tune(search, confirm_dirs: dict[str, Path]) -> Path:
     from optuna.trial import TrialState
 
@@ -88,46 +175,34 @@ def write_tune(search, confirm_dirs: dict[str, Path]) -> Path:
         "failed": sum(t.state == TrialState.FAIL or bool(t.user_attrs.get("failed")) for t in trials),
     }
     ranked = search.candidates()
-    by_label = {f"trial{t.number}": t for t in ranked}
     warnings: list[str] = []
-    higher = search.maximize if objective in ("iqm", "ci_low", "mean") else bool(getattr(search._task_class(), "higher_is_better", True))
+    metric_higher = metric_direction(search, confirm_dirs)
+    tie_break = str(search.s.get("tie_break") or "auto")
 
     preset = None
-    candidates = []
+    candidates: list[dict] = []
+    tie = None
     if confirm_dirs:
-        preset = confirmed_entry(confirm_dirs["preset"], search.confirm_seeds, objective, search.maximize)
-        for label, run_dir in confirm_dirs.items():
-            if label == "preset":
-                continue
-            t = by_label[label]
-            entry = confirmed_entry(run_dir, search.confirm_seeds, objective, search.maximize)
-            entry.update(label=label, trial=t.number, params={k: format_value(v) for k, v in t.params.items()},
-                         tuned_value=_finite(t.value))
-            entry["optimism_gap"] = (None if entry["value"] is None or entry["tuned_value"] is None
-                                     else entry["tuned_value"] - entry["value"])
-            entry["probability_of_improvement_over_preset"] = _improvement(entry["primary_scores"], preset["primary_scores"], higher)
-            candidates.append(entry)
-        winner = None
-        for entry in candidates:
-            if winner is None or _better(entry["value"], winner["value"], search.maximize):
-                winner = entry
-        preset_wins = winner is None or _better(preset["value"], winner["value"], search.maximize)
-        tie = not preset_wins and not _better(winner["value"], preset["value"], search.maximize)
-        verdict = ("The preset still wins on fresh seeds: keep it." if preset_wins else
-                   f"{winner['label']} ties the preset's {objective} on fresh seeds: compare the other columns before switching." if tie
-                   else f"{winner['label']} beats the preset's {objective} on fresh seeds.")
-        if preset_wins or tie:
+        by_label = {f"trial{t.number}": t for t in ranked}
+        secondary = tie_breaker(tie_break, objective, list(confirm_dirs.values()))
+        outcome = confirm_outcome(confirm_dirs, by_label, search.confirm_seeds, objective, search.maximize, metric_higher, secondary)
+        preset, candidates, winner = outcome["preset"], outcome["candidates"], outcome["winner"]
+        verdict, preset_wins, tie = outcome["verdict"], outcome["preset_wins"], outcome["tie"]
+        if preset_wins or outcome["preset_tie"]:
             warnings.append(verdict)
         for entry in [*candidates, {**preset, "label": "preset"}]:
             if entry["failed"]:
                 warnings.append(f"{entry['label']}: {len(entry['failed'])} of {len(entry['seeds'])} confirmation seeds failed")
     else:
-        winner, verdict = None, None
-        if ranked:
-            t = ranked[0]
-            winner = {"label": f"trial{t.number}", "trial": t.number, "tuned_value": t.value,
-                      "params": {k: format_value(v) for k, v in t.params.items()}}
-        preset_wins = None
+        winner, verdict, preset_wins = None, None, None
+        trials_dir = search.sweep_dir / "trials"
+        secondary = tie_breaker(tie_break, objective, [trials_dir / str(t.number) for t in ranked[:1]])
+        entries = [{"label": f"trial{t.number}", "trial": t.number, "tuned_value": _finite(t.value), "value": _finite(t.value),
+                    "params": dict(t.params), "secondary": secondary_value(trials_dir / str(t.number), search.tune_seeds, secondary)}
+                   for t in ranked]
+        if entries:
+            winner = entries[0]  # ranked by the sweeper, ties by the secondary objective (objective.rank_trials)
+            tie = tie_of(entries, objective, secondary, "on the tuning seeds")
         warnings.append("not confirmed (confirm_top=0): the tuned value is the winner's own score and is optimistic")
     if len(search.tune_seeds) < 5:
         warnings.append(f"{len(search.tune_seeds)} seeds per trial: one seed is not a comparison, and fewer than five is a weak one")
@@ -146,9 +221,12 @@ def write_tune(search, confirm_dirs: dict[str, Path]) -> Path:
         "confirm_seeds": search.confirm_seeds,
         "trials": counts,
         "best_trial": None if winner is None else winner["trial"],
+        # Typed values (floats, ints, strings, booleans) as the sampler drew them; best.yaml writes them as overrides.
         "best_params": None if winner is None else winner["params"],
+        "tie_break": secondary,
+        "tie": tie,
         "best_tuned_value": None if winner is None else _finite(winner["tuned_value"]),
-        "best_confirmed": None if winner is None or not confirm_dirs else {k: winner[k] for k in ("value", "primary", "time_to_threshold_s", "optimism_gap", "probability_of_improvement_over_preset")},
+        "best_confirmed": None if winner is None or not confirm_dirs else {k: winner[k] for k in ("value", "secondary", "primary", "time_to_threshold_s", "optimism_gap", "probability_of_improvement_over_preset")},
         "preset_wins": preset_wins,
         "candidates": candidates,
         "preset": preset,
@@ -171,13 +249,13 @@ def write_tune(search, confirm_dirs: dict[str, Path]) -> Path:
     return out
 
 
-def best_yaml(search, params: dict[str, str], out: Path) -> str:
+def best_yaml(search, params: dict[str, Any], out: Path) -> str:
     """An experiment preset of the winner: the original preset, the fixed overrides, then the tuned values."""
     groups = group_options()
     choices = OmegaConf.select(search.config, "hydra.runtime.choices", default={}) or {}
     experiment = choices.get("experiment")
     items = [o for o in search.fixed if not o.split("=", 1)[0].lstrip("+~").startswith(_NOT_CONFIG)]
-    items += [f"{k}={v}" for k, v in params.items()]
+    items += [f"{k}={format_value(v)}" for k, v in params.items()]
     defaults = [f"  - {experiment}"] if experiment else []
     values = []
     for item in items:
@@ -219,21 +297,27 @@ def markdown(summary: dict, out: Path) -> str:
               f"objective {summary['objective']} ({summary['direction']}) over tuning seeds "
               f"{summary['tuning_seeds'][0]}-{summary['tuning_seeds'][-1]}.", ""]
     if summary["best_params"] is not None:
-        lines += ["## Best configuration", "", *[f"- `{k}={v}`" for k, v in summary["best_params"].items()], "",
+        lines += ["## Best configuration", "", *[f"- `{k}={format_value(v)}`" for k, v in summary["best_params"].items()], "",
                   f"Run it: `python -m pipeline --config-dir {out} experiment=best`", ""]
+        if summary.get("tie"):
+            lines += [f"**A tie:** {summary['tie']['note']}.", ""]
     if summary["candidates"]:
         seeds = summary["confirm_seeds"]
         metric = summary["preset"]["primary_metric"]
         rl = summary["preset"]["time_to_threshold_s"] is not None
+        second = summary.get("tie_break")
         lines += [f"## Confirmed on fresh seeds {seeds[0]}-{seeds[-1]}", "",
                   f"| candidate | tuned value | confirmed value | optimism gap | IQM {metric} [95% CI] | P(better than preset) [95% CI] |"
+                  + (f" tie-break: {second} (IQM) |" if second else "")
                   + (" time to threshold IQM [95% CI] (reached) |" if rl else ""),
-                  "|---|---|---|---|---|---|" + ("---|" if rl else "")]
+                  "|---|---|---|---|---|---|" + ("---|" if second else "") + ("---|" if rl else "")]
         for c in [*summary["candidates"], {**summary["preset"], "label": "preset"}]:
             poi = c.get("probability_of_improvement_over_preset")
             poi_text = "-" if not poi else f"{poi['p']:.2f} [{poi['ci'][0]:.2f}, {poi['ci'][1]:.2f}]"
-            row = (f"| {c['label']}{' (' + ', '.join(f'{k}={v}' for k, v in c['params'].items()) + ')' if c.get('params') else ''} "
+            row = (f"| {c['label']}{' (' + ', '.join(f'{k}={format_value(v)}' for k, v in c['params'].items()) + ')' if c.get('params') else ''} "
                    f"| {_fmt(c.get('tuned_value'))} | {_fmt(c['value'])} | {_fmt(c.get('optimism_gap'))} | {_ci(c['primary'])} | {poi_text} |")
+            if second:
+                row += f" {_show(c.get('secondary'))} |"
             if rl:
                 th = c["time_to_threshold_s"] or {}
                 row += f" {_ci(th)} ({th.get('reached')}/{th.get('of')}) |"

@@ -1,0 +1,82 @@
+"""Where things are in a run dir, and nowhere else: the file names and the layout of runs, agents and sweeps.
+
+    <run dir>/result.json          the run record (store/record.py)
+    <run dir>/metrics.csv          the curves (store/curves.py)
+    <run dir>/model.pt             the trained weights, a state_dict (store/checkpoint.py)
+    <run dir>/checkpoints/last.ckpt  what a killed run continues from
+    <run dir>/error.log            the traceback of a failed run
+    <run dir>/seed<n>/...          agent n of a run that trains K seeds in one process (K > 1)
+    <sweep dir>/<job>/...          one run dir per job; <sweep dir>/report/ and <sweep dir>/tune/ hold no runs
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+RESULT = "result.json"
+METRICS = "metrics.csv"
+MODEL = "model.pt"
+CHECKPOINTS = "checkpoints"
+LAST = "last.ckpt"
+ERROR_LOG = "error.log"
+# What `python -m pipeline.eval` writes: the replay's returns and seeds.
+EVAL_FILE = "eval.json"
+# The composed config a run was made with: Hydra's copy, or (a sweep job's own process) the pipeline's.
+CONFIG_FILES = (".hydra/config.yaml", ".pipeline/config.yaml")
+# Folders of a sweep dir that hold outputs about runs, never runs.
+NOT_RUNS = ("report", "tune", "wandb")
+
+
+def agent_dirs(run_dir: Path, seeds: Sequence[int]) -> list[Path]:
+    """The record dir of each agent: the run dir itself for one seed, `<run dir>/seed<n>` for K > 1."""
+    return [Path(run_dir)] if len(seeds) == 1 else [Path(run_dir) / f"seed{s}" for s in seeds]
+
+
+def result_path(run_dir: Path) -> Path:
+    return Path(run_dir) / RESULT
+
+
+def metrics_path(run_dir: Path) -> Path:
+    return Path(run_dir) / METRICS
+
+
+def model_path(run_dir: Path) -> Path:
+    return Path(run_dir) / MODEL
+
+
+def checkpoint_path(run_dir: Path) -> Path:
+    return Path(run_dir) / CHECKPOINTS / LAST
+
+
+def error_log_path(run_dir: Path) -> Path:
+    return Path(run_dir) / ERROR_LOG
+
+
+def config_path(run_dir: Path) -> Path | None:
+    """The composed config saved in `run_dir`, or None."""
+    return next((Path(run_dir) / name for name in CONFIG_FILES if (Path(run_dir) / name).is_file()), None)
+
+
+def agent_seed_dirs(batch_dir: Path) -> list[Path]:
+    """The `seed<n>` agent dirs of a K-seed run that hold trained weights, in order of n."""
+    found = [p for p in Path(batch_dir).glob("seed*") if p.name[4:].isdigit() and has_model(p)]
+    return sorted(found, key=lambda p: int(p.name[4:]))
+
+
+def has_record(run_dir: Path) -> bool:
+    return result_path(run_dir).is_file()
+
+
+def has_model(run_dir: Path) -> bool:
+    return model_path(run_dir).is_file()
+
+
+def record_dirs(root: Path) -> Iterator[Path]:
+    """Every dir under `root` (itself included) that holds a run record, in sorted order; report/, tune/ and
+    wandb/ folders are outputs about runs and are skipped."""
+    root = Path(root)
+    for path in sorted(root.rglob(RESULT)):
+        if any(part in NOT_RUNS for part in path.relative_to(root).parts[:-1]):
+            continue
+        yield path.parent

@@ -1,0 +1,46 @@
+"""The declared task contract (pipeline.tasks.base): each shipped task's typed Config is its YAML, and what a
+task declares is checked against the config before anything is built or written."""
+
+import dataclasses
+from importlib.resources import files
+
+import pytest
+from hydra.utils import get_class
+from omegaconf import OmegaConf
+
+from pipeline.config.checks import ConfigError
+from pipeline.runtime.run import check_task, task_config
+from pipeline.tasks.base import Task
+
+TASK_YAMLS = sorted(p.name for p in (files("pipeline.conf") / "task").iterdir() if p.name.endswith(".yaml"))
+
+
+@pytest.mark.parametrize("name", TASK_YAMLS)
+def test_each_shipped_task_config_is_its_dataclass_with_the_same_defaults(name):
+    node = OmegaConf.to_container(OmegaConf.load(str(files("pipeline.conf") / "task" / name)))
+    cls = get_class(node.pop("_target_"))
+    assert issubclass(cls, Task)
+    defaults = dataclasses.asdict(cls.Config())
+    # The YAML lists every hyperparameter (so --cfg job shows them all), with the dataclass's defaults:
+    # a task built by hand (Task.create) behaves as one built from the shipped config.
+    assert set(node) == set(defaults)
+    assert {k: v for k, v in node.items() if v != defaults[k]} == {}
+
+
+def test_a_wrong_type_or_unknown_key_is_one_line_naming_it(make_cfg):
+    cls = check_task(make_cfg("experiment=dqn_cartpole"), 1)
+    assert task_config(cls, make_cfg("experiment=dqn_cartpole", "task.gamma=0.5").task).gamma == 0.5
+    with pytest.raises(ConfigError, match=r"^task\.gamma: Value 'high' of type 'str' could not be converted to Float$"):
+        task_config(cls, make_cfg("experiment=dqn_cartpole", "task.gamma=high").task)
+    with pytest.raises(ConfigError, match=r"^task\.nope: Key 'nope' not in 'DQNConfig'$"):
+        check_task(make_cfg("experiment=dqn_cartpole", "+task.nope=1"), 1)
+
+
+def test_what_a_task_declares_is_checked_before_it_is_built(make_cfg):
+    with pytest.raises(ConfigError, match="^task CounterfactualTask does not use a model; drop it with model=none"):
+        check_task(make_cfg("experiment=rmac_auction", "model=mlp"), 1)
+    with pytest.raises(ConfigError, match="^task CEMTask trains one seed per process; seeds_per_process=3"):
+        check_task(make_cfg("experiment=cem_cartpole"), 3)
+    assert check_task(make_cfg("experiment=dqn_cartpole"), 3).trains_seeds_together
+    with pytest.raises(ConfigError, match="is not a pipeline.tasks.base.Task subclass"):
+        check_task(make_cfg("experiment=dqn_cartpole", "task._target_=pipeline.nets.mlp.MLP"), 1)

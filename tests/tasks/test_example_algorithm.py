@@ -1,0 +1,30 @@
+"""The worked example of docs/add_an_algorithm.md (tests/example_algorithm/: one file plus one YAML) runs end to end."""
+
+from pathlib import Path
+
+import pandas as pd
+
+from pipeline_testing import read_result, run_cli
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "example_algorithm"
+
+
+def test_a_new_algorithm_from_its_own_config_dir_runs_and_records(tmp_path):
+    proc = run_cli("--config-dir", "conf", "experiment=bandit", "task.steps=300", f"hydra.run.dir={tmp_path}", cwd=EXAMPLE)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    record = read_result(tmp_path)
+    assert record["status"] == "ok" and record["task"] == "BanditTask" and record["primary_metric"] == "eval/best_arm"
+    # arms 0, 0.5 and 1 with noise 0.1: ~30 exploring pulls find the best arm with certainty
+    assert record["metrics"]["eval/best_arm"] == 1.0
+    assert sum(record["pulls"]) == 300 and record["pulls"][2] > 200  # agent_record's field, from the task
+    curve = pd.read_csv(tmp_path / "metrics.csv")
+    assert curve["step"].tolist() == [50, 100, 150, 200, 250, 300]  # one row per log_every pulls, via self.curves
+    assert curve["train/reward_mean"].iloc[-1] > 0.8
+
+
+def test_its_config_is_typed(tmp_path):
+    proc = run_cli("--config-dir", "conf", "experiment=bandit", "task.epsilon=high", f"hydra.run.dir={tmp_path}", cwd=EXAMPLE)
+    assert proc.returncode == 2
+    errors = [line for line in (proc.stdout + proc.stderr).splitlines() if "task.epsilon" in line]
+    assert len(errors) == 1 and "could not be converted to Float" in errors[0], proc.stderr[-2000:]
+    assert not (tmp_path / "result.json").exists()

@@ -1,0 +1,122 @@
+"""The declared core, checked on the source: what import-linter cannot see (`make lint` checks the layers).
+
+- Only the store (src/pipeline/store/) names the files of a run dir: everyone else asks it for a path or a record.
+- No module imports another module's private name (`from pipeline.x import _y`).
+- One class named RunRecord; no `*batched*` twins of an algorithm.
+- The lifecycle (src/pipeline/runtime/) never probes a task: no hasattr/getattr aimed at it, no signature sniffing.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+STORE = SRC / "pipeline" / "store"
+RUN_DIR_FILES = ("result.json", "metrics.csv", "model.pt", "last.ckpt")
+
+
+def _sources() -> list[Path]:
+    return sorted(p for p in SRC.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(), filename=str(path))
+
+
+def _docstring_nodes(tree: ast.Module) -> set[int]:
+    ids = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                ids.add(id(first.value))
+    return ids
+
+
+def run_dir_file_names(path: Path) -> list[str]:
+    """'line N: "result.json"' for each string constant (docstrings aside) that names a run-dir file."""
+    tree = _tree(path)
+    docs = _docstring_nodes(tree)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            for name in RUN_DIR_FILES:
+                if name in node.value:
+                    found.append(f"line {node.lineno}: {node.value!r}")
+    return found
+
+
+def private_imports(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(_tree(path)):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in ("pipeline", "hydra_plugins"):
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    found.append(f"line {node.lineno}: from {node.module} import {alias.name}")
+    return found
+
+
+def _mentions_task(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Name) and "task" in node.id) or (isinstance(node, ast.Attribute) and "task" in node.attr)
+
+
+def task_probes(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(_tree(path)):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Name) and func.id in ("hasattr", "getattr") and node.args and _mentions_task(node.args[0]):
+            found.append(f"line {node.lineno}: {func.id}({ast.unparse(node.args[0])}, ...)")
+        if isinstance(func, ast.Attribute) and func.attr == "signature" and ast.unparse(func.value) == "inspect":
+            if any(_mentions_task(a) or "cls" in ast.unparse(a) for a in node.args):
+                found.append(f"line {node.lineno}: inspect.signature({ast.unparse(node.args[0])})")
+    return found
+
+
+def test_only_the_store_names_the_files_of_a_run_dir():
+    offenders = {str(p.relative_to(SRC)): hits for p in _sources() if STORE not in p.parents for hits in [run_dir_file_names(p)] if hits}
+    assert offenders == {}, "ask pipeline.store (layout, record, curves, checkpoint) instead of naming run-dir files"
+
+
+def test_no_module_imports_a_private_name_of_another():
+    offenders = {str(p.relative_to(SRC)): hits for p in _sources() for hits in [private_imports(p)] if hits}
+    assert offenders == {}
+
+
+def test_one_run_record_class_and_no_batched_twins():
+    classes = [(p.relative_to(SRC), n.name) for p in _sources() for n in ast.walk(_tree(p)) if isinstance(n, ast.ClassDef)]
+    records = [str(p) for p, name in classes if name == "RunRecord"]
+    assert records == ["pipeline/store/record.py"]
+    defs = [(str(p.relative_to(SRC)), n.name) for p in _sources() for n in ast.walk(_tree(p))
+            if isinstance(n, ast.ClassDef | ast.FunctionDef)]
+    assert [d for d in defs if "batched" in d[1].lower()] == []
+    assert [p for p in _sources() if "batched" in p.name.lower()] == []
+
+
+def test_the_lifecycle_never_probes_a_task():
+    runtime = [p for p in _sources() if (SRC / "pipeline" / "runtime") in p.parents]
+    offenders = {str(p.relative_to(SRC)): hits for p in runtime for hits in [task_probes(p)] if hits}
+    assert offenders == {}, "declare the hook in pipeline.tasks.base.Task and call it"
+
+
+@pytest.mark.parametrize(
+    "source, finder, expected",
+    [
+        ('x = "out/result.json"\n', run_dir_file_names, 1),
+        ('"""Writes result.json."""\nx = 1\n', run_dir_file_names, 0),
+        ("from pipeline.games.rmac import _interp\n", private_imports, 1),
+        ("from pipeline.games.rmac import interp\n", private_imports, 0),
+        ("def f(task):\n    return hasattr(task, 'resume_step')\n", task_probes, 1),
+        ("def f(self):\n    return getattr(self.task, 'n', 1)\n", task_probes, 1),
+        ("def f(cfg):\n    return hasattr(cfg, 'x')\n", task_probes, 0),
+        ("import inspect\ndef f(cls):\n    return inspect.signature(cls.__init__)\n", task_probes, 1),
+    ],
+)
+def test_the_checks_themselves_find_what_they_look_for(tmp_path, source, finder, expected):
+    path = tmp_path / "m.py"
+    path.write_text(source)
+    assert len(finder(path)) == expected
