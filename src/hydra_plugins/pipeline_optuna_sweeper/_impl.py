@@ -130,7 +130,7 @@ class SeedDistributionSearch:
         url = self._storage_url()
         self.heartbeat_s = int(self.s.get("heartbeat_s") or 20)
         storage = open_storage(url, heartbeat_interval=self.heartbeat_s, grace_period=STALE_BEATS * self.heartbeat_s,
-                               failed_trial_callback=_run_again)
+                               heartbeat_stale_trial_callback=_run_again)
         name = str(self.s.study_name or self.config.name)
         self.warmup = self._warmup_steps()
         pruner = make_pruner(str(self.s.pruner), int(self.s.pruner_startup_trials), self.warmup)

@@ -18,6 +18,8 @@ def quiet_optuna() -> None:
 
     optuna.logging.set_verbosity(logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    # The tuner asks and tells itself and records heartbeats in its own thread (hydra_plugins' _Heartbeat).
+    warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
 
 
 def make_pruner(name: str, n_startup_trials: int = 5, n_warmup_steps: int = 0):
@@ -43,7 +45,7 @@ def make_sampler(name: str, seed: int | None, space: Sequence[Param]):
 
 
 def open_storage(url: str, attempts: int = 4, **heartbeat):
-    """Optuna's RDBStorage at `url`; `heartbeat`: heartbeat_interval, grace_period, failed_trial_callback."""
+    """Optuna's RDBStorage at `url`; `heartbeat`: heartbeat_interval, grace_period, heartbeat_stale_trial_callback."""
     import time
 
     import optuna
