@@ -31,6 +31,7 @@ from pathlib import Path
 import lightning as L
 import torch
 from hydra.utils import get_class, instantiate
+from lightning.fabric.plugins.environments import LightningEnvironment
 from lightning.pytorch.callbacks import Checkpoint
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -133,6 +134,11 @@ def make_trainer(cfg: DictConfig, accelerator: str, run_dir: Path, loggers, call
     kwargs = trainer_kwargs(cfg)
     if any(isinstance(c, Checkpoint) for c in built):  # Lightning refuses a Checkpoint callback with its switch off
         kwargs["enable_checkpointing"] = True
+    # One process, one device: the cluster environment is named, not detected. Detection warns "`srun` is
+    # available but not used" on every run of a SLURM login node, and inside a SLURM job it picks
+    # SLURMEnvironment, whose auto-requeue would requeue the job a second time on top of ours (runtime.job:
+    # SIGUSR2 -> checkpoint -> submitit requeues once).
+    kwargs.setdefault("plugins", [LightningEnvironment()])
     return L.Trainer(
         accelerator=accelerator,
         devices=1,
