@@ -86,6 +86,39 @@ def test_kill_9_then_ckpt_path_last_continues_a_dqn_run(tmp_path, batch):
     pd.testing.assert_frame_equal(curve.drop(columns=["perf/env_steps_per_s"]), ref_curve)
 
 
+PPO_ARGS = ("experiment=ppo_cartpole", "trainer.enable_progress_bar=false", "model.hidden=[32,32]")
+
+
+@pytest.mark.parametrize("batch", [(), ("seeds_per_process=2", "env=pendulum_tensor")], ids=["k1-cartpole", "k2-pendulum"])
+def test_kill_9_then_ckpt_path_last_continues_a_ppo_run_exactly(tmp_path, batch):
+    """PPO's declared state (weights, Adam, counters, evaluations, per-agent shuffles, the global RNG that draws its
+    actions, the envs mid-episode) brings a killed run to the end an uninterrupted one reaches, bitwise."""
+    budget = 25_600  # 100 iterations of 256 env steps per agent; a checkpoint every 10
+    args = (*PPO_ARGS, f"task.total_steps={budget}", "task.eval_every=5120", "checkpoint.every_steps=2560", *batch)
+    run_dir = tmp_path / "killed"
+    agent_dir = run_dir if not batch else run_dir / "seed1"
+    proc = start(*args, f"hydra.run.dir={run_dir}")
+    wait_for(lambda: (checkpoint_step(agent_dir) or 0) >= 5120, proc=proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, f"the run ended ({proc.returncode}) before the kill: raise the budget"
+    saved_at = read_result(agent_dir)["checkpoint"]["step"]
+    resumed = run_cli(*args, f"hydra.run.dir={run_dir}", "ckpt_path=last")
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    record = read_result(agent_dir)
+    assert record["status"] == "ok" and record["env_steps"] == budget
+    assert [s.get("from_step") for s in record["segments"]] == [None, saved_at]
+    reference = run_cli(*args, f"hydra.run.dir={tmp_path / 'reference'}")
+    assert reference.returncode == 0, reference.stdout[-2000:]
+    ref_dir = tmp_path / "reference" if not batch else tmp_path / "reference" / "seed1"
+    assert read_result(ref_dir)["metrics"] == record["metrics"]
+    assert read_result(ref_dir)["evaluations"] == record["evaluations"]
+    a, b = (torch.load(d / "model.pt", weights_only=True) for d in (ref_dir, agent_dir))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    curve, ref_curve = (pd.read_csv(d / "metrics.csv").drop(columns=["perf/env_steps_per_s"]) for d in (agent_dir, ref_dir))
+    pd.testing.assert_frame_equal(curve, ref_curve)
+
+
 def test_sigint_records_interrupted_and_the_printed_command_finishes_the_run(tmp_path):
     args = (*DQN, "task.total_steps=60000", f"hydra.run.dir={tmp_path}")
     proc = start(*args)
