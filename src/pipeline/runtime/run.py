@@ -128,10 +128,15 @@ def _choice_hint(cfg: DictConfig, group: str) -> str:
 
 
 def make_trainer(cfg: DictConfig, accelerator: str, run_dir: Path, loggers, callbacks) -> L.Trainer:
+    from lightning.pytorch.callbacks import ProgressBar
+
     from pipeline.runtime.callbacks import build_callbacks, trainer_kwargs
+    from pipeline.runtime.progress_bar import BudgetProgressBar
 
     built = build_callbacks(cfg, run_dir, own=callbacks)
     kwargs = trainer_kwargs(cfg)
+    if kwargs.get("enable_progress_bar", True) and not any(isinstance(c, ProgressBar) for c in built):
+        built.append(BudgetProgressBar())  # RL tasks count env steps against their budget, not epochs
     if any(isinstance(c, Checkpoint) for c in built):  # Lightning refuses a Checkpoint callback with its switch off
         kwargs["enable_checkpointing"] = True
     # One process, one device: the cluster environment is named, not detected. Detection warns "`srun` is

@@ -41,7 +41,7 @@ from pipeline.rl.schedules import epsilon_at
 from pipeline.rl.targets import freeze, hard_update, soft_update
 from pipeline.rl.vector import GymVectorEnv, evaluate_agents, make_vector_env
 from pipeline.store.checkpoint import rng_state, set_rng_state
-from pipeline.tasks.base import Task, TaskParts, check_finite
+from pipeline.tasks.base import Progress, Task, TaskParts, check_finite
 from pipeline.tasks.configs import DQNConfig
 from pipeline.tasks.rl_agents import RLAgents
 
@@ -508,8 +508,19 @@ class DQNTask(RLAgents, Task):
             self.trainer.should_stop = True
         if self.checkpoint_hook is not None:
             self.checkpoint_hook()  # saves when due, and stops the fit when a stop was requested
-        self.log("env_step", float(self.env_steps), prog_bar=True, logger=False, on_step=True)
         return None
+
+    def progress(self) -> Progress:
+        """Env steps (per agent) against the budget, with the mean of the last 10 episodes' returns and the last
+        greedy evaluation (means over the agents still learning)."""
+        shown = {}
+        recent = [float(np.mean(self.episode_returns[a][-10:])) for a in self.slots if self.episode_returns[a]]
+        if recent:
+            shown["return"] = float(np.mean(recent))
+        evaluated = [self.evaluations[a][-1][1] for a in self.slots if self.evaluations[a]]
+        if evaluated:
+            shown["eval"] = float(np.mean(evaluated))
+        return Progress(self.env_steps, self.config.total_steps, "env steps", shown)
 
     # ---- evaluation --------------------------------------------------------------------------
     def greedy_returns(self, net: nn.Module, agents: list[int], n_episodes: int, seed_offset: int) -> np.ndarray:
