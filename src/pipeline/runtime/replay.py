@@ -89,7 +89,7 @@ def load_policy(cfg: DictConfig, run_dir: Path, obs_shape: tuple, n_actions: int
 
     if OmegaConf.select(cfg, "task.normalize_obs", default=False):
         raise EvalError("this run normalised its observations (task.normalize_obs=true); their statistics are in its "
-                        "checkpoint, not in model.pt, so a replay cannot see what the agent saw")
+                        f"checkpoint, not in {MODEL}, so a replay cannot see what the agent saw")
     factory = instantiate(cfg.model)
     net = make_net(functools.partial(factory, continuous=True) if continuous else factory, int(np.prod(obs_shape)), n_actions)
     try:
