@@ -9,6 +9,8 @@ so the launcher's other jobs go on and the sweep-end report is written over what
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import json
 import logging
 import signal
@@ -52,7 +54,8 @@ def run_in_child(cfg: DictConfig, ctx: JobContext) -> list[dict]:
     OmegaConf.save(cfg, job_dir / "config.yaml", resolve=True)
     (job_dir / "context.json").write_text(json.dumps({**asdict(ctx), "isolated": True}, indent=2))
     # Its own process group: a terminal's Ctrl-C reaches this process only, which forwards it once.
-    child = subprocess.Popen([sys.executable, "-m", "pipeline.runtime.job", str(job_dir)], start_new_session=True)
+    child = subprocess.Popen([sys.executable, "-m", "pipeline.runtime.job", str(job_dir)], start_new_session=True,
+                             preexec_fn=_stop_with_parent)
     received: list[int] = []
 
     def forward(signum, frame):  # Ctrl-C / SIGTERM reach the child, which saves and stops cleanly
@@ -93,6 +96,17 @@ def run_in_child(cfg: DictConfig, ctx: JobContext) -> list[dict]:
         print(f"sweep stopped by {signal.Signals(received[0]).name}; finish it with: {ctx.resume_command()}", flush=True)
         raise SystemExit(130 if received[0] == signal.SIGINT else 143)
     return [r.to_dict() for r in records]
+
+
+def _stop_with_parent() -> None:
+    """In the child, before it runs: when the process that started it dies (a killed sweep, a killed joblib
+    worker or submitit controller), the kernel sends it SIGTERM, so it checkpoints, records `interrupted` and
+    stops instead of training on as an orphan. Linux only (prctl PR_SET_PDEATHSIG); elsewhere nothing changes."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def _agents(cfg: DictConfig) -> int:
