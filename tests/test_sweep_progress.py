@@ -1,0 +1,96 @@
+"""A sweep's progress line, read from what its jobs write into the sweep dir (any launcher's jobs can)."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from omegaconf import OmegaConf
+
+from pipeline.sweep_progress import (
+    SweepProgress,
+    job_ended,
+    job_started,
+    planned_jobs,
+    read_snapshot,
+    start_sweep,
+)
+
+T0 = 1_000_000.0
+
+
+def test_the_line_counts_done_running_failed_and_the_eta_from_throughput(tmp_path):
+    start_sweep(tmp_path, 20, now=T0)
+    for num in range(10):
+        job_started(tmp_path, num, now=T0 + num)
+    for num in range(7):
+        job_ended(tmp_path, num, "failed" if num == 3 else "ok", now=T0 + 60 * (num + 1))
+    # 7 jobs done in 7 minutes: the 13 left take 13 more minutes at that pace.
+    snap = read_snapshot(tmp_path, now=T0 + 420)
+    assert snap.line() == "[7/20 done, 3 running, 1 failed, ETA 13 min]"
+    assert snap.eta_s == pytest.approx(780.0)
+
+
+def test_other_endings_are_named_and_a_finished_sweep_says_how_long_it_took(tmp_path):
+    start_sweep(tmp_path, 3, now=T0)
+    for num, status in enumerate(["ok", "interrupted", "ok"]):
+        job_started(tmp_path, num, now=T0)
+        job_ended(tmp_path, num, status, now=T0 + 30)
+    assert read_snapshot(tmp_path, now=T0 + 95).line() == "[3/3 done, 0 running, 0 failed, 1 interrupted, took 2 min]"
+
+
+def test_no_eta_before_a_job_ends_nor_without_a_planned_total(tmp_path):
+    start_sweep(tmp_path, 4, now=T0)
+    job_started(tmp_path, 0, now=T0)
+    assert read_snapshot(tmp_path, now=T0 + 5).line() == "[0/4 done, 1 running, 0 failed]"
+    start_sweep(tmp_path, None, now=T0)  # the tuner: no total known; a new start forgets the old jobs
+    job_started(tmp_path, 5, now=T0)
+    job_ended(tmp_path, 5, "ok", now=T0 + 10)
+    assert read_snapshot(tmp_path, now=T0 + 20).line() == "[1 done, 0 running, 0 failed]"
+
+
+def test_planned_jobs_is_the_product_of_the_basic_sweepers_overrides():
+    def config(target, *overrides):
+        return OmegaConf.create({"hydra": {"sweeper": {"_target_": target, "params": None},
+                                           "overrides": {"task": list(overrides)}}})
+
+    basic = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+    assert planned_jobs(config(basic, "experiment=dqn_cartpole", "seed=range(0,10)", "optimizer.lr=0.1,0.01")) == 20
+    assert planned_jobs(config(basic, "experiment=dqn_cartpole")) == 1
+    assert planned_jobs(config("hydra_plugins.pipeline_optuna_sweeper.sweeper.PipelineOptunaSweeper", "seed=range(0,3)")) is None
+
+
+def test_plain_lines_follow_each_finished_job_once(tmp_path, capsys):
+    start_sweep(tmp_path, 2)
+    progress = SweepProgress(tmp_path, live=False, interval_s=3600).start()
+    job_started(tmp_path, 0)
+    job_started(tmp_path, 1)
+    progress.update()
+    assert capsys.readouterr().out == ""  # nothing finished yet: nothing to say in a log
+    job_ended(tmp_path, 0, "ok")
+    progress.update()
+    progress.update()
+    assert capsys.readouterr().out.startswith("[1/2 done, 1 running, 0 failed, ETA ")
+    job_ended(tmp_path, 1, "failed")
+    progress.stop()
+    assert capsys.readouterr().out.startswith("[2/2 done, 0 running, 1 failed, took ")
+
+
+def test_on_a_terminal_the_line_is_live_and_prints_go_above_it(tmp_path, capsys):
+    from rich.console import Console
+
+    screen = io.StringIO()
+    start_sweep(tmp_path, 2)
+    progress = SweepProgress(tmp_path, live=True, console=Console(file=screen, force_terminal=True, width=120),
+                             interval_s=3600).start()
+    job_started(tmp_path, 0)
+    progress.update()
+    print("[job 0] seed=0 ok")  # a job's own line, printed while the live line shows
+    job_ended(tmp_path, 0, "ok")
+    progress.update()
+    drawn = screen.getvalue()
+    assert "[0/2 done, 1 running, 0 failed]" in drawn and "[1/2 done, 0 running, 0 failed, ETA" in drawn
+    assert "\x1b[" in drawn  # redrawn in place (cursor control), not appended line by line
+    assert drawn.index("[job 0] seed=0 ok") < drawn.index("[1/2 done")  # the print went above the line
+    progress.stop()
+    assert capsys.readouterr().out.startswith("[1/2 done, 0 running, 0 failed, ETA ")  # the last state stays, plain
