@@ -113,6 +113,7 @@ class DQNConfig:
     save_replay: Any = "auto"  # true | false | auto
     replay_save_max_mb: float = 512.0
     capture_video: bool = False
+    video_every: int = 0  # every N-th evaluation during training, a video of each learning agent (0: none)
 
 
 class DQNTask(Task):
@@ -553,6 +554,14 @@ class DQNTask(Task):
                 reasons[slot] = f"greedy evaluation mean {mean:.1f} >= stop_at_return {stop}"
         if self.n_agents > 1:
             self._log_shared({"batch/eval_return_mean": float(np.mean(means)), "batch/agents_learning": float(len(self.slots))})
+        every = self.config.video_every
+        if self.video_hook is not None and every > 0:
+            t0 = time.perf_counter()
+            for slot, agent in enumerate(self.slots):
+                if len(self.evaluations[agent]) % every == 0:
+                    state = {k: v.detach().cpu() for k, v in self.net.member_state_dict(slot).items()}
+                    self.video_hook(agent, self.env_steps, state)
+            self.add_time("video", time.perf_counter() - t0)
         # The tuner sees every agent: one that stopped early holds its last evaluation (dropping it would
         # leave only the slow seeds in the trial's value and prune good trials).
         if self.trial_reporter is not None and self.slots:
