@@ -19,16 +19,18 @@ from pipeline.sweep_progress import (
 T0 = 1_000_000.0
 
 
-def test_the_line_counts_done_running_failed_and_the_eta_from_throughput(tmp_path):
+def test_the_line_counts_done_running_failed_and_the_eta_from_the_jobs_durations(tmp_path):
     start_sweep(tmp_path, 20, now=T0)
-    for num in range(10):
-        job_started(tmp_path, num, now=T0 + num)
-    for num in range(7):
-        job_ended(tmp_path, num, "failed" if num == 3 else "ok", now=T0 + 60 * (num + 1))
-    # 7 jobs done in 7 minutes: the 13 left take 13 more minutes at that pace.
-    snap = read_snapshot(tmp_path, now=T0 + 420)
-    assert snap.line() == "[7/20 done, 3 running, 1 failed, ETA 13 min]"
-    assert snap.eta_s == pytest.approx(780.0)
+    for num in range(7):  # 7 jobs of 2 minutes each, one of them failed
+        job_started(tmp_path, num, now=T0 + 120 * num)
+        job_ended(tmp_path, num, "failed" if num == 3 else "ok", now=T0 + 120 * (num + 1))
+    now = T0 + 900
+    for num in range(7, 10):  # 3 running side by side for a minute
+        job_started(tmp_path, num, now=now - 60)
+    # Left: 3 x (120 - 60) s for the running ones + 10 jobs x 120 s not started = 1380 s of work, 3 at a time: 460 s.
+    snap = read_snapshot(tmp_path, now=now)
+    assert snap.eta_s == pytest.approx(460.0)
+    assert snap.line() == "[7/20 done, 3 running, 1 failed, ETA 8 min]"
 
 
 def test_other_endings_are_named_and_a_finished_sweep_says_how_long_it_took(tmp_path):
@@ -94,3 +96,9 @@ def test_on_a_terminal_the_line_is_live_and_prints_go_above_it(tmp_path, capsys)
     assert drawn.index("[job 0] seed=0 ok") < drawn.index("[1/2 done")  # the print went above the line
     progress.stop()
     assert capsys.readouterr().out.startswith("[1/2 done, 0 running, 0 failed, ETA ")  # the last state stays, plain
+
+
+def test_durations_read_at_a_glance():
+    from pipeline.sweep_progress import duration
+
+    assert [duration(s) for s in (0.2, 45, 59.5, 61, 3600, 3900)] == ["1 s", "45 s", "1 min", "2 min", "1 h 00 min", "1 h 05 min"]

@@ -6,8 +6,9 @@ another node sharing the sweep dir), writes `job<num>.json` when it starts and a
 status. `SweepProgress` in the sweep's process reads that folder once a second and shows it: a live line at the
 bottom of a terminal (rich), or, in a log or a pipe, one plain line each time a job finishes.
 
-The ETA is the throughput so far: elapsed time / jobs done x jobs left (so it accounts for jobs running side by
-side); none before the first job ends, or when the sweeper does not say how many jobs it plans (the tuner).
+The ETA assumes every job takes as long as the finished ones did on average (d) and that as many run side by
+side as run now (c): (the running jobs' remaining d - age, plus d for each job not started) / c. None before the
+first job ends, or when the sweeper does not say how many jobs it plans (the tuner).
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def job_ended(sweep_dir: str | Path, num: int, status: str, now: float | None = 
 def duration(seconds: float) -> str:
     """45 s, 4 min, 1 h 05 min: what a person reads at a glance."""
     seconds = max(0.0, float(seconds))
-    if seconds < 60:
+    if math.ceil(seconds) < 60:
         return f"{math.ceil(seconds)} s"
     minutes = math.ceil(seconds / 60)
     return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60:02d} min"
@@ -79,12 +80,17 @@ class Snapshot:
     running: int = 0
     not_ok: dict[str, int] = field(default_factory=dict)  # status -> count, for jobs that ended other than ok
     elapsed_s: float = 0.0
+    durations_s: list[float] = field(default_factory=list)  # of the finished jobs
+    running_ages_s: list[float] = field(default_factory=list)
 
     @property
     def eta_s(self) -> float | None:
-        if not self.total or not self.done or self.done >= self.total:
+        if not self.total or not self.durations_s or self.done >= self.total:
             return None
-        return self.elapsed_s / self.done * (self.total - self.done)
+        d = sum(self.durations_s) / len(self.durations_s)
+        pending = max(0, self.total - self.done - self.running)
+        left = sum(max(0.0, d - age) for age in self.running_ages_s) + pending * d
+        return left / max(1, self.running)
 
     def line(self) -> str:
         parts = [f"{self.done}/{self.total} done" if self.total else f"{self.done} done", f"{self.running} running",
@@ -109,10 +115,15 @@ def read_snapshot(sweep_dir: str | Path, now: float | None = None) -> Snapshot |
         job = _read(path)
         if job is None:
             continue
+        started = job.get("started")
         if "ended" not in job:
             snap.running += 1
+            if started is not None:
+                snap.running_ages_s.append(max(0.0, now - float(started)))
             continue
         snap.done += 1
+        if started is not None:
+            snap.durations_s.append(max(0.0, float(job["ended"]) - float(started)))
         if job.get("status") != "ok":
             snap.not_ok[str(job.get("status"))] = snap.not_ok.get(str(job.get("status")), 0) + 1
     return snap
