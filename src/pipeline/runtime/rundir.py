@@ -153,6 +153,29 @@ class StopRequests:
         return signal.Signals(self.signal).name if self.signal else ""
 
 
+class StoppedBeforeStart(BaseException):
+    """SIGINT/SIGTERM before the run owned its dir: nothing was written yet, so the process just ends."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.exit_code = EXIT_CODES.get(signum, 1)
+
+
+def honour_stop_signals_from_now() -> None:
+    """SIGINT and SIGTERM stop the process from its first line on, whatever it inherited: a shell starts
+    background jobs with SIGINT ignored, and Python keeps an ignored SIGINT ignored, so a `kill -INT` in the
+    seconds before the run installs its own handler (StopRequests) was lost and the run trained to the end."""
+
+    def stop(signum, frame):
+        raise StoppedBeforeStart(signum)
+
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, stop)
+    except ValueError:  # not the main thread
+        pass
+
+
 class Interrupted(Exception):
     """Raised by a task after it stopped at a safe point because a stop was requested."""
 
