@@ -30,3 +30,18 @@ def test_dqn_records_a_video_every_nth_evaluation_into_tensorboard_and_wandb(mak
     (offline,) = (tmp_path / "wandb").glob("offline-run-*")
     (logged,) = offline.glob("files/media/videos/**/*.mp4")
     assert logged.stat().st_size > 1000
+
+
+def test_ppo_records_training_videos_and_its_bar_counts_env_steps(make_cfg, tmp_path, capsys):
+    import re
+
+    from pipeline.runtime.run import run
+
+    cfg = make_cfg("experiment=ppo_cartpole", "trainer=debug", "task.video_every=1", "trainer.enable_progress_bar=true")
+    (record,) = run(cfg, tmp_path)
+    assert record["status"] == "ok", record["error"]
+    steps = [e["env_step"] for e in record["evaluations"]]
+    assert steps and sorted(p.name.split("-")[1] for p in (tmp_path / "videos").glob("train-step*.mp4")) == sorted(
+        f"step{s}" for s in steps)
+    last = [s for s in re.split(r"[\r\n]", capsys.readouterr().out) if s.startswith("env steps")][-1]
+    assert f"{record['env_steps']}/{cfg.task.total_steps}" in last, last

@@ -12,6 +12,7 @@ No Lightning here: a replay starts in about the time torch and gymnasium take to
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from pipeline.store.record import read_record, write_json
 # Training uses start states from seed + 0 (training), + 10,000 (evaluations), + 20,000 (final evaluation):
 # a replay's episodes start from seed + 30,000 + i, states the agent was never trained or scored on.
 REPLAY_SEED_OFFSET = 30_000
+log = logging.getLogger("pipeline")
 VIDEO_DIR = "videos"
 
 
@@ -232,9 +234,18 @@ def training_video_hook(cfg: DictConfig, dirs: list[Path], seeds: list[int], dev
     episode (the replay engine, on a start state training never used) into `<dirs[i]>/videos/train-step<step>-...mp4`,
     logged as `video/train` at that step to the run's TensorBoard (animated image) and W&B (video)."""
 
+    warned: list[str] = []
+
     def record(agent: int, step: int, state_dict: dict) -> None:
         options = Options(run_dir=Path(dirs[agent]), episodes=1, video=True, device=device)
-        result = play(options, cfg, int(seeds[agent]), state_dict=state_dict, video_name=f"train-step{step}")
+        try:
+            result = play(options, cfg, int(seeds[agent]), state_dict=state_dict, video_name=f"train-step{step}")
+        except Exception as exc:  # a video problem must not stop the training: say it once, go on without videos
+            text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            if not warned:
+                log.warning(f"no training video: {text}")
+            warned.append(text)
+            return
         for logger in loggers:
             if type(logger).__name__ == "TensorBoardLogger":
                 for path in result["videos"]:
