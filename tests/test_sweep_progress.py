@@ -102,3 +102,13 @@ def test_durations_read_at_a_glance():
     from pipeline.sweep_progress import duration
 
     assert [duration(s) for s in (0.2, 45, 59.5, 61, 3600, 3900)] == ["1 s", "45 s", "1 min", "2 min", "1 h 00 min", "1 h 05 min"]
+
+
+def test_a_job_that_never_said_it_ended_is_counted_lost_when_the_sweep_ends(tmp_path, capsys):
+    start_sweep(tmp_path, 2)
+    progress = SweepProgress(tmp_path, live=False, interval_s=3600).start()
+    job_started(tmp_path, 0)
+    job_ended(tmp_path, 0, "ok")
+    job_started(tmp_path, 1)  # its worker was killed: no end is ever written
+    progress.stop()
+    assert capsys.readouterr().out.startswith("[2/2 done, 0 running, 0 failed, 1 lost, took ")

@@ -13,6 +13,7 @@ first job ends, or when the sweeper does not say how many jobs it plans (the tun
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import math
@@ -62,6 +63,15 @@ def job_ended(sweep_dir: str | Path, num: int, status: str, now: float | None = 
     path = progress_dir(sweep_dir) / f"job{int(num)}.json"
     started = (_read(path) or {}).get("started")
     _write(path, {"started": started, "ended": time.time() if now is None else now, "status": str(status)})
+
+
+def close_unfinished(sweep_dir: str | Path, now: float | None = None) -> None:
+    """At the sweep's end every launched job has returned: one still marked running died without a word (a
+    killed worker, a job SLURM cancelled) and is counted as `lost`."""
+    for path in progress_dir(sweep_dir).glob("job*.json"):
+        job = _read(path)
+        if job is not None and "ended" not in job:
+            job_ended(sweep_dir, int(path.stem.removeprefix("job")), "lost", now)
 
 
 def duration(seconds: float) -> str:
@@ -181,6 +191,8 @@ class SweepProgress:
             self._live = Live("", console=console, auto_refresh=False, transient=True, redirect_stdout=True, redirect_stderr=True)
             self._live.start()
             self._redirect_log_handlers()
+            # A sweep stopped by Ctrl-C never reaches on_multirun_end: give the terminal back (cursor, line) anyway.
+            atexit.register(self._give_back_terminal)
         self._thread = threading.Thread(target=self._poll, name="sweep-progress", daemon=True)
         self._thread.start()
         return self
@@ -207,19 +219,25 @@ class SweepProgress:
                 self._last_shown = shown
                 print(snap.line(), flush=True)
 
-    def stop(self) -> None:
+    def stop(self, sweep_ended: bool = True) -> None:
         self._stopped.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
+        if sweep_ended:
+            close_unfinished(self.sweep_dir)
         snap = read_snapshot(self.sweep_dir)
+        self._give_back_terminal()
+        with self._lock:
+            if snap is not None and (snap.done, tuple(sorted(snap.not_ok.items()))) != self._last_shown:
+                self._last_shown = (snap.done, tuple(sorted(snap.not_ok.items())))
+                print(snap.line(), flush=True)
+
+    def _give_back_terminal(self) -> None:
         with self._lock:
             if self._live is not None:
                 self._restore_log_handlers()
                 self._live.stop()
                 self._live = None
-            if snap is not None and (snap.done, tuple(sorted(snap.not_ok.items()))) != self._last_shown:
-                self._last_shown = (snap.done, tuple(sorted(snap.not_ok.items())))
-                print(snap.line(), flush=True)
 
     def _redirect_log_handlers(self) -> None:
         loggers = [logging.getLogger(), *(lg for lg in logging.Logger.manager.loggerDict.values() if isinstance(lg, logging.Logger))]
