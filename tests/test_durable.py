@@ -359,3 +359,28 @@ def test_a_sweep_job_killed_during_its_start_up_is_counted_and_resumed(tmp_path)
     assert finish.returncode == 0, finish.stdout[-2000:] + finish.stderr[-2000:]
     again = {r["seed"]: r for r in (json.loads(p.read_text()) for p in sweep.glob("*/result.json"))}
     assert again[1]["status"] == "ok" and again[0]["segments"] == records[0]["segments"]
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 1.2 MB file system (tmpfs): room for a run's record and one checkpoint of supervised_digits, not two."""
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1200k", "tmpfs", str(mount)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("a small file system needs root and mount (tmpfs) here")
+    yield mount
+    subprocess.run(["umount", str(mount)], check=False)
+
+
+def test_a_full_disk_loses_nothing_finished_and_leaves_no_temp_files(tiny_disk):
+    run_dir = tiny_disk / "run"
+    proc = run_cli("experiment=supervised_digits", "trainer.max_epochs=5", "checkpoint.every_s=0",
+                   "trainer.enable_progress_bar=false", f"hydra.run.dir={run_dir}")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "Traceback" not in out, out[-3000:]
+    warnings = [line for line in out.splitlines() if "not saved" in line]
+    assert warnings and all("no space left on device" in line and str(run_dir / "checkpoints") in line for line in warnings)
+    assert read_result(run_dir)["status"] == "ok" and (run_dir / "model.pt").is_file()
+    assert sorted(p.name for p in run_dir.rglob("*.tmp")) == []
+    assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)["epoch"] == 0  # the one that fit

@@ -48,7 +48,7 @@ def hydra_entry(cfg: DictConfig) -> list[dict]:
     try:
         records = hydra_job(cfg)
     except Exception as exc:
-        if type(exc).__name__ != "RunRefused" and not isinstance(exc, ConfigError):
+        if type(exc).__name__ not in ("RunRefused", "StoreWriteError") and not isinstance(exc, ConfigError):
             raise
         log.error(f"error: {exc}")
         exit_status.set(2 if isinstance(exc, ConfigError) else 1)

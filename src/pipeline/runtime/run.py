@@ -51,6 +51,7 @@ from pipeline.runtime.loggers import CurveLogger, build_loggers, finish_loggers
 from pipeline.runtime.preflight import RunRefused, plan_start
 from pipeline.runtime.rundir import Interrupted, RunDirBusy, RunDirLock, StopRequests
 from pipeline.runtime.seeding import seed_everything
+from pipeline.store.atomic import StoreWriteError, write_error
 from pipeline.store.checkpoint import load_safely, save_model
 from pipeline.store.curves import CurveLog
 from pipeline.store.layout import RESULT, agent_dirs, checkpoint_path, error_log_path, metrics_path
@@ -458,10 +459,11 @@ def _end_unfinished(records, t_start, stop, loggers, curves, task, end: str, **f
                 r.update(**task.agent_record(i))
             except Exception:  # noqa: BLE001 - a half-built task may not know; the failure itself is what matters
                 pass
-    for c in curves:
-        c.flush()
-    for r in records:
-        r.write()
+    for item in (*curves, *records):  # a full disk may refuse these too: say so once each, lose nothing else
+        try:
+            item.flush() if isinstance(item, CurveLog) else item.write()
+        except StoreWriteError as exc:
+            log.error(str(exc))
     finish_loggers(loggers, "failed")
     stop.uninstall()
     return [r.to_dict() for r in records]
@@ -470,8 +472,13 @@ def _end_unfinished(records, t_start, stop, loggers, curves, task, end: str, **f
 def _fail(records, exc, run_dir, t_start, stop, loggers, curves, task=None) -> list[dict]:
     trace = traceback.format_exc()
     for d in {Path(run_dir), *(Path(r.run_dir) for r in records)}:
-        error_log_path(d).write_text(trace)
-    return _end_unfinished(records, t_start, stop, loggers, curves, task, "failed", error=one_line(exc))
+        try:
+            error_log_path(d).write_text(trace)
+        except OSError as log_exc:  # the disk that failed the run may refuse the log too: the record says why
+            error_log_path(d).unlink(missing_ok=True)
+            log.error(f"traceback not saved: {write_error(error_log_path(d), log_exc)}")
+    error = str(exc) if isinstance(exc, StoreWriteError) else one_line(exc)
+    return _end_unfinished(records, t_start, stop, loggers, curves, task, "failed", error=error)
 
 
 def _interrupted(records, exc: Interrupted, stop, ctx: JobContext, t_start, loggers, curves, task) -> list[dict]:
