@@ -20,3 +20,4 @@ def test_a_dqn_bar_shows_env_steps_of_the_budget_and_the_returns(make_cfg, tmp_p
     (evaluated,) = [e["return_mean"] for e in record["evaluations"]]
     assert re.search(r"return=\d+\.\d", last) and f"eval={evaluated:.1f}" in last, last
     assert "Epoch" not in out
+    assert not (tmp_path / "videos").exists()  # videos during training cost nothing unless asked for (video_every)

@@ -13,9 +13,11 @@ import ctypes
 import ctypes.util
 import json
 import logging
+import os
 import signal
 import subprocess
 import sys
+import threading
 from dataclasses import asdict
 from pathlib import Path
 
@@ -30,6 +32,9 @@ from pipeline.store.record import RunRecord, read_record
 log = logging.getLogger("pipeline")
 
 JOB_DIR = ".pipeline"
+# Set by a sweep showing a live progress line on its terminal: the job process's output then comes through this
+# process (whose stdout the live display owns), so it prints above the line instead of through it.
+RELAY_ENV = "PIPELINE_RELAY_JOB_OUTPUT"
 
 
 def hydra_job(cfg: DictConfig) -> list[dict]:
@@ -53,9 +58,14 @@ def run_in_child(cfg: DictConfig, ctx: JobContext) -> list[dict]:
     job_dir.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(cfg, job_dir / "config.yaml", resolve=True)
     (job_dir / "context.json").write_text(json.dumps({**asdict(ctx), "isolated": True}, indent=2))
+    relay = os.environ.get(RELAY_ENV) == "1"
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT} if relay else {}
     # Its own process group: a terminal's Ctrl-C reaches this process only, which forwards it once.
     child = subprocess.Popen([sys.executable, "-m", "pipeline.runtime.job", str(job_dir)], start_new_session=True,
-                             preexec_fn=_stop_with_parent)
+                             preexec_fn=_stop_with_parent, **pipes)
+    relayer = threading.Thread(target=_relay, args=(child.stdout,), daemon=True) if relay else None
+    if relayer is not None:
+        relayer.start()
     received: list[int] = []
 
     def forward(signum, frame):  # Ctrl-C / SIGTERM reach the child, which saves and stops cleanly
@@ -71,6 +81,8 @@ def run_in_child(cfg: DictConfig, ctx: JobContext) -> list[dict]:
         previous = {}
     try:
         rc = child.wait()
+        if relayer is not None:
+            relayer.join(timeout=10)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -107,6 +119,14 @@ def _stop_with_parent() -> None:
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+
+
+def _relay(stream) -> None:
+    for raw in iter(stream.readline, b""):
+        # A progress bar's redraws arrive as one line of carriage returns: its last state is what to show.
+        text = raw.decode(errors="replace").rstrip("\n").rsplit("\r", 1)[-1]
+        if text.strip():
+            print(text, flush=True)
 
 
 def _agents(cfg: DictConfig) -> int:

@@ -277,6 +277,9 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
         else:
             loggers.insert(0, CurveLogger(curves[0]))
         _attach_trial(task, cfg)
+        from pipeline.runtime.replay import training_video_hook
+
+        task.video_hook = training_video_hook(cfg, dirs, seeds, device.type, loggers)  # called only if the task records
         policy = _policy(cfg)
         saves = {"count": 0, "seconds": 0.0}
 

@@ -140,6 +140,9 @@ class Task(L.LightningModule):
         self.checkpoint_hook: Callable[..., None] | None = None
         #: Set when the run is an Optuna trial: `trial_reporter.report(step, values)` -> True when pruned.
         self.trial_reporter = None
+        #: RL tasks: `video_hook(agent, step, state_dict)` records one greedy episode of agent `agent`'s policy (the
+        #: plain network's state_dict) as an MP4 and logs it to the run's TensorBoard / W&B at `step`.
+        self.video_hook: Callable[[int, int, dict], None] | None = None
 
     @classmethod
     def create(cls, **values: Any) -> Task:
