@@ -384,3 +384,27 @@ def test_a_full_disk_loses_nothing_finished_and_leaves_no_temp_files(tiny_disk):
     assert read_result(run_dir)["status"] == "ok" and (run_dir / "model.pt").is_file()
     assert sorted(p.name for p in run_dir.rglob("*.tmp")) == []
     assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)["epoch"] == 0  # the one that fit
+
+
+def test_a_killed_sweep_leaves_no_orphan_training(tmp_path):
+    """kill -9 of the sweep's own process: its job's training process is told (SIGTERM), checkpoints, records
+    `interrupted` with the sweep's resume command, and ends instead of training on unseen."""
+    sweep = tmp_path / "sweep"
+    proc = start("-m", *DQN, "seed=0", "task.total_steps=400000", "checkpoint.every_steps=2048", f"hydra.sweep.dir={sweep}")
+    wait_for(lambda: any((checkpoint_step(d) or 0) >= 2048 for d in sweep.glob("0_*")), proc=proc, timeout=400)
+    (job_dir,) = sweep.glob("0_*")
+    child_pid = read_result(job_dir)["pid"]
+    proc.kill()
+    proc.wait()
+
+    def child_gone() -> bool:
+        try:
+            os.kill(child_pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    wait_for(child_gone, timeout=120)
+    record = read_result(job_dir)
+    assert record["status"] == "interrupted" and record["interrupted"]["signal"] == "SIGTERM", record.get("error")
+    assert record["interrupted"]["resume"].endswith("resume=true") and record["checkpoint"]["step"] >= 2048
