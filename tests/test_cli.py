@@ -39,6 +39,8 @@ def test_unknown_option_inside_a_sweep_list():
         ("+device.foo=1", "device.foo", "num_threads"),
         ("+trainer.precision=16-mixed", "trainer.precision", "device.precision"),
         ("model=null", "model=null", "model=none"),
+        ("optimizer.lrr=0.1", "optimizer has no key 'lrr'", "did you mean optimizer.lr?"),
+        ("task.gama=0.9", "task has no key 'gama'", "task.gamma?"),
         ("~device", "~device", "device=auto|cpu"),
     ],
 )

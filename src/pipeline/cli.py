@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
+import re
 import sys
 import uuid
 from pathlib import Path
@@ -116,8 +118,12 @@ def _check_single_run_first(argv: list[str]) -> None:
     try:
         with initialize_config_module(config_module="pipeline.conf", version_base="1.3"):
             cfg = compose(config_name="config", overrides=argv, return_hydra_config=True)
-    except Exception:  # noqa: BLE001 - Hydra reports its own errors (with its hints) when it composes for real
-        return
+    except Exception as exc:  # noqa: BLE001 - Hydra reports its other errors (with its hints) when it composes for real
+        line = _unknown_key_line(str(exc), argv)
+        if line is None:
+            return
+        print(f"error: {line}", file=sys.stderr)
+        sys.exit(2)
     choices = config_checks.runtime_choices(cfg)
     run_dir = Path(str(cfg.hydra.run.dir))
     with open_dict(cfg):
@@ -129,6 +135,28 @@ def _check_single_run_first(argv: list[str]) -> None:
         except RunRefused as exc:
             print(f"error: {exc}", file=sys.stderr)
             sys.exit(1)
+
+
+def _unknown_key_line(message: str, argv: list[str]) -> str | None:
+    """Hydra's five lines for `optimizer.lrr=0.1` as one: the key, the closest real one, how to add a new key."""
+    match = re.match(r"Could not override '([^']+)'", message)
+    if match is None:
+        return None
+    key = match.group(1)
+    typed = next((a for a in argv if a.split("=", 1)[0].lstrip("+~") == key), key)
+    parent, _, leaf = key.rpartition(".")
+    rest = [a for a in argv if a is not typed]
+    try:
+        from hydra import compose, initialize_config_module
+
+        with initialize_config_module(config_module="pipeline.conf", version_base="1.3"):
+            node = OmegaConf.select(compose(config_name="config", overrides=rest), parent) if parent else None
+        known = [str(k) for k in node.keys()] if isinstance(node, DictConfig) else []
+    except Exception:  # noqa: BLE001 - the hint is a bonus; the line stands without it
+        known = []
+    close = difflib.get_close_matches(leaf, known, n=1)
+    hint = f"did you mean {parent + '.' if parent else ''}{close[0]}? " if close else ""
+    return f"{typed}: {parent or 'the config'} has no key {leaf!r}; {hint}to add a new key: +{typed.lstrip('+')}"
 
 
 def _user_config_dirs(argv: list[str]) -> bool:
