@@ -1,7 +1,7 @@
 """`make bench`: speed as ratios against a reference measured in the same invocation, on one CPU thread.
 
     make bench                                   # everything below (~15-20 min on 2 shared cores)
-    make bench ARGS="--only k1"                  # one or more parts: k1 k16 k64 acrobot atari rmac_million rmac_grid debug rmac_solver
+    make bench ARGS="--only k1"                  # one or more parts: k1 k16 k64 acrobot atari rmac_million rmac_grid ppo16 debug rmac_solver
 
 k1      `experiment=dqn_cartpole` (K = 1: Lightning, Hydra, loggers, run record) against
         `benchmarks/bare_dqn.py`, the plain PyTorch loop a researcher would write, identical
@@ -10,6 +10,8 @@ k16     wall time per solved seed of `experiment=dqn_cartpole_seeds` at K = 16 a
 k64     `experiment=dqn_cartpole` runs (seeds 0..4, measured once for both), with the K-agent run's
         time breakdown (act / env / learn / eval).
 acrobot `experiment=dqn_acrobot` at K = 16 against the same preset at K = 1 (solved: -100).
+ppo16   wall time per solved seed of `experiment=ppo_cartpole seeds_per_process=16` against single-seed
+        `experiment=ppo_cartpole` runs (seeds 0..n-1; solved: final deterministic mean >= 475; target <= 0.3x).
 atari   `experiment=dqn_atari device=cpu`, a short explicit budget: env steps/s over all agents at
         K = 4 against K = 1.
 debug   every preset with `trainer=debug device=cpu`, in seconds and as a multiple of
@@ -38,7 +40,7 @@ sys.path.insert(0, str(HERE))
 import bare_dqn  # noqa: E402
 import seed_batching  # noqa: E402
 
-PARTS = ("k1", "k16", "k64", "acrobot", "atari", "rmac_million", "rmac_grid", "debug", "rmac_solver")
+PARTS = ("k1", "k16", "k64", "acrobot", "atari", "rmac_million", "rmac_grid", "ppo16", "debug", "rmac_solver")
 # The default preset's hyperparameters, spelled out for the bare loop.
 SHARED = dict(
     hidden=(128, 128), lr=2.3e-3, adam_fused=True, gamma=0.99, batch_size=64, buffer_size=100_000,
@@ -119,6 +121,13 @@ def acrobot(k: int, single_seeds: int) -> dict:
     return result
 
 
+def ppo(k: int, single_seeds: int) -> dict:
+    result = seed_batching.measure(k=k, single_seeds=single_seeds, single_experiment="ppo_cartpole", batched_experiment="ppo_cartpole")
+    print(f"ppo{k}: CartPole-v1, experiment=ppo_cartpole, K={k} against K=1 (target <= 0.3x, >= 15/16 solved)")
+    print(seed_batching.summary_line(result))
+    return result
+
+
 def atari(k: int) -> dict:
     out: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -149,6 +158,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--single-seeds", type=int, default=5, help="k16/k64: single-seed CartPole runs (seeds 0..n-1)")
     parser.add_argument("--acrobot-single-seeds", type=int, default=2)
+    parser.add_argument("--ppo-single-seeds", type=int, default=2)
     parser.add_argument("--debug-repeats", type=int, default=3, help="debug: runs per preset, the median kept")
     parser.add_argument("--out", type=Path, default=Path("outputs/bench/results.json"))
     args = parser.parse_args(argv)
@@ -164,6 +174,8 @@ def main(argv: list[str] | None = None) -> None:
             single = results[f"k{k}"]["single"]  # measured once for both
     if "acrobot" in args.only:
         results["acrobot"] = acrobot(16, args.acrobot_single_seeds)
+    if "ppo16" in args.only:
+        results["ppo16"] = ppo(16, args.ppo_single_seeds)
     if "atari" in args.only:
         results["atari"] = atari(4)
     if "rmac_million" in args.only:

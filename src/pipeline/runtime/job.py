@@ -19,7 +19,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from pipeline.config.grouping import group_name, semantic_config
 from pipeline.runtime.context import JobContext
+from pipeline.runtime.rundir import StoppedBeforeStart, honour_stop_signals_from_now
 from pipeline.store.layout import agent_dirs
 from pipeline.store.record import RunRecord, read_record
 
@@ -61,7 +63,7 @@ def run_in_child(cfg: DictConfig, ctx: JobContext) -> list[dict]:
     previous = {}
     try:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2):
-            previous[sig] = signal.signal(sig, _chain(forward, signal.getsignal(sig)) if sig == signal.SIGUSR2 else forward)
+            previous[sig] = signal.signal(sig, forward)
     except ValueError:  # not the main thread: the launcher handles signals
         previous = {}
     try:
@@ -69,9 +71,19 @@ def run_in_child(cfg: DictConfig, ctx: JobContext) -> list[dict]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    requeue = previous.get(signal.SIGUSR2)
+    if signal.SIGUSR2 in received and callable(requeue):
+        # SLURM's warning before preemption or the time limit (submitit asks for SIGUSR2). This process owns
+        # it: the child has saved its checkpoint and stopped, and only now does submitit's handler requeue
+        # the job (scontrol requeue); the requeued job continues from the checkpoint (SLURM_RESTART_COUNT).
+        # Lightning's own SLURM auto-requeue is off in the child (runtime.run.make_trainer), so one requeue.
+        log.info(f"[job {ctx.job_num}] seed={cfg.seed}: checkpoint saved after SIGUSR2 (exit {rc}); requeueing")
+        requeue(signal.SIGUSR2, None)
     records = read_job_records(Path(ctx.run_dir), _agents(cfg), int(cfg.seed))
     if rc not in (0, 1, 130, 143, 2) or len(records) < _agents(cfg):
-        how = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exited with code {rc}"
+        how = (f"killed by {signal.Signals(-rc).name}" if rc < 0 else
+               f"stopped by {'SIGINT' if rc == 130 else 'SIGTERM'} before it started" if rc in (130, 143) else
+               f"ended with exit code {rc} before it wrote a record" if rc in (0, 1, 2) else f"exited with code {rc}")
         # A child killed in its first seconds (during imports, out of memory) wrote no record: one is made
         # here from what the sweep knows, so every launched job is counted.
         records = [_record_death(r, how, ctx) for r in _with_skeletons(records, cfg, ctx)]
@@ -81,17 +93,6 @@ def run_in_child(cfg: DictConfig, ctx: JobContext) -> list[dict]:
         print(f"sweep stopped by {signal.Signals(received[0]).name}; finish it with: {ctx.resume_command()}", flush=True)
         raise SystemExit(130 if received[0] == signal.SIGINT else 143)
     return [r.to_dict() for r in records]
-
-
-def _chain(first, second):
-    """Call our handler, then the one that was there (submitit's requeue on SIGUSR2)."""
-
-    def handler(signum, frame):
-        first(signum, frame)
-        if callable(second):
-            second(signum, frame)
-
-    return handler
 
 
 def _agents(cfg: DictConfig) -> int:
@@ -113,25 +114,55 @@ def _with_skeletons(records: list[RunRecord], cfg: DictConfig, ctx: JobContext) 
         if seed not in have:
             d.mkdir(parents=True, exist_ok=True)
             task = str(OmegaConf.select(cfg, "task._target_", default="") or "").rsplit(".", 1)[-1]
-            out.append(RunRecord(experiment=str(cfg.get("name") or ""), group=str(cfg.get("name") or ""), task=task,
-                                 seed=seed, run_dir=str(d), versions=None, git_commit=None,
-                                 seeds_per_process=len(seeds), agent=seed - seeds[0]))
+            resolved = OmegaConf.to_container(cfg, resolve=True)
+            out.append(RunRecord(experiment=str(cfg.get("name") or ""), group=group_name(resolved, str(cfg.get("name") or "")),
+                                 task=task, seed=seed, run_dir=str(d), versions=None, git_commit=None,
+                                 config=semantic_config(resolved), seeds_per_process=len(seeds), agent=seed - seeds[0]))
     return out
 
 
 def _record_death(record: RunRecord, how: str, ctx: JobContext) -> RunRecord:
+    return _mark_dead(record, how, ctx.resume_command())
+
+
+def _mark_dead(record: RunRecord, how: str, resume_command: str) -> RunRecord:
     if record.status == "ok":  # never overwrite a finished record
         return record
     step = (record.checkpoint or {}).get("step")
     where = f"; its checkpoint holds step {step}" if step is not None else "; no checkpoint was written yet"
     record.update(status="failed", error=f"the training process was {how}{where}", ended_by=how,
-                  resume_command=ctx.resume_command())
+                  resume_command=resume_command)
     record.write()
     return record
 
 
+def record_lost_job(cfg: DictConfig, run_dir: Path, how: str, resume_command: str) -> list[dict]:
+    """A job the launcher lost (cancelled or killed by the scheduler): its records say so, and a job that never
+    started gets one (with its config, so the report groups it with its seeds), so the sweep counts it and
+    ends with the command that finishes it. `cfg` is the job's config without its `hydra` node."""
+    from pipeline.config.grouping import group_name, semantic_config
+
+    k, seed = _agents(cfg), int(cfg.seed)
+    records = read_job_records(run_dir, k, seed)
+    if records:
+        return [_mark_dead(r, how, resume_command).to_dict() for r in records]
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    out = []
+    for i, d in enumerate(agent_dirs(run_dir, [seed + i for i in range(k)])):
+        record = RunRecord(
+            experiment=str(cfg.name), group=group_name(resolved, str(cfg.name)), seed=seed + i, run_dir=str(d),
+            task=str(cfg.task._target_).rsplit(".", 1)[-1], config=semantic_config(resolved), seeds_per_process=k,
+            agent=i, error=f"the job was {how} before the run started", versions=None, git_commit=None,
+        ).update(ended_by=how, resume_command=resume_command)
+        d.mkdir(parents=True, exist_ok=True)
+        record.write()
+        out.append(record.to_dict())
+    return out
+
+
 # ---- the child side ------------------------------------------------------------------------------
 def child_main(job_dir: str) -> int:
+    honour_stop_signals_from_now()
     job_dir_path = Path(job_dir)
     ctx = JobContext(**json.loads((job_dir_path / "context.json").read_text()))
     cfg = OmegaConf.load(job_dir_path / "config.yaml")
@@ -158,4 +189,7 @@ def _log_to(path: Path) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(child_main(sys.argv[1]))
+    try:
+        sys.exit(child_main(sys.argv[1]))
+    except StoppedBeforeStart as exc:
+        sys.exit(exc.exit_code)

@@ -75,14 +75,23 @@ def env_of(cfg: DictConfig) -> tuple[str, dict]:
     return str(env.id), dict(OmegaConf.to_container(kwargs, resolve=True) if kwargs else {})
 
 
-def load_policy(cfg: DictConfig, run_dir: Path, obs_shape: tuple, n_actions: int, device):
-    """The run's network (from its config), with model.pt's weights, in eval mode."""
+def load_policy(cfg: DictConfig, run_dir: Path, obs_shape: tuple, n_actions: int, device, continuous: bool = False):
+    """The run's network (from its config), with model.pt's weights, in eval mode.
+
+    `continuous`: the env's actions are a Box of `n_actions` dimensions (an actor-critic's Gaussian policy).
+    """
+    import functools
+
     from hydra.utils import instantiate
 
     from pipeline.nets.factory import make_net
     from pipeline.store.checkpoint import CheckpointError, load_model
 
-    net = make_net(instantiate(cfg.model), int(np.prod(obs_shape)), n_actions)
+    if OmegaConf.select(cfg, "task.normalize_obs", default=False):
+        raise EvalError("this run normalised its observations (task.normalize_obs=true); their statistics are in its "
+                        f"checkpoint, not in {MODEL}, so a replay cannot see what the agent saw")
+    factory = instantiate(cfg.model)
+    net = make_net(functools.partial(factory, continuous=True) if continuous else factory, int(np.prod(obs_shape)), n_actions)
     try:
         net.load_state_dict(load_model(run_dir))
     except CheckpointError as exc:
@@ -118,6 +127,7 @@ class Mp4Writer:
 
 
 def play(options: Options, cfg: DictConfig, run_seed: int) -> dict:
+    import gymnasium as gym
     import torch
 
     from pipeline.rl.envs import is_atari, make_env
@@ -135,7 +145,19 @@ def play(options: Options, cfg: DictConfig, run_seed: int) -> dict:
     first = run_seed + REPLAY_SEED_OFFSET if options.seed is None else options.seed
     seeds = [first + i for i in range(options.episodes)]
     env = make_env(env_id, **env_kwargs)
-    net = load_policy(cfg, options.run_dir, env.observation_space.shape, int(env.action_space.n), device)
+    space = env.action_space
+    continuous = isinstance(space, gym.spaces.Box)  # an actor-critic's Gaussian policy plays its mean
+    net = load_policy(cfg, options.run_dir, env.observation_space.shape, int(space.shape[0] if continuous else space.n), device,
+                      continuous)
+
+    def action_of(x):
+        out = net(x if x.dtype == torch.uint8 else x.float())
+        if isinstance(out, tuple):  # an actor-critic: (policy parameters, value)
+            out = out[0]
+        if continuous:
+            return np.clip(out[0].cpu().numpy(), space.low, space.high)
+        return int(out.argmax(dim=1).item())
+
     fps = float(env.metadata.get("render_fps") or 30) / float(env_kwargs.get("frame_skip", 1) if is_atari(env_id) else 1)
     returns, lengths, videos = [], [], []
     try:
@@ -150,7 +172,7 @@ def play(options: Options, cfg: DictConfig, run_seed: int) -> dict:
                     with torch.inference_mode():
                         # uint8 frames stay uint8 (the network scales them); everything else becomes float32.
                         x = torch.as_tensor(np.asarray(obs)).unsqueeze(0).to(device)
-                        action = int(net(x if x.dtype == torch.uint8 else x.float()).argmax(dim=1).item())
+                        action = action_of(x)
                     obs, reward, terminated, truncated, _ = env.step(action)
                     total, steps, done = total + float(reward), steps + 1, terminated or truncated
                 if writer is not None:

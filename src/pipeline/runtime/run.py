@@ -31,6 +31,7 @@ from pathlib import Path
 import lightning as L
 import torch
 from hydra.utils import get_class, instantiate
+from lightning.fabric.plugins.environments import LightningEnvironment
 from lightning.pytorch.callbacks import Checkpoint
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -127,12 +128,22 @@ def _choice_hint(cfg: DictConfig, group: str) -> str:
 
 
 def make_trainer(cfg: DictConfig, accelerator: str, run_dir: Path, loggers, callbacks) -> L.Trainer:
+    from lightning.pytorch.callbacks import ProgressBar
+
     from pipeline.runtime.callbacks import build_callbacks, trainer_kwargs
+    from pipeline.runtime.progress_bar import BudgetProgressBar
 
     built = build_callbacks(cfg, run_dir, own=callbacks)
     kwargs = trainer_kwargs(cfg)
+    if kwargs.get("enable_progress_bar", True) and not any(isinstance(c, ProgressBar) for c in built):
+        built.append(BudgetProgressBar())  # RL tasks count env steps against their budget, not epochs
     if any(isinstance(c, Checkpoint) for c in built):  # Lightning refuses a Checkpoint callback with its switch off
         kwargs["enable_checkpointing"] = True
+    # One process, one device: the cluster environment is named, not detected. Detection warns "`srun` is
+    # available but not used" on every run of a SLURM login node, and inside a SLURM job it picks
+    # SLURMEnvironment, whose auto-requeue would requeue the job a second time on top of ours (runtime.job:
+    # SIGUSR2 -> checkpoint -> submitit requeues once).
+    kwargs.setdefault("plugins", [LightningEnvironment()])
     return L.Trainer(
         accelerator=accelerator,
         devices=1,
@@ -287,16 +298,20 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
                 c.flush()
 
         callbacks: list = [ValidationTimer()]
+        epochs = None
         if task.checkpointing == "state":
             task.checkpoint_hook = state_checkpointer(task, ckpt_file, policy, stop, note_save)
         else:
-            callbacks.append(EpochCheckpointer(ckpt_file, policy, stop, note_save, saved_epoch=resume_step))
+            epochs = EpochCheckpointer(ckpt_file, policy, stop, note_save, saved_epoch=resume_step)
+            callbacks.append(epochs)
         policy.start(resume_step or 0)
         trainer = make_trainer(cfg, device.type, run_dir, loggers, callbacks)
         lightning_ckpt = str(ckpt) if ckpt is not None and task.checkpointing == "lightning" else None
         per_agent = task.fit_and_evaluate(trainer, datamodule, lightning_ckpt)
         if stop.requested:  # the fit ended on a stop request after its last safe point
-            raise Interrupted(task.resume_step)
+            if epochs is not None:
+                epochs.save_last_finished_epoch()
+            raise Interrupted(task.resume_step if epochs is None else epochs.saved_epoch)
         for i, (r, d) in enumerate(zip(records, dirs)):
             save_model(task.agent_state_dict(i), d)
             extras = task.agent_record(i)

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, NamedTuple
 
 import lightning as L
 import torch
@@ -88,6 +88,15 @@ class TaskParts:
         if value is None:
             raise ValueError(f"task={task} needs {part}: {fix}")
         return value
+
+
+class Progress(NamedTuple):
+    """What the training progress bar shows: `done` of `total` in `unit`, and the latest values beside it."""
+
+    done: int
+    total: int
+    unit: str
+    shown: dict[str, float]
 
 
 class Task(L.LightningModule):
@@ -187,6 +196,11 @@ class Task(L.LightningModule):
         here only the epoch is read.
         """
         return int(state.get("epoch", 0))
+
+    def progress(self) -> Progress | None:
+        """For a task whose budget is not epochs x batches (RL: env steps against task.total_steps, with the last
+        episode return and evaluation beside it): what the training progress bar counts. None: Lightning's bar."""
+        return None
 
     @property
     def resume_step(self) -> int | None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -27,21 +26,9 @@ from pipeline.games.rmac import (
 from pipeline.games.rules import PREFIX
 from pipeline.games.symmetry import symmetry_test
 from pipeline.tasks.base import Task, TaskParts
+from pipeline.tasks.configs import CounterfactualConfig
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class CounterfactualConfig:
-    """The counterfactual task's settings: the keys of conf/task/counterfactual.yaml (which says what each one does)."""
-
-    rules: list[str] | None = None
-    epsilons: list[float] = field(default_factory=lambda: [0.001, 0.005, 0.02])
-    statistics: list[str] = field(default_factory=lambda: ["revenue", "welfare"])
-    n_iters: int = 200
-    point_iters: int = 1000
-    grid: float = 0.01
-    value_top: float | None = None
 
 
 class CounterfactualTask(Task):
