@@ -18,6 +18,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from pipeline.config.grouping import start_sweep_id
 from pipeline.runtime.context import exit_status
 from pipeline.store.record import read_records, summary_line
 
@@ -50,6 +51,9 @@ def sweep_command(config: DictConfig) -> str:
 
 class SweepReportCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        # Before any job starts (and before hydra.sweep.dir resolves): with a sweep dir of the user's choosing no
+        # resolver asks for the id, and the runs' W&B `sweep=<id>` tag and `sweep_id` config would be missing.
+        start_sweep_id()
         sweep_dir = Path(config.hydra.sweep.dir)
         saved = sweep_dir / "multirun.yaml"
         if not (config.get("resume") and saved.is_file()):
