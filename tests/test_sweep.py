@@ -78,3 +78,23 @@ def test_failed_run_is_reported_and_resume_reruns_only_it(tmp_path):
     for d, mtime in untouched.items():
         assert (d / "result.json").stat().st_mtime_ns == mtime, f"{d} should have been skipped"
     assert proc.stdout.count("[job ") == 4
+
+
+def test_a_sweep_in_a_dir_of_the_users_choosing_has_an_id(tmp_path, monkeypatch):
+    """The sweep id came from the default sweep dir's name (its resolver): with hydra.sweep.dir set, no resolver
+    ran and the runs' W&B `sweep=<id>` tag and `sweep_id` config were missing. The sweep's start makes it now."""
+    from omegaconf import OmegaConf
+
+    from pipeline.config.grouping import SWEEP_ENV, sweep_id
+    from pipeline.runtime.loggers import wandb_config, wandb_tags
+    from pipeline.sweep import SweepReportCallback
+
+    monkeypatch.delenv(SWEEP_ENV, raising=False)
+    assert sweep_id() is None
+    config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path / "my_sweep")}}, "resume": False})
+    SweepReportCallback().on_multirun_start(config)
+    uid = sweep_id()
+    assert uid and len(uid) == 6 and "my_sweep" not in uid
+    assert f"sweep={uid}" in wandb_tags(0, []) and wandb_config({})["sweep_id"] == uid
+    SweepReportCallback().on_multirun_start(config)  # a second call (a resumed start) keeps the id of this invocation
+    assert sweep_id() == uid

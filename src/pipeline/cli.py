@@ -7,7 +7,6 @@ import logging
 import os
 import re
 import sys
-import uuid
 from pathlib import Path
 
 import hydra
@@ -17,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from pipeline.config import checks as config_checks
 from pipeline.config.checks import ConfigError, check_group_overrides
+from pipeline.config.grouping import start_sweep_id
 from pipeline.runtime import quiet
 from pipeline.runtime.context import exit_status
 from pipeline.runtime.rundir import StoppedBeforeStart, honour_stop_signals_from_now
@@ -26,17 +26,9 @@ from pipeline.store.record import summary_line
 log = logging.getLogger("pipeline")
 
 
-def _sweep_uid() -> str:
-    """One short random id per sweep invocation, shared with launcher worker processes via the environment."""
-    uid = os.environ.get("PIPELINE_SWEEP_UID")
-    if not uid:
-        uid = uuid.uuid4().hex[:6]
-        os.environ["PIPELINE_SWEEP_UID"] = uid
-    return uid
-
-
 if not OmegaConf.has_resolver("pipeline_uid"):
-    OmegaConf.register_new_resolver("pipeline_uid", _sweep_uid, use_cache=True)
+    # The default sweep dir's name carries the sweep's id (config.grouping.start_sweep_id).
+    OmegaConf.register_new_resolver("pipeline_uid", start_sweep_id, use_cache=True)
 
 
 @hydra.main(version_base="1.3", config_path="pkg://pipeline.conf", config_name="config")

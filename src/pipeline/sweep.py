@@ -21,6 +21,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from pipeline.config.grouping import start_sweep_id
 from pipeline.runtime.context import exit_status
 from pipeline.runtime.job import RELAY_ENV
 from pipeline.store.record import read_records, summary_line
@@ -64,6 +65,9 @@ class SweepReportCallback(Callback):
         return {k: v for k, v in self.__dict__.items() if k != "_progress"}
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        # Before any job starts (and before hydra.sweep.dir resolves): with a sweep dir of the user's choosing no
+        # resolver asks for the id, and the runs' W&B `sweep=<id>` tag and `sweep_id` config would be missing.
+        start_sweep_id()
         self._refuse_changed_resume(config)
         sweep_dir = Path(config.hydra.sweep.dir)
         start_sweep(sweep_dir, planned_jobs(config))

@@ -18,14 +18,13 @@ import numpy as np
 
 from pipeline.store.curves import read_run_curve
 from pipeline.store.layout import RESULT, record_dirs, result_path
-from pipeline.store.record import RecordError, RunRecord, read_result
+from pipeline.store.record import STATUSES, RecordError, RunRecord, read_result
 
 REQUIRED_KEYS = ("seed", "status")
 LOCK_FILE = ".lock"
 # Every status a report counts and shows, in this order. `running` and `pruned` are read from records that
 # say so, and from today's records: an unfinished record (status failed, its last segment never closed)
 # whose owner process is alive is running; an ok record stopped by the tuner's pruner is pruned.
-STATUSES = ("ok", "failed", "interrupted", "pruned", "running")
 NOT_OK = STATUSES[1:]  # shown in every summary, even at zero
 PRUNED_REASON = "pruned by the tuner"
 
@@ -99,6 +98,8 @@ class ReportedRun:
         """Why the run is not ok, in one message (None for an ok run)."""
         status = self.status
         if status == "running":
+            if self.owner is None:  # the record itself says so
+                return str(self.result.get("error") or "still running: the report is partial")
             where = f"process {self.owner['pid']} on {self.owner.get('host')}"
             if owner_alive(self.owner) is None:
                 return f"unfinished, owned by {where}, which this host cannot check (still running, or killed without a word)"

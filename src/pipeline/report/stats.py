@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
@@ -33,12 +34,19 @@ PROFILE_POINTS = 101
 
 @contextlib.contextmanager
 def seeded_global_numpy(seed: int) -> Iterator[None]:
+    """Around every rliable bootstrap: numpy's global RNG seeded (and restored after), and rliable's
+    "Calculating estimates for ..." INFO lines (absl logging, which reaches Hydra's handler as [HYDRA] lines,
+    two per sweep and ten per tuning study) held back; the absl logger's level is restored after."""
     state = np.random.get_state()
+    absl = logging.getLogger("absl")
+    level = absl.level
+    absl.setLevel(logging.WARNING)
     np.random.seed(seed)
     try:
         yield
     finally:
         np.random.set_state(state)
+        absl.setLevel(level)
 
 
 def _as_runs_by_tasks(values: Sequence[float] | np.ndarray) -> np.ndarray:
