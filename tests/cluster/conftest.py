@@ -1,7 +1,8 @@
 """The tests in this folder run against the local SLURM cluster and PostgreSQL of tools/cluster/up.sh.
 
 Without them (not root, no apt, `make cluster-up` not run) every test here is skipped with one reason,
-which pytest's `-ra` summary prints: never a silent pass. Everything in tests/cluster/ is marked `cluster`.
+which pytest's `-ra` summary prints: never a silent pass. Everything in tests/cluster/ is marked `cluster`
+(and `slow`: `make test-fast` leaves them out).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if here in Path(item.fspath).parents:
             item.add_marker(pytest.mark.cluster)
+            item.add_marker(pytest.mark.slow)  # minutes of SLURM jobs: not in `make test-fast`
 
 
 def _env_file() -> dict[str, str]:
