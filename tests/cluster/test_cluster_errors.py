@@ -49,4 +49,4 @@ def test_a_plain_run_on_a_login_node_prints_no_lightning_slurm_warning(tmp_path,
     # srun and sinfo are on PATH here, as on a cluster's login node: Lightning used to warn on every run.
     proc = run_cli("experiment=supervised_digits", "trainer=debug", f"hydra.run.dir={tmp_path}/run", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "srun" not in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-2000:]
+    assert "The `srun` command is available" not in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-2000:]
