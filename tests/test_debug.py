@@ -53,6 +53,15 @@ def test_dqn_presets_get_a_few_rounds_and_a_small_buffer(preset):
     assert task.total_steps % task.envs_per_agent == 0 and task.train_frequency % task.envs_per_agent == 0
 
 
+@pytest.mark.parametrize("preset", [p for p in PRESETS if p.startswith("ppo")])
+def test_ppo_presets_get_three_small_iterations_whose_minibatches_split_the_rollout(preset):
+    task = _debug_cfg(preset, "device=cpu").task
+    batch = task.num_steps * task.envs_per_agent
+    assert (task.num_steps, task.envs_per_agent, task.total_steps) == (32, 2, 3 * 64)
+    assert batch % task.num_minibatches == 0 and task.update_epochs <= 2
+    assert task.eval_every < task.total_steps and task.eval_episodes <= 2 and task.final_eval_episodes <= 2
+
+
 def test_atari_debug_buffer_is_small_and_episodes_short():
     cfg = _debug_cfg("dqn_atari", "device=cpu")
     bytes_per_transition = 2 * 4 * 84 * 84 + 16

@@ -17,6 +17,7 @@ from pipeline.config import checks as config_checks
 from pipeline.config.checks import ConfigError, check_group_overrides
 from pipeline.runtime import quiet
 from pipeline.runtime.context import exit_status
+from pipeline.runtime.rundir import StoppedBeforeStart, honour_stop_signals_from_now
 from pipeline.store.layout import error_log_path, result_path
 from pipeline.store.record import summary_line
 
@@ -47,7 +48,7 @@ def hydra_entry(cfg: DictConfig) -> list[dict]:
     try:
         records = hydra_job(cfg)
     except Exception as exc:
-        if type(exc).__name__ != "RunRefused" and not isinstance(exc, ConfigError):
+        if type(exc).__name__ not in ("RunRefused", "StoreWriteError") and not isinstance(exc, ConfigError):
             raise
         log.error(f"error: {exc}")
         exit_status.set(2 if isinstance(exc, ConfigError) else 1)
@@ -135,6 +136,15 @@ def _user_config_dirs(argv: list[str]) -> bool:
 
 
 def main(argv: list[str] | None = None) -> None:
+    honour_stop_signals_from_now()
+    try:
+        _main(argv)
+    except StoppedBeforeStart as exc:
+        print(f"stopped by {exc} before the run started: no run record was written, nothing to resume", file=sys.stderr)
+        sys.exit(exc.exit_code)
+
+
+def _main(argv: list[str] | None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     quiet.install()
     # The `pipeline` console script imports the user's modules (a model or callback named by _target_)

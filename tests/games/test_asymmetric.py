@@ -21,11 +21,11 @@ from pipeline.games.asymmetric import (
     highest_competing_bids,
     inverted_value_cdfs,
     second_price_from_cdfs,
-    win_probabilities,
 )
 from pipeline.games.auction import second_price_revenue, simulate_first_price_bids, welfare
 from pipeline.games.auction import truth as symmetric_truth
 from pipeline.games.rmac import predict_counterfactuals
+from pipeline.games.solver import win_probabilities
 
 SEEDS = range(5)
 
@@ -172,7 +172,7 @@ def test_win_probabilities_split_ties():
     """Bidder 0 bids 1 surely; bidders 1 and 2 bid 0 or 1 with equal odds: at bid 1 it beats both (1/4),
     ties one (1/2, wins half) or both (1/4, wins a third); at bid 0 it could only win a three-way tie."""
     pmfs = torch.tensor([[0.0, 1.0], [0.5, 0.5], [0.5, 0.5]], dtype=torch.float64)
-    win = win_probabilities(pmfs)
+    win = win_probabilities(pmfs, [1, 1, 1])
     assert win[0].tolist() == pytest.approx([0.25 / 3, 0.25 + 0.5 / 2 + 0.25 / 3])
     # Bidder 1 at bid 0 ties bidder 2 half the time but bidder 0 never bids 0: it never wins there.
     assert win[1].tolist() == pytest.approx([0.0, 0.5 * (1 / 3) + 0.5 * (1 / 2)])
@@ -224,8 +224,12 @@ def test_table_from_logged_bids_matches_the_truth_and_the_logged_play():
 
 
 def test_bounds_on_symmetric_data_match_the_pooled_bounds():
-    """Both bidders U[0, 2] (5,000 auctions): the per-bidder bounds read like the symmetric path's pooled ones
-    (measured on seeds 0 and 1 within 0.04 at eps 0.001 and 0.02, the bounds themselves 0.1-0.9 wide)."""
+    """Both bidders U[0, 2] (5,000 auctions): the per-bidder bounds read like the symmetric path's pooled ones.
+    Measured on seeds 0 and 1 with the one solver: within 0.012 at eps 0.001 and 0.069 at eps 0.02 (second
+    price r = 0 upper, 1.267 against 1.198 on seed 0), the eps 0.02 bounds themselves 0.6-0.9 wide. Neither
+    is converged: Frank-Wolfe on these sets is start-dependent (that bound is 1.263 after 400 iterations from
+    the one solver's start, 1.235 from the two-solver code's, which averaged the start into the equilibrium);
+    a higher upper bound is the better optimum, not an error. Tolerances: 0.02 at eps 0.001, 0.08 at 0.02."""
     simulated = simulate_first_price_bids(10_000, 2, grid=None, generator=torch.Generator().manual_seed(0),
                                           value_scale=2.0)
     rules, epsilons = ["second_price_r0.0", "second_price_r1.0", "first_price_n2"], (0.001, 0.02)
@@ -235,7 +239,7 @@ def test_bounds_on_symmetric_data_match_the_pooled_bounds():
     assert clamps == []
     assert sorted(bounds) == sorted(k for k in pooled if "_eps" in k)
     for key, value in bounds.items():
-        assert value == pytest.approx(pooled[key], abs=0.05), key
+        assert value == pytest.approx(pooled[key], abs=0.02 if key.endswith("eps0.001") else 0.08), key
 
 
 def test_bounds_hold_the_point_and_the_truth_and_widen():
