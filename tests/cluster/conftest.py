@@ -67,13 +67,23 @@ def _why_not() -> tuple[str | None, dict[str, str]]:
 _STATUS: tuple[str | None, dict[str, str]] | None = None
 
 
-@pytest.fixture(scope="session")
-def cluster() -> dict[str, str]:
-    """The cluster's settings: partition and PostgreSQL URL; skips (with the reason) when it is not up."""
+def _status() -> tuple[str | None, dict[str, str]]:
     global _STATUS
     if _STATUS is None:
         _STATUS = _why_not()
-    reason, settings = _STATUS
+    return _STATUS
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One line at the end of the run (also under -q) when the cluster tests were skipped, and why."""
+    if _STATUS is not None and _STATUS[0]:
+        terminalreporter.write_line(f"cluster tests skipped: {_STATUS[0]}")
+
+
+@pytest.fixture(scope="session")
+def cluster() -> dict[str, str]:
+    """The cluster's settings: partition and PostgreSQL URL; skips (with the reason) when it is not up."""
+    reason, settings = _status()
     if reason:
         pytest.skip(f"cluster tests: {reason}")
     return {"partition": settings["PIPELINE_CLUSTER_PARTITION"], "pg_url": settings["PIPELINE_CLUSTER_PG_URL"]}
