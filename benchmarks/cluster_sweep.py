@@ -1,6 +1,6 @@
 """The local SLURM cluster (make cluster-up) against this machine, measured in one invocation:
 
-    .venv/bin/python benchmarks/cluster_sweep.py [--seeds 8] [--repeats 2] [--latency-jobs 10]
+    .venv/bin/python benchmarks/cluster_sweep.py [--seeds 8] [--repeats 2] [--latency-jobs 10]   # --repeats 0: latency only
 
 latency  submit-to-start per job: `sbatch --wrap` of a job that writes the time it started; the time from
          before the sbatch call to that start (scheduler + slurmd + job launch; no Python start-up).
@@ -67,7 +67,7 @@ def main() -> None:
     result = {
         "latency_s": {"median": statistics.median(waits), "min": min(waits), "max": max(waits), "n": len(waits)},
         "sweep_s": times,
-        "slurm_over_joblib": statistics.median(times["slurm"]) / statistics.median(times["joblib"]),
+        "slurm_over_joblib": statistics.median(times["slurm"]) / statistics.median(times["joblib"]) if a.repeats else None,
         "seeds": a.seeds, "cores": os.cpu_count(),
     }
     print(json.dumps(result, indent=2))

@@ -1,7 +1,8 @@
 """The tests in this folder run against the local SLURM cluster and PostgreSQL of tools/cluster/up.sh.
 
 Without them (not root, no apt, `make cluster-up` not run) every test here is skipped with one reason,
-which pytest's `-ra` summary prints: never a silent pass. Everything in tests/cluster/ is marked `cluster`.
+which pytest's `-ra` summary prints: never a silent pass. Everything in tests/cluster/ is marked `cluster`
+(and `slow`: `make test-fast` leaves them out).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if here in Path(item.fspath).parents:
             item.add_marker(pytest.mark.cluster)
+            item.add_marker(pytest.mark.slow)  # minutes of SLURM jobs: not in `make test-fast`
 
 
 def _env_file() -> dict[str, str]:
@@ -65,13 +67,23 @@ def _why_not() -> tuple[str | None, dict[str, str]]:
 _STATUS: tuple[str | None, dict[str, str]] | None = None
 
 
-@pytest.fixture(scope="session")
-def cluster() -> dict[str, str]:
-    """The cluster's settings: partition and PostgreSQL URL; skips (with the reason) when it is not up."""
+def _status() -> tuple[str | None, dict[str, str]]:
     global _STATUS
     if _STATUS is None:
         _STATUS = _why_not()
-    reason, settings = _STATUS
+    return _STATUS
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One line at the end of the run (also under -q) when the cluster tests were skipped, and why."""
+    if _STATUS is not None and _STATUS[0]:
+        terminalreporter.write_line(f"cluster tests skipped: {_STATUS[0]}")
+
+
+@pytest.fixture(scope="session")
+def cluster() -> dict[str, str]:
+    """The cluster's settings: partition and PostgreSQL URL; skips (with the reason) when it is not up."""
+    reason, settings = _status()
     if reason:
         pytest.skip(f"cluster tests: {reason}")
     return {"partition": settings["PIPELINE_CLUSTER_PARTITION"], "pg_url": settings["PIPELINE_CLUSTER_PG_URL"]}

@@ -178,9 +178,12 @@ def record_lost_job(cfg: DictConfig, run_dir: Path, how: str, resume_command: st
 
     k, seed = _agents(cfg), int(cfg.seed)
     records = read_job_records(run_dir, k, seed)
-    if records:
-        return [_mark_dead(r, how, resume_command).to_dict() for r in records]
     resolved = OmegaConf.to_container(cfg, resolve=True)
+    if records:
+        for r in records:
+            if r.config is None and r.status != "ok":  # an early skeleton: group it with its seeds
+                r.update(config=semantic_config(resolved), group=group_name(resolved, str(cfg.name)))
+        return [_mark_dead(r, how, resume_command).to_dict() for r in records]
     out = []
     for i, d in enumerate(agent_dirs(run_dir, [seed + i for i in range(k)])):
         record = RunRecord(
