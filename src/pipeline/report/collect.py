@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import functools
-import json
 import math
 import os
 import socket
@@ -17,11 +16,10 @@ from typing import Any
 import numpy as np
 
 from pipeline.store.curves import read_run_curve
-from pipeline.store.layout import RESULT, record_dirs, result_path
+from pipeline.store.layout import RESULT, read_owner, record_dirs, result_path
 from pipeline.store.record import STATUSES, RecordError, RunRecord, read_result
 
 REQUIRED_KEYS = ("seed", "status")
-LOCK_FILE = ".lock"
 # Every status a report counts and shows, in this order. `running` and `pruned` are read from records that
 # say so, and from today's records: an unfinished record (status failed, its last segment never closed)
 # whose owner process is alive is running; an ok record stopped by the tuner's pruner is pruned.
@@ -83,11 +81,7 @@ class ReportedRun:
     @functools.cached_property
     def owner(self) -> dict[str, Any] | None:
         """The run dir's owner as its lock file names it ({pid, host, since}), or None."""
-        try:
-            owner = json.loads((self.dir / LOCK_FILE).read_text(encoding="utf-8") or "null")
-        except (OSError, ValueError):
-            return None
-        return owner if isinstance(owner, dict) and isinstance(owner.get("pid"), int) else None
+        return read_owner(self.dir)
 
     @property
     def ok(self) -> bool:

@@ -21,9 +21,10 @@ import socket
 import time
 from pathlib import Path
 
+from pipeline.store.layout import lock_path
+
 log = logging.getLogger("pipeline")
 
-LOCK = ".lock"
 EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGUSR2: 140}
 
 
@@ -33,7 +34,7 @@ class RunDirBusy(RuntimeError):
 
 class RunDirLock:
     def __init__(self, run_dir: Path):
-        self.path = Path(run_dir) / LOCK
+        self.path = lock_path(run_dir)
         self._fd: int | None = None
 
     def acquire(self) -> None:
@@ -82,7 +83,7 @@ class RunDirLock:
 
 def probe_owner(run_dir: Path) -> None:
     """RunDirBusy if a live process owns `run_dir`; writes nothing (a dir without a lock file has no owner)."""
-    path = Path(run_dir) / LOCK
+    path = lock_path(run_dir)
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
