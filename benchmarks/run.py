@@ -1,7 +1,7 @@
 """`make bench`: speed as ratios against a reference measured in the same invocation, on one CPU thread.
 
     make bench                                   # everything below (~15-20 min on 2 shared cores)
-    make bench ARGS="--only k1"                  # one or more parts: k1 k16 k64 acrobot ppo16 atari rmac_million rmac_grid debug
+    make bench ARGS="--only k1"                  # one or more parts: k1 k16 k64 acrobot atari rmac_million rmac_grid ppo16 debug rmac_solver
 
 k1      `experiment=dqn_cartpole` (K = 1: Lightning, Hydra, loggers, run record) against
         `benchmarks/bare_dqn.py`, the plain PyTorch loop a researcher would write, identical
@@ -16,6 +16,8 @@ atari   `experiment=dqn_atari device=cpu`, a short explicit budget: env steps/s 
         K = 4 against K = 1.
 debug   every preset with `trainer=debug device=cpu`, in seconds and as a multiple of
         `python -c "import torch"` timed alongside (`benchmarks/debug_presets.py`).
+rmac_solver  the one auction solver (`pipeline.games.solver`) against the symmetric solver it replaced
+        (read from git), alternately on the same inputs: time ratio (target <= 1.5x) and equality.
 
 The machine is shared and noisy, so k1 alternates the two implementations and keeps the best of
 `--repeats`, and every number that matters is a ratio of two runs of this invocation.
@@ -38,7 +40,7 @@ sys.path.insert(0, str(HERE))
 import bare_dqn  # noqa: E402
 import seed_batching  # noqa: E402
 
-PARTS = ("k1", "k16", "k64", "acrobot", "ppo16", "atari", "rmac_million", "rmac_grid", "debug")
+PARTS = ("k1", "k16", "k64", "acrobot", "atari", "rmac_million", "rmac_grid", "ppo16", "debug", "rmac_solver")
 # The default preset's hyperparameters, spelled out for the bare loop.
 SHARED = dict(
     hidden=(128, 128), lr=2.3e-3, adam_fused=True, gamma=0.99, batch_size=64, buffer_size=100_000,
@@ -189,6 +191,10 @@ def main(argv: list[str] | None = None) -> None:
         import debug_presets
 
         results["debug"] = debug_presets.measure(repeats=args.debug_repeats)
+    if "rmac_solver" in args.only:
+        import rmac_solver
+
+        results["rmac_solver"] = rmac_solver.measure()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"results: {args.out}")

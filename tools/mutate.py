@@ -62,6 +62,8 @@ MODULES: dict[str, list[str]] = {
     "tasks/dqn.py": ["tests/tasks/test_dqn_units.py"],
     "tasks/supervised.py": ["tests/test_supervised_units.py"],
     "games/rmac.py": ["tests/games/test_rmac_units.py"],
+    # Not in STABLE yet: its equivalents (42 listed for the same code in rmac.py before the move) are to be re-identified.
+    "games/solver.py": ["tests/games/test_rmac_units.py"],
 }
 # Measured by default: the modules nobody is rewriting right now.
 STABLE = [

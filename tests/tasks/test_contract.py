@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 from pipeline.config.checks import ConfigError
 from pipeline.runtime.run import check_task, task_config
 from pipeline.tasks.base import Task
+from pipeline.tasks.configs import SCHEMAS
 
 TASK_YAMLS = sorted(p.name for p in (files("pipeline.conf") / "task").iterdir() if p.name.endswith(".yaml"))
 
@@ -18,9 +19,9 @@ TASK_YAMLS = sorted(p.name for p in (files("pipeline.conf") / "task").iterdir() 
 @pytest.mark.parametrize("name", TASK_YAMLS)
 def test_each_shipped_task_config_is_its_dataclass_with_the_same_defaults(name):
     node = OmegaConf.to_container(OmegaConf.load(str(files("pipeline.conf") / "task" / name)))
-    cls = get_class(node.pop("_target_"))
-    assert issubclass(cls, Task)
-    defaults = dataclasses.asdict(cls.Config())
+    cls = get_class(node["_target_"])
+    assert issubclass(cls, Task) and cls.Config is SCHEMAS[name.removesuffix(".yaml")]
+    defaults = dataclasses.asdict(cls.Config())  # its _target_ included: the schema names its task
     # The YAML lists every hyperparameter (so --cfg job shows them all), with the dataclass's defaults:
     # a task built by hand (Task.create) behaves as one built from the shipped config.
     assert set(node) == set(defaults)

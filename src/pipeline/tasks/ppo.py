@@ -97,6 +97,7 @@ class PPOConfig:
     log_every: int = 2_048
     threshold: float | None = None
     capture_video: bool = False
+    video_every: int = 0  # every N-th evaluation during training, a video of each agent (0: none)
 
 
 def action_space_of(env_id: str, kwargs: dict) -> tuple[tuple[int, ...], gym.spaces.Space]:
@@ -391,6 +392,7 @@ class PPOTask(RLAgents, Task):
             self.note_evaluation(agent, float(returns[agent].mean()), float(returns[agent].std()), elapsed)
         if self.n_agents > 1:
             self._log_shared({"batch/eval_return_mean": float(returns.mean())})
+        self.record_training_videos(self.net.member_state_dict)
         if self.trial_reporter is not None and self.trial_reporter.report(self.env_steps, returns.mean(1).tolist()):
             self.trainer.should_stop = True
 

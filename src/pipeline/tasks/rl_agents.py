@@ -2,13 +2,19 @@
 the record fields every RL run has, and the identity check of a checkpoint.
 
 A mixin of plain methods over attributes both tasks keep: `env_steps`, `n_agents`, `agent_seeds`, `curves`,
-`evaluations` (per agent: (env_step, mean, std)), `threshold`, `time_to_threshold_s`, `return_bounds`,
-`env_id`, and the training clock (`_t_train_start`, `_elapsed_before`).
+`evaluations` (per agent: (env_step, mean, std)), `episode_returns`, `threshold`, `time_to_threshold_s`,
+`return_bounds`, `env_id`, `config.total_steps`, `config.video_every`, and the training clock (`_t_train_start`,
+`_elapsed_before`).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+
+import numpy as np
+
+from pipeline.tasks.base import Progress
 
 
 class RLAgents:
@@ -29,6 +35,34 @@ class RLAgents:
         step = self.env_steps if step is None else step
         for logger in self.loggers:
             logger.log_metrics({"env_step": step, **metrics}, step=step)
+
+    def learning_agents(self) -> list[int]:
+        """The agents still training (DQN drops those that stopped early)."""
+        return list(range(self.n_agents))
+
+    def progress(self) -> Progress:
+        """Env steps (per agent) against the budget, with the mean of the last 10 episodes' returns and the last
+        evaluation (means over the agents still learning)."""
+        agents, shown = self.learning_agents(), {}
+        recent = [float(np.mean(self.episode_returns[a][-10:])) for a in agents if self.episode_returns[a]]
+        if recent:
+            shown["return"] = float(np.mean(recent))
+        evaluated = [self.evaluations[a][-1][1] for a in agents if self.evaluations[a]]
+        if evaluated:
+            shown["eval"] = float(np.mean(evaluated))
+        return Progress(self.env_steps, self.config.total_steps, "env steps", shown)
+
+    def record_training_videos(self, member_state_dict: Callable[[int], dict]) -> None:
+        """After an evaluation: every `config.video_every`-th one, a video of each learning agent's policy now
+        (`member_state_dict(i)`: the i-th learning agent's plain network) through the lifecycle's `video_hook`."""
+        every = int(self.config.video_every)
+        if self.video_hook is None or every <= 0:
+            return
+        t0 = time.perf_counter()
+        for index, agent in enumerate(self.learning_agents()):
+            if self.evaluations[agent] and len(self.evaluations[agent]) % every == 0:
+                self.video_hook(agent, self.env_steps, {k: v.detach().cpu() for k, v in member_state_dict(index).items()})
+        self.add_time("video", time.perf_counter() - t0)
 
     def note_evaluation(self, agent: int, mean: float, std: float, elapsed_s: float) -> None:
         """Agent `agent`'s evaluation now: kept for the record, a curve row, and the first time it reached the threshold."""
