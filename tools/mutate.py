@@ -48,7 +48,7 @@ MODULES: dict[str, list[str]] = {
     "rl/gym_state.py": ["tests/rl/test_gym_state.py"],
     "rl/acting.py": ["tests/rl/test_acting.py"],
     "rl/envs.py": ["tests/rl/test_envs.py"],
-    "rl/ppo.py": ["tests/rl/test_ppo.py"],
+    "rl/ppo.py": ["tests/rl/test_ppo_pieces.py"],
     "rl/pendulum_tensor.py": ["tests/rl/test_pendulum_tensor.py"],
     "nets/actor_critic.py": ["tests/nets/test_actor_critic.py"],
     "nets/mlp.py": ["tests/nets/test_mlp.py"],
