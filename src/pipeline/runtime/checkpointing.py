@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import logging
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +14,7 @@ from lightning.pytorch.callbacks import Callback, Checkpoint
 
 from pipeline.config.checks import one_line
 from pipeline.runtime.rundir import Interrupted, StopRequests
+from pipeline.store.atomic import StoreWriteError, write_atomically
 from pipeline.store.checkpoint import save_atomic
 
 log = logging.getLogger("pipeline")
@@ -91,16 +91,20 @@ class EpochCheckpointer(Checkpoint):
         if not self.policy.enabled:
             return
         epoch = trainer.current_epoch
+        # What trainer.save_checkpoint would write now (one device: the same dict, without its temp-file handling).
+        state = trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
         if self.policy.due(epoch) or epoch + 1 >= (trainer.max_epochs or 0) or self.stop.requested:
             t0 = time.perf_counter()
-            tmp = self.path.with_name(self.path.name + ".tmp")
-            trainer.save_checkpoint(str(tmp), weights_only=False)
-            tmp.replace(self.path)
+            try:
+                save_atomic(state, self.path)
+            except StoreWriteError as exc:  # a full disk must not end the training: the next save may fit
+                self.policy.saved(epoch)
+                log.warning(f"checkpoint of epoch {epoch} not saved: {exc}; training goes on")
+                return
             self._saved(epoch, t0)
         else:
             buffer = io.BytesIO()
-            # What trainer.save_checkpoint would write now, frozen (the live state dicts move on with training).
-            torch.save(trainer._checkpoint_connector.dump_checkpoint(weights_only=False), buffer)
+            torch.save(state, buffer)  # frozen: the live state dicts move on with training
             self._unsaved = (epoch, buffer.getvalue())
 
     def save_last_finished_epoch(self) -> None:
@@ -108,13 +112,11 @@ class EpochCheckpointer(Checkpoint):
             return
         t0 = time.perf_counter()
         epoch, data = self._unsaved
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        tmp.replace(self.path)
+        try:
+            write_atomically(self.path, lambda f: f.write(data))
+        except StoreWriteError as exc:
+            log.warning(f"checkpoint of epoch {epoch} not saved: {exc}")
+            return
         self._saved(epoch, t0)
 
     def _saved(self, epoch: int, t0: float) -> None:

@@ -31,6 +31,7 @@ from pathlib import Path
 import lightning as L
 import torch
 from hydra.utils import get_class, instantiate
+from lightning.fabric.plugins.environments import LightningEnvironment
 from lightning.pytorch.callbacks import Checkpoint
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -50,6 +51,7 @@ from pipeline.runtime.loggers import CurveLogger, build_loggers, finish_loggers
 from pipeline.runtime.preflight import RunRefused, plan_start
 from pipeline.runtime.rundir import Interrupted, RunDirBusy, RunDirLock, StopRequests
 from pipeline.runtime.seeding import seed_everything
+from pipeline.store.atomic import StoreWriteError, write_error
 from pipeline.store.checkpoint import load_safely, save_model
 from pipeline.store.curves import CurveLog
 from pipeline.store.layout import RESULT, agent_dirs, checkpoint_path, error_log_path, metrics_path
@@ -127,12 +129,22 @@ def _choice_hint(cfg: DictConfig, group: str) -> str:
 
 
 def make_trainer(cfg: DictConfig, accelerator: str, run_dir: Path, loggers, callbacks) -> L.Trainer:
+    from lightning.pytorch.callbacks import ProgressBar
+
     from pipeline.runtime.callbacks import build_callbacks, trainer_kwargs
+    from pipeline.runtime.progress_bar import BudgetProgressBar
 
     built = build_callbacks(cfg, run_dir, own=callbacks)
     kwargs = trainer_kwargs(cfg)
+    if kwargs.get("enable_progress_bar", True) and not any(isinstance(c, ProgressBar) for c in built):
+        built.append(BudgetProgressBar())  # RL tasks count env steps against their budget, not epochs
     if any(isinstance(c, Checkpoint) for c in built):  # Lightning refuses a Checkpoint callback with its switch off
         kwargs["enable_checkpointing"] = True
+    # One process, one device: the cluster environment is named, not detected. Detection warns "`srun` is
+    # available but not used" on every run of a SLURM login node, and inside a SLURM job it picks
+    # SLURMEnvironment, whose auto-requeue would requeue the job a second time on top of ours (runtime.job:
+    # SIGUSR2 -> checkpoint -> submitit requeues once).
+    kwargs.setdefault("plugins", [LightningEnvironment()])
     return L.Trainer(
         accelerator=accelerator,
         devices=1,
@@ -265,6 +277,9 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
         else:
             loggers.insert(0, CurveLogger(curves[0]))
         _attach_trial(task, cfg)
+        from pipeline.runtime.replay import training_video_hook
+
+        task.video_hook = training_video_hook(cfg, dirs, seeds, device.type, loggers)  # called only if the task records
         policy = _policy(cfg)
         saves = {"count": 0, "seconds": 0.0}
 
@@ -444,10 +459,11 @@ def _end_unfinished(records, t_start, stop, loggers, curves, task, end: str, **f
                 r.update(**task.agent_record(i))
             except Exception:  # noqa: BLE001 - a half-built task may not know; the failure itself is what matters
                 pass
-    for c in curves:
-        c.flush()
-    for r in records:
-        r.write()
+    for item in (*curves, *records):  # a full disk may refuse these too: say so once each, lose nothing else
+        try:
+            item.flush() if isinstance(item, CurveLog) else item.write()
+        except StoreWriteError as exc:
+            log.error(str(exc))
     finish_loggers(loggers, "failed")
     stop.uninstall()
     return [r.to_dict() for r in records]
@@ -456,8 +472,13 @@ def _end_unfinished(records, t_start, stop, loggers, curves, task, end: str, **f
 def _fail(records, exc, run_dir, t_start, stop, loggers, curves, task=None) -> list[dict]:
     trace = traceback.format_exc()
     for d in {Path(run_dir), *(Path(r.run_dir) for r in records)}:
-        error_log_path(d).write_text(trace)
-    return _end_unfinished(records, t_start, stop, loggers, curves, task, "failed", error=one_line(exc))
+        try:
+            error_log_path(d).write_text(trace)
+        except OSError as log_exc:  # the disk that failed the run may refuse the log too: the record says why
+            error_log_path(d).unlink(missing_ok=True)
+            log.error(f"traceback not saved: {write_error(error_log_path(d), log_exc)}")
+    error = str(exc) if isinstance(exc, StoreWriteError) else one_line(exc)
+    return _end_unfinished(records, t_start, stop, loggers, curves, task, "failed", error=error)
 
 
 def _interrupted(records, exc: Interrupted, stop, ctx: JobContext, t_start, loggers, curves, task) -> list[dict]:

@@ -45,6 +45,7 @@ class DQNConfig:
     save_replay: Any = "auto"  # true | false | auto
     replay_save_max_mb: float = 512.0
     capture_video: bool = False
+    video_every: int = 0  # every N-th evaluation during training, a video of each learning agent (0: none)
 
 
 @dataclass

@@ -17,13 +17,13 @@ from pipeline.games.asymmetric import ESTIMATED, NOT_ESTIMATED, asymmetric_bound
 from pipeline.games.auction import default_rules, parse_rule, reserve_top
 from pipeline.games.plots import plot_revenue_vs_reserve
 from pipeline.games.rmac import (
-    PREFIX,
     choose_value_scale,
     known_value_scale,
     predict_counterfactuals,
     realised_regret,
     truth_table,
 )
+from pipeline.games.rules import PREFIX
 from pipeline.games.symmetry import symmetry_test
 from pipeline.tasks.base import Task, TaskParts
 from pipeline.tasks.configs import CounterfactualConfig

@@ -43,6 +43,7 @@ from pipeline.rl.vector import GymVectorEnv, evaluate_agents, make_vector_env
 from pipeline.store.checkpoint import rng_state, set_rng_state
 from pipeline.tasks.base import Task, TaskParts, check_finite
 from pipeline.tasks.configs import DQNConfig
+from pipeline.tasks.rl_agents import RLAgents
 
 # Evaluation envs are seeded away from the training envs' streams.
 EVAL_SEED_OFFSET = 10_000
@@ -126,7 +127,7 @@ class DQNProgress:
 CHECKPOINTED_NETS = ("net", "target_net", "agents_net")
 
 
-class DQNTask(Task):
+class DQNTask(RLAgents, Task):
     Config = DQNConfig
     uses = frozenset({"model", "loss", "optimizer", "scheduler", "env"})
     trains_seeds_together = True
@@ -165,7 +166,7 @@ class DQNTask(Task):
         obs_space, act_space = probe.observation_space, probe.action_space
         probe.close()
         if not hasattr(act_space, "n"):
-            raise ValueError(f"DQN needs a discrete action space; {self.env_id} has {act_space}")
+            raise ValueError(f"DQN needs a discrete action space; {self.env_id} has {act_space}: use task=ppo for continuous actions")
         self.obs_shape = tuple(obs_space.shape)
         self.obs_dtype = torch.uint8 if obs_space.dtype == np.uint8 else torch.float32
         self.n_actions = int(act_space.n)
@@ -243,11 +244,6 @@ class DQNTask(Task):
             return 0.0
         hp = self.config
         return epsilon_at(self.env_steps if env_steps is None else env_steps, hp.eps_start, hp.eps_end, hp.eps_duration)
-
-    def elapsed_s(self) -> float:
-        """Training seconds so far, over every segment of the run."""
-        running = time.perf_counter() - self._t_train_start if self._t_train_start is not None else 0.0
-        return self._elapsed_before + running
 
     def draw_exploration(self, n_steps: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Each learning agent's coin flips and random actions for the round, from its own generator: [n_steps, slots * E]."""
@@ -512,8 +508,10 @@ class DQNTask(Task):
             self.trainer.should_stop = True
         if self.checkpoint_hook is not None:
             self.checkpoint_hook()  # saves when due, and stops the fit when a stop was requested
-        self.log("env_step", float(self.env_steps), prog_bar=True, logger=False, on_step=True)
         return None
+
+    def learning_agents(self) -> list[int]:
+        return list(self.slots)
 
     # ---- evaluation --------------------------------------------------------------------------
     def greedy_returns(self, net: nn.Module, agents: list[int], n_episodes: int, seed_offset: int) -> np.ndarray:
@@ -535,15 +533,13 @@ class DQNTask(Task):
         for slot, agent in enumerate(self.slots):
             mean, std = float(returns[slot].mean()), float(returns[slot].std())
             means.append(mean)
-            self.evaluations[agent].append((self.env_steps, mean, std))
-            self._agent_row(agent, {"eval/return_mean": mean, "eval/return_std": std})
-            if self.threshold is not None and mean >= self.threshold and self.time_to_threshold_s[agent] is None:
-                self.time_to_threshold_s[agent] = elapsed
+            self.note_evaluation(agent, mean, std, elapsed)
             if stop is not None and mean >= stop:
                 stopping.append(slot)
                 reasons[slot] = f"greedy evaluation mean {mean:.1f} >= stop_at_return {stop}"
         if self.n_agents > 1:
             self._log_shared({"batch/eval_return_mean": float(np.mean(means)), "batch/agents_learning": float(len(self.slots))})
+        self.record_training_videos(self.net.member_state_dict)
         # The tuner sees every agent: one that stopped early holds its last evaluation (dropping it would
         # leave only the slow seeds in the trial's value and prune good trials).
         if self.trial_reporter is not None and self.slots:
@@ -571,19 +567,6 @@ class DQNTask(Task):
             self._log_shared({"batch/env_steps_per_s": self.total_env_steps() / elapsed})
         self.last_log_step = self.env_steps
         self.add_time("log", time.perf_counter() - t0)
-
-    def _agent_row(self, agent: int, row: dict[str, float], step: int | None = None) -> None:
-        step = self.env_steps if step is None else step
-        if self.curves:
-            self.curves[agent].log(step, row)
-        if self.n_agents == 1:  # one agent: its curves also go to TensorBoard / W&B as they happen
-            self._log_shared(row, step)
-
-    def _log_shared(self, metrics: dict[str, float], step: int | None = None) -> None:
-        # Straight to the loggers with env steps as the x axis: self.log per step is expensive.
-        step = self.env_steps if step is None else step
-        for logger in self.loggers:
-            logger.log_metrics({"env_step": step, **metrics}, step=step)
 
     def on_train_end(self) -> None:
         self._train_seconds = self.elapsed_s()
@@ -625,13 +608,7 @@ class DQNTask(Task):
 
     def load_checkpoint_state(self, state: dict) -> int:
         """Before fit: the structure (which agents still learn) and the weights. The rest at train start."""
-        if state.get("format") != CHECKPOINT_FORMAT:
-            raise ValueError(f"checkpoint format {state.get('format')!r} is not {CHECKPOINT_FORMAT!r} (made by another version?)")
-        if list(state["agent_seeds"]) != self.agent_seeds:
-            raise ValueError(
-                f"checkpoint holds seeds {state['agent_seeds'][0]}..{state['agent_seeds'][-1]} ({state['n_agents']} agents), "
-                f"this run has {self.agent_seeds[0]}..{self.agent_seeds[-1]}; resume with the same seed and seeds_per_process"
-            )
+        self.check_checkpoint(state, CHECKPOINT_FORMAT)
         slots = [int(s) for s in state["slots"]]
         if slots and slots != self.slots:
             self._keep_slots([self.slots.index(s) for s in slots], optimizer=False)
@@ -701,19 +678,8 @@ class DQNTask(Task):
 
     def agent_record(self, i: int) -> dict:
         seconds = self.stop_time_s[i] if self.stop_time_s[i] is not None else self._train_seconds
-        extras = {
-            "env_id": self.env_id,
-            "env_steps": self.agent_env_steps(i),
-            "env_steps_per_s": round(self.agent_env_steps(i) / seconds, 1) if seconds else None,
-            "threshold": self.threshold,
-            "time_to_threshold_s": None if self.time_to_threshold_s[i] is None else round(self.time_to_threshold_s[i], 3),
-            "early_stop": self.early_stop[i],
-            "evaluations": [{"env_step": s, "return_mean": m, "return_std": sd} for s, m, sd in self.evaluations[i]],
-            "replay_bytes_per_transition": self.replay_bytes_per_transition,
-        }
-        if self.return_bounds is not None:
-            lo, hi = self.return_bounds
-            extras["metric_bounds"] = {"eval/return_mean": [lo, hi], "train/episodic_return": [lo, hi]}
+        extras = self.rl_record(i, self.agent_env_steps(i), seconds)
+        extras.update(early_stop=self.early_stop[i], replay_bytes_per_transition=self.replay_bytes_per_transition)
         if self.n_agents > 1:
             extras["batch_env_steps_per_s"] = round(self.total_env_steps() / self._train_seconds, 1) if self._train_seconds else None
         if self.replay_restored is not None:
