@@ -214,6 +214,16 @@ def test_the_replay_holds_each_agents_trajectories_and_episode_returns(k, env, e
         assert len(lengths) >= 2
 
 
+def assert_greedy(actions: torch.Tensor, q_values: torch.Tensor) -> None:
+    """`actions` are greedy for `q_values` [B, A] up to float32 rounding: the task acts through its ensemble (or a
+    numpy mirror), the test through a plain network, and two kernels may order a near-tie differently. 1e-4 of the
+    largest value is far above the rounding of an 8-unit net and far below the gap between two actions (~0.1)."""
+    q = q_values.double()
+    tol = 1e-4 * max(1.0, float(q.abs().max()))
+    chosen = q.gather(1, actions.view(-1, 1)).squeeze(1)
+    assert bool((chosen >= q.max(1).values - tol).all()), (actions, q)
+
+
 def test_random_and_greedy_extremes():
     """eps 1: every action is the agent's random draw; eps 0: every action is its network's argmax."""
     rand = make(k=2, total_steps=16, learning_starts=NEVER, eps_start=1.0, eps_end=1.0, seed=7)
@@ -226,7 +236,7 @@ def test_random_and_greedy_extremes():
     for a in range(2):
         obs = greedy.buffer.obs[a * 1000 : a * 1000 + 16]
         with torch.no_grad():
-            assert torch.equal(greedy.buffer.actions[a * 1000 : a * 1000 + 16], member(greedy.net, a)(obs).argmax(1))
+            assert_greedy(greedy.buffer.actions[a * 1000 : a * 1000 + 16], member(greedy.net, a)(obs))
 
 
 @pytest.mark.parametrize("k, env, fast", [(1, GYM, True), (1, GYM, False), (2, TENSOR, True)])
@@ -243,7 +253,7 @@ def test_greedy_acting_uses_the_weights_after_each_rounds_updates(k, env, fast):
         for r, acting in enumerate([start[a]] + [nets[s][a] for s in (16, 32, 48)]):
             rows = slice(a * 1000 + 16 * r, a * 1000 + 16 * (r + 1))
             with torch.no_grad():
-                assert torch.equal(task.buffer.actions[rows], acting(task.buffer.obs[rows]).argmax(1)), (a, r)
+                assert_greedy(task.buffer.actions[rows], acting(task.buffer.obs[rows]))
                 changed += int((start[a](task.buffer.obs[rows]).argmax(1) != task.buffer.actions[rows]).any())
     assert changed  # the updates changed some greedy choice, so stale weights would show
 
