@@ -1,6 +1,7 @@
 """The counterfactual-auction task end to end: run record, figure, CSV logs and bad input, sweep coverage."""
 
 import json
+import re
 
 import pytest
 import torch
@@ -31,7 +32,7 @@ def test_default_experiment_point_estimates_within_003(tmp_path):
         assert "cfw/" + rule + "/point" in m
     assert m["cf/max_abs_point_error"] <= 0.05
     # Raw bounds needed no clamp on equilibrium data; a clamp would be counted and listed.
-    assert m["cf/bound_clamps"] == 0 and record["bound_clamps"] == []
+    assert_no_clamp_beyond_rounding(record)
     assert record["value_grid"]["step"] == pytest.approx(0.01)
     assert (tmp_path / "revenue_vs_reserve.png").stat().st_size > 10_000
 
@@ -68,6 +69,21 @@ def test_sweep_report_has_coverage(tmp_path, make_cfg, k):
     assert (tmp_path / "report" / section["figure"]).is_file()
     assert "Counterfactual coverage" in (tmp_path / "report" / "report.md").read_text()
     assert json.loads((tmp_path / "report" / "report.json").read_text())["counterfactual"]
+
+
+def assert_no_clamp_beyond_rounding(record: dict) -> None:
+    """The optimiser's raw bounds held the point and grew with epsilon, up to rounding.
+
+    Some bounds meet exactly (a reserve at the top pays 0 at every epsilon; two epsilons' lower bounds at the same
+    vertex): there the order of two equal numbers is left to the CPU's floating-point kernels, and a clamp of a
+    few ulps may be listed on one machine and not on another. A clamp that moves a bound by more than 1e-9 of the
+    value range means the optimiser fell short, and fails.
+    """
+    lines = record["bound_clamps"]
+    assert record["metrics"]["cf/bound_clamps"] == len(lines)
+    for line in lines:
+        share = float(re.search(r", ([0-9.e+-]+) of the value range", line).group(1))
+        assert share <= 1e-9, line
 
 
 def _wide_csv(path, columns):
@@ -120,7 +136,7 @@ def test_asymmetric_bidders_are_detected_and_inverted_one_by_one(tmp_path, make_
     assert record["asymmetric"]["skipped_rules"] == ["first_price_n3"]
     m = record["metrics"]
     assert not any("first_price_n3" in k for k in m)
-    assert m["cf/bound_clamps"] == 0 and record["bound_clamps"] == []
+    assert_no_clamp_beyond_rounding(record)
     # Reserves in the bids' range (default rules in the data's units are not used here: the overrides name them).
     assert m["cf/second_price_r0.0/point"] == pytest.approx(5 / 12, abs=0.01)
     # The closed-form equilibrium's revenue 0.4590 and welfare 1.0628 (tests/games/test_asymmetric.py).

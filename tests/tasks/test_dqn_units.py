@@ -214,6 +214,16 @@ def test_the_replay_holds_each_agents_trajectories_and_episode_returns(k, env, e
         assert len(lengths) >= 2
 
 
+def assert_greedy(actions: torch.Tensor, q_values: torch.Tensor) -> None:
+    """`actions` are greedy for `q_values` [B, A] up to float32 rounding: the task acts through its ensemble (or a
+    numpy mirror), the test through a plain network, and two kernels may order a near-tie differently. 1e-4 of the
+    largest value is far above the rounding of an 8-unit net and far below the gap between two actions (~0.1)."""
+    q = q_values.double()
+    tol = 1e-4 * max(1.0, float(q.abs().max()))
+    chosen = q.gather(1, actions.view(-1, 1)).squeeze(1)
+    assert bool((chosen >= q.max(1).values - tol).all()), (actions, q)
+
+
 def test_random_and_greedy_extremes():
     """eps 1: every action is the agent's random draw; eps 0: every action is its network's argmax."""
     rand = make(k=2, total_steps=16, learning_starts=NEVER, eps_start=1.0, eps_end=1.0, seed=7)
@@ -226,7 +236,7 @@ def test_random_and_greedy_extremes():
     for a in range(2):
         obs = greedy.buffer.obs[a * 1000 : a * 1000 + 16]
         with torch.no_grad():
-            assert torch.equal(greedy.buffer.actions[a * 1000 : a * 1000 + 16], member(greedy.net, a)(obs).argmax(1))
+            assert_greedy(greedy.buffer.actions[a * 1000 : a * 1000 + 16], member(greedy.net, a)(obs))
 
 
 @pytest.mark.parametrize("k, env, fast", [(1, GYM, True), (1, GYM, False), (2, TENSOR, True)])
@@ -243,7 +253,7 @@ def test_greedy_acting_uses_the_weights_after_each_rounds_updates(k, env, fast):
         for r, acting in enumerate([start[a]] + [nets[s][a] for s in (16, 32, 48)]):
             rows = slice(a * 1000 + 16 * r, a * 1000 + 16 * (r + 1))
             with torch.no_grad():
-                assert torch.equal(task.buffer.actions[rows], acting(task.buffer.obs[rows]).argmax(1)), (a, r)
+                assert_greedy(task.buffer.actions[rows], acting(task.buffer.obs[rows]))
                 changed += int((start[a](task.buffer.obs[rows]).argmax(1) != task.buffer.actions[rows]).any())
     assert changed  # the updates changed some greedy choice, so stale weights would show
 
@@ -590,7 +600,9 @@ def test_time_breakdown_fits_in_the_wall_time(k, env):
 
 
 @pytest.mark.parametrize("k, env", [(2, TENSOR), (1, GYM)])
-def test_acting_time_is_summed_over_every_step_of_a_round(k, env):
+def test_acting_time_is_summed_over_every_step_of_a_round(k, env, monkeypatch):
+    import itertools
+    import sys
     import time
 
     # greedy through torch (no numpy mirror): choosing an action costs about as much as an env step
@@ -598,12 +610,22 @@ def test_acting_time_is_summed_over_every_step_of_a_round(k, env):
     task.curves = [CurveLog(f"/nonexistent-t-{i}.csv", flush_every_s=NEVER) for i in range(k)]
     trainer().fit(task)  # (no final evaluation: the env stays open)
     act, env_s = task.time_breakdown_s["act"], task.time_breakdown_s["env"]
-    t0 = time.perf_counter()
-    task.collect(300)
-    wall = time.perf_counter() - t0
+    # A clock that ticks once per reading: what the round adds up is then a count of timed intervals, the same
+    # on a quiet machine and a loaded one (a real clock would put a preemption into whichever part was running).
+    # Only the task's own readings tick (gymnasium's episode statistics read the same clock inside a step).
+    ticks, now = itertools.count(1), [0.0]
+
+    def clock() -> float:
+        if sys._getframe(1).f_globals.get("__name__") == DQNTask.__module__:
+            now[0] = float(next(ticks))
+        return now[0]
+
+    with monkeypatch.context() as m:
+        m.setattr(time, "perf_counter", clock)
+        task.collect(300)
     act, env_s = task.time_breakdown_s["act"] - act, task.time_breakdown_s["env"] - env_s
-    # most of a long round is acting and stepping, every step of it counted, once
-    assert 0.5 * wall <= act + env_s <= wall and act >= 0.1 * wall and env_s >= 0.1 * wall
+    # Every one of the 300 steps is timed, once, in each part (a few more readings around the round are allowed).
+    assert 300 <= act <= 303 and 300 <= env_s <= 303, (act, env_s)
 
 
 def test_the_record_of_each_agent():
