@@ -133,6 +133,38 @@ class CounterfactualConfig:
     value_top: float | None = None
 
 
+@dataclass
+class PPOConfig:
+    """PPO's hyperparameters: the keys of conf/task/ppo.yaml (which says what each one does). Defaults: CleanRL's ppo.py."""
+
+    _target_: str = "pipeline.tasks.ppo.PPOTask"
+    total_steps: int = 500_000  # env steps per agent
+    envs_per_agent: int = 4
+    num_steps: int = 128  # steps per env in a rollout
+    num_minibatches: int = 4
+    update_epochs: int = 4
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip_coef: float = 0.2
+    clip_value_loss: bool = True
+    ent_coef: float = 0.01
+    vf_coef: float = 0.5
+    max_grad_norm: float | None = 0.5
+    norm_adv: bool = True
+    anneal_lr: bool = True
+    normalize_obs: bool = False
+    normalize_reward: bool = False
+    obs_clip: float = 10.0
+    reward_clip: float = 10.0
+    eval_every: int = 10_000
+    eval_episodes: int = 10
+    final_eval_episodes: int = 20
+    log_every: int = 2_048
+    threshold: float | None = None
+    capture_video: bool = False
+    video_every: int = 0  # every N-th evaluation during training, a video of each agent (0: none)
+
+
 # Each shipped task option (conf/task/<name>.yaml) and its schema.
 SCHEMAS = {
     "dqn": DQNConfig,
@@ -140,4 +172,5 @@ SCHEMAS = {
     "supervised": SupervisedConfig,
     "gan": GANConfig,
     "counterfactual": CounterfactualConfig,
+    "ppo": PPOConfig,
 }

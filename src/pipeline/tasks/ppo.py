@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import functools
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import gymnasium as gym
 import numpy as np
@@ -61,43 +61,13 @@ from pipeline.rl.ppo import (
 from pipeline.rl.vector import evaluate_agents, make_vector_env
 from pipeline.store.checkpoint import rng_state, set_rng_state
 from pipeline.tasks.base import Task, TaskParts, check_finite
+from pipeline.tasks.configs import PPOConfig
 from pipeline.tasks.rl_agents import RLAgents
 
 # Evaluation envs are seeded away from the training envs' streams (as DQN's are).
 EVAL_SEED_OFFSET = 10_000
 FINAL_EVAL_SEED_OFFSET = 20_000
 CHECKPOINT_FORMAT = "pipeline.ppo/1"
-
-
-@dataclass
-class PPOConfig:
-    """PPO's hyperparameters: the keys of conf/task/ppo.yaml (which says what each one does). Defaults: CleanRL's ppo.py."""
-
-    total_steps: int = 500_000  # env steps per agent
-    envs_per_agent: int = 4
-    num_steps: int = 128  # steps per env in a rollout
-    num_minibatches: int = 4
-    update_epochs: int = 4
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    clip_coef: float = 0.2
-    clip_value_loss: bool = True
-    ent_coef: float = 0.01
-    vf_coef: float = 0.5
-    max_grad_norm: float | None = 0.5
-    norm_adv: bool = True
-    anneal_lr: bool = True
-    normalize_obs: bool = False
-    normalize_reward: bool = False
-    obs_clip: float = 10.0
-    reward_clip: float = 10.0
-    eval_every: int = 10_000
-    eval_episodes: int = 10
-    final_eval_episodes: int = 20
-    log_every: int = 2_048
-    threshold: float | None = None
-    capture_video: bool = False
-    video_every: int = 0  # every N-th evaluation during training, a video of each agent (0: none)
 
 
 def action_space_of(env_id: str, kwargs: dict) -> tuple[tuple[int, ...], gym.spaces.Space]:
