@@ -44,7 +44,7 @@ def hydra_entry(cfg: DictConfig) -> list[dict]:
     except Exception as exc:
         if type(exc).__name__ not in ("RunRefused", "StoreWriteError") and not isinstance(exc, ConfigError):
             raise
-        log.error(f"error: {exc}")
+        print(f"error: {exc}", file=sys.stderr, flush=True)  # as the start-up checks print theirs
         exit_status.set(2 if isinstance(exc, ConfigError) else 1)
         if multirun:
             raise

@@ -120,6 +120,7 @@ def test_binary_or_non_utf8_file_is_one_line(tmp_path, content, match):
 
 def test_missing_file_and_missing_columns(tmp_path):
     _one_line_error(tmp_path / "nope.csv", "file not found")
+    _one_line_error(tmp_path, "a directory, not a file")
     assert "price" in _one_line_error(_write(tmp_path, "price,auction\n" + "0.1,1\n" * MIN_BIDS), "no bid columns")
     _one_line_error(_write(tmp_path, ""), "empty file")
 

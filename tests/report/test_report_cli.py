@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from report_runs import OTHER_GROUP, RL_GROUP, write_two_group_sweep
 
 
@@ -35,6 +36,15 @@ def test_cli_missing_dir_is_one_clear_line(tmp_path):
     assert len(lines) == 1, done.stderr
     assert str(missing) in lines[0] and "does not exist" in lines[0]
     assert not (missing / "report").exists()
+
+
+@pytest.mark.parametrize("reps", ["0", "-3", "many"])
+def test_cli_refuses_a_bootstrap_without_resamples(tmp_path, reps):
+    write_two_group_sweep(tmp_path)
+    done = _run(str(tmp_path), "--reps", reps)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("python -m pipeline.report: error: argument --reps:")
+    assert not (tmp_path / "report" / "report.json").exists()
 
 
 def test_cli_dir_without_runs(tmp_path):

@@ -33,7 +33,7 @@ def test_atari_preprocessing_and_uint8_replay():
 def test_dqn_atari_debug_run_end_to_end(tmp_path):
     proc = run_cli(
         "experiment=dqn_atari", "device=cpu", "trainer=debug", "task.learning_starts=32", "task.final_eval_episodes=2",
-        "+env.kwargs.max_episode_steps=300", f"hydra.run.dir={tmp_path}",
+        "env.kwargs.max_episode_steps=300", f"hydra.run.dir={tmp_path}",  # trainer=debug sets the key (conf/debug/env)
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     record = read_result(tmp_path)

@@ -218,6 +218,23 @@ def runtime_choices(cfg: DictConfig) -> dict:
     return {str(k): (None if v is None else str(v)) for k, v in node.items()}
 
 
+# Groups built with hydra.utils.instantiate: a node with keys must name its class.
+BUILT_GROUPS = ("model", "loss", "optimizer", "scheduler")
+
+
+def _check_built_groups(cfg: DictConfig) -> None:
+    """`model=none` under a preset that sets `model.hidden` leaves the keys without a class: one line, not a
+    "'DictConfig' object is not callable" from deep inside the task."""
+    for group in BUILT_GROUPS:
+        node = cfg.get(group)
+        if isinstance(node, DictConfig) and len(node) and "_target_" not in node:
+            options = "|".join(o for o in group_options().get(group, []) if o != "none")
+            raise ConfigError(
+                f"{group} has keys ({', '.join(map(str, node.keys()))}) but no _target_ ({group}=none keeps the preset's "
+                f"{group}.* keys); choose one with {group}={options}"
+            )
+
+
 def check_values(cfg: DictConfig, choices: Mapping[str, str | None] | None = None) -> None:
     """Refuse, with one line naming the key and the fix, values no run could use: a seed that is not a whole
     number in [0, 2^32), seeds_per_process < 1, task.gamma outside [0, 1], a layer width < 1, a negative checkpoint
@@ -228,6 +245,7 @@ def check_values(cfg: DictConfig, choices: Mapping[str, str | None] | None = Non
     fill_removed_groups(cfg)
     _check_numbers(cfg)
     _check_closed_groups(cfg, choices)
+    _check_built_groups(cfg)
     check_callback_entries(cfg)
 
 

@@ -141,6 +141,8 @@ def _wide_columns(path: Path, columns: list[str]) -> list[int] | None:
 
 def _read_text(path: Path) -> bytes:
     """The file's bytes without a byte-order mark, checked to be UTF-8 text, quotes resolved."""
+    if path.is_dir():
+        raise _fail(path, "a directory, not a file", "pass the path of the CSV file itself (data.path=<dir>/<file>.csv)")
     if not path.is_file():
         raise _fail(path, "file not found", "pass the path of a CSV of logged bids ('bid' or 'bid_0..bid_{n-1}' columns)")
     raw = path.read_bytes()

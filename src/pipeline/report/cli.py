@@ -22,7 +22,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("inputs", nargs="+", metavar="DIR", help="run dirs or sweep dirs (searched recursively)")
     parser.add_argument("--out", default=None, help="report dir (default: DIR/report when one DIR is given)")
-    parser.add_argument("--reps", type=int, default=DEFAULT_REPS, help="bootstrap resamples (default %(default)s)")
+    parser.add_argument("--reps", type=_positive, default=DEFAULT_REPS, help="bootstrap resamples (default %(default)s)")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="bootstrap seed (default %(default)s)")
     return parser.parse_args(argv)
 
@@ -40,6 +40,17 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
         rows.append((name, str(g["primary_metric"]), str(g["n_ok"]), *(str(g[f"n_{s}"]) for s in NOT_OK), mean, iqm))
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     return ["  ".join(value.ljust(width) for value, width in zip(row, widths)).rstrip() for row in rows]
+
+
+def _positive(text: str) -> int:
+    """argparse type of --reps: a bootstrap needs at least one resample (0 or -3 gave an IndexError deep in rliable)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: the bootstrap needs at least 1 resample (default {DEFAULT_REPS})")
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
