@@ -44,7 +44,7 @@ def random_play(env_id: str, backend: str, k: int, envs: int) -> DQNTask:
     def net(in_features, out_features):
         return MLP(in_features, out_features, hidden=(8,))
 
-    task = DQNTask(
+    task = DQNTask.create(
         env=env, n_agents=k, envs_per_agent=envs, seed=5, net=net, optimizer=lambda p: torch.optim.SGD(p, lr=0.01),
         loss=nn.SmoothL1Loss(), total_steps=total, train_frequency=total // 3, learning_starts=10**9, gradient_steps=1,
         batch_size=8, buffer_size=1000, eps_end=1.0, eval_every=10**9, eval_episodes=1, final_eval_episodes=1,
