@@ -9,7 +9,7 @@ TORCH := torch==2.13.0
 EXPERIMENT ?= dqn_cartpole
 ARGS ?=
 
-.PHONY: help setup run test test-fast mutate bench bench-tune lint clean
+.PHONY: help setup run test test-fast mutate bench bench-tune lint clean cluster-up cluster-down
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -43,6 +43,12 @@ bench-tune: $(STAMP) ## tune dqn_cartpole over seed distributions, then confirm 
 lint: $(STAMP) ## ruff, and the layer contracts of pyproject.toml (import-linter)
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/lint-imports
+
+cluster-up: ## a one-node SLURM cluster (with accounting) and PostgreSQL on this machine, for the tests marked cluster (root)
+	bash tools/cluster/up.sh
+
+cluster-down: ## stop what cluster-up started (and only that)
+	bash tools/cluster/down.sh
 
 clean: ## remove outputs and caches (keeps .venv)
 	rm -rf outputs multirun wandb lightning_logs .pytest_cache .ruff_cache

@@ -1,7 +1,7 @@
 """`make bench`: speed as ratios against a reference measured in the same invocation, on one CPU thread.
 
     make bench                                   # everything below (~15-20 min on 2 shared cores)
-    make bench ARGS="--only k1"                  # one or more parts: k1 k16 k64 acrobot atari rmac_million rmac_grid debug
+    make bench ARGS="--only k1"                  # one or more parts: k1 k16 k64 acrobot atari rmac_million rmac_grid ppo16 debug rmac_solver
 
 k1      `experiment=dqn_cartpole` (K = 1: Lightning, Hydra, loggers, run record) against
         `benchmarks/bare_dqn.py`, the plain PyTorch loop a researcher would write, identical
@@ -10,10 +10,14 @@ k16     wall time per solved seed of `experiment=dqn_cartpole_seeds` at K = 16 a
 k64     `experiment=dqn_cartpole` runs (seeds 0..4, measured once for both), with the K-agent run's
         time breakdown (act / env / learn / eval).
 acrobot `experiment=dqn_acrobot` at K = 16 against the same preset at K = 1 (solved: -100).
+ppo16   wall time per solved seed of `experiment=ppo_cartpole seeds_per_process=16` against single-seed
+        `experiment=ppo_cartpole` runs (seeds 0..n-1; solved: final deterministic mean >= 475; target <= 0.3x).
 atari   `experiment=dqn_atari device=cpu`, a short explicit budget: env steps/s over all agents at
         K = 4 against K = 1.
 debug   every preset with `trainer=debug device=cpu`, in seconds and as a multiple of
         `python -c "import torch"` timed alongside (`benchmarks/debug_presets.py`).
+rmac_solver  the one auction solver (`pipeline.games.solver`) against the symmetric solver it replaced
+        (read from git), alternately on the same inputs: time ratio (target <= 1.5x) and equality.
 
 The machine is shared and noisy, so k1 alternates the two implementations and keeps the best of
 `--repeats`, and every number that matters is a ratio of two runs of this invocation.
@@ -36,7 +40,7 @@ sys.path.insert(0, str(HERE))
 import bare_dqn  # noqa: E402
 import seed_batching  # noqa: E402
 
-PARTS = ("k1", "k16", "k64", "acrobot", "atari", "rmac_million", "rmac_grid", "debug")
+PARTS = ("k1", "k16", "k64", "acrobot", "atari", "rmac_million", "rmac_grid", "ppo16", "debug", "rmac_solver")
 # The default preset's hyperparameters, spelled out for the bare loop.
 SHARED = dict(
     hidden=(128, 128), lr=2.3e-3, adam_fused=True, gamma=0.99, batch_size=64, buffer_size=100_000,
@@ -117,6 +121,13 @@ def acrobot(k: int, single_seeds: int) -> dict:
     return result
 
 
+def ppo(k: int, single_seeds: int) -> dict:
+    result = seed_batching.measure(k=k, single_seeds=single_seeds, single_experiment="ppo_cartpole", batched_experiment="ppo_cartpole")
+    print(f"ppo{k}: CartPole-v1, experiment=ppo_cartpole, K={k} against K=1 (target <= 0.3x, >= 15/16 solved)")
+    print(seed_batching.summary_line(result))
+    return result
+
+
 def atari(k: int) -> dict:
     out: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -147,6 +158,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--single-seeds", type=int, default=5, help="k16/k64: single-seed CartPole runs (seeds 0..n-1)")
     parser.add_argument("--acrobot-single-seeds", type=int, default=2)
+    parser.add_argument("--ppo-single-seeds", type=int, default=2)
     parser.add_argument("--debug-repeats", type=int, default=3, help="debug: runs per preset, the median kept")
     parser.add_argument("--out", type=Path, default=Path("outputs/bench/results.json"))
     args = parser.parse_args(argv)
@@ -162,6 +174,8 @@ def main(argv: list[str] | None = None) -> None:
             single = results[f"k{k}"]["single"]  # measured once for both
     if "acrobot" in args.only:
         results["acrobot"] = acrobot(16, args.acrobot_single_seeds)
+    if "ppo16" in args.only:
+        results["ppo16"] = ppo(16, args.ppo_single_seeds)
     if "atari" in args.only:
         results["atari"] = atari(4)
     if "rmac_million" in args.only:
@@ -177,6 +191,10 @@ def main(argv: list[str] | None = None) -> None:
         import debug_presets
 
         results["debug"] = debug_presets.measure(repeats=args.debug_repeats)
+    if "rmac_solver" in args.only:
+        import rmac_solver
+
+        results["rmac_solver"] = rmac_solver.measure()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"results: {args.out}")

@@ -27,3 +27,14 @@ def sweep_dir(root: Path) -> Path:
     dirs = [p for p in (root / "outputs" / "multirun").glob("*/*") if p.is_dir()]
     assert len(dirs) == 1, dirs
     return dirs[0]
+
+
+def blank_border(path, pixels: int = 2) -> bool:
+    """Whether a PNG's outermost pixels are all background: a label or legend cut off at an edge leaves ink there."""
+    import numpy as np
+    from matplotlib import image as mpimg
+
+    rgb = mpimg.imread(path)[..., :3]
+    border = np.concatenate([rgb[:pixels].reshape(-1, 3), rgb[-pixels:].reshape(-1, 3),
+                             rgb[:, :pixels].reshape(-1, 3), rgb[:, -pixels:].reshape(-1, 3)])
+    return bool((border > 0.98).all())

@@ -81,7 +81,9 @@ def test_extra_trainer_arguments_pass_through():
     cfg = compose_with("experiment=supervised_digits", "+trainer.accumulate_grad_batches=2", "trainer.max_epochs=7")
     kwargs = trainer_kwargs(cfg)
     assert kwargs["accumulate_grad_batches"] == 2 and kwargs["max_epochs"] == 7
-    assert "debug" not in trainer_kwargs(compose_with("experiment=supervised_digits", "+trainer.debug=true"))
+    # trainer=debug is configuration now (conf/debug/), not a marker key: `trainer.debug` is no Trainer argument.
+    with pytest.raises(ConfigError, match="trainer.debug is not a Lightning Trainer argument"):
+        trainer_kwargs(compose_with("experiment=supervised_digits", "+trainer.debug=true"))
     L.Trainer(logger=False, **kwargs)  # every key is a real Trainer argument
 
 

@@ -86,6 +86,39 @@ def test_kill_9_then_ckpt_path_last_continues_a_dqn_run(tmp_path, batch):
     pd.testing.assert_frame_equal(curve.drop(columns=["perf/env_steps_per_s"]), ref_curve)
 
 
+PPO_ARGS = ("experiment=ppo_cartpole", "trainer.enable_progress_bar=false", "model.hidden=[32,32]")
+
+
+@pytest.mark.parametrize("batch", [(), ("seeds_per_process=2", "env=pendulum_tensor")], ids=["k1-cartpole", "k2-pendulum"])
+def test_kill_9_then_ckpt_path_last_continues_a_ppo_run_exactly(tmp_path, batch):
+    """PPO's declared state (weights, Adam, counters, evaluations, per-agent shuffles, the global RNG that draws its
+    actions, the envs mid-episode) brings a killed run to the end an uninterrupted one reaches, bitwise."""
+    budget = 25_600  # 100 iterations of 256 env steps per agent; a checkpoint every 10
+    args = (*PPO_ARGS, f"task.total_steps={budget}", "task.eval_every=5120", "checkpoint.every_steps=2560", *batch)
+    run_dir = tmp_path / "killed"
+    agent_dir = run_dir if not batch else run_dir / "seed1"
+    proc = start(*args, f"hydra.run.dir={run_dir}")
+    wait_for(lambda: (checkpoint_step(agent_dir) or 0) >= 5120, proc=proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, f"the run ended ({proc.returncode}) before the kill: raise the budget"
+    saved_at = read_result(agent_dir)["checkpoint"]["step"]
+    resumed = run_cli(*args, f"hydra.run.dir={run_dir}", "ckpt_path=last")
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    record = read_result(agent_dir)
+    assert record["status"] == "ok" and record["env_steps"] == budget
+    assert [s.get("from_step") for s in record["segments"]] == [None, saved_at]
+    reference = run_cli(*args, f"hydra.run.dir={tmp_path / 'reference'}")
+    assert reference.returncode == 0, reference.stdout[-2000:]
+    ref_dir = tmp_path / "reference" if not batch else tmp_path / "reference" / "seed1"
+    assert read_result(ref_dir)["metrics"] == record["metrics"]
+    assert read_result(ref_dir)["evaluations"] == record["evaluations"]
+    a, b = (torch.load(d / "model.pt", weights_only=True) for d in (ref_dir, agent_dir))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    curve, ref_curve = (pd.read_csv(d / "metrics.csv").drop(columns=["perf/env_steps_per_s"]) for d in (agent_dir, ref_dir))
+    pd.testing.assert_frame_equal(curve, ref_curve)
+
+
 def test_sigint_records_interrupted_and_the_printed_command_finishes_the_run(tmp_path):
     args = (*DQN, "task.total_steps=60000", f"hydra.run.dir={tmp_path}")
     proc = start(*args)
@@ -236,3 +269,142 @@ def test_a_batch_resumed_after_some_agents_stopped_ends_where_it_would_have(tmp_
         assert got["metrics"] == ref["metrics"] and got["early_stop"] == ref["early_stop"]
         a, b = (torch.load(d / f"seed{s}" / "model.pt", weights_only=True) for d in (tmp_path / "reference", run_dir))
         assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_sigterm_on_a_supervised_run_saves_the_last_finished_epoch_and_the_resume_continues(tmp_path):
+    """The policy never came due (checkpoint.every_s=3600): a SIGTERM mid-epoch still leaves a checkpoint of the
+    last finished epoch, the record names that epoch, and the printed command continues from it (not from 0)."""
+    args = ("experiment=supervised_digits", "trainer.max_epochs=40", "checkpoint.every_s=3600",
+            "trainer.enable_progress_bar=false", f"hydra.run.dir={tmp_path}")
+    proc = start(*args)
+
+    def epochs_done() -> int:
+        try:
+            return int(pd.read_csv(tmp_path / "metrics.csv").dropna(subset=["val/acc"])["step"].max()) + 1
+        except (OSError, ValueError, KeyError, pd.errors.EmptyDataError):
+            return 0
+
+    wait_for(lambda: epochs_done() >= 3, proc=proc)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 143, out[-2000:]
+    record = read_result(tmp_path)
+    step = record["interrupted"]["step"]
+    assert record["status"] == "interrupted" and isinstance(step, int) and step >= 2, record["interrupted"]
+    assert record["checkpoint"]["step"] == step and (tmp_path / "checkpoints" / "last.ckpt").is_file()
+    assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)["epoch"] == step
+    first_wall = record["wall_time_s"]
+    assert first_wall > 0 and record["segments"][0]["wall_time_s"] == first_wall
+    resumed = run_cli(*args, "ckpt_path=last")
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    record = read_result(tmp_path)
+    assert record["status"] == "ok" and [s["from_step"] for s in record["segments"]] == [None, step]
+    assert record["wall_time_s"] == pytest.approx(sum(s["wall_time_s"] for s in record["segments"]), abs=1e-3)
+    curve = pd.read_csv(tmp_path / "metrics.csv").dropna(subset=["val/acc"])
+    assert curve["step"].tolist() == list(range(40))
+
+
+@pytest.mark.parametrize("delay", [2.0, 5.0])
+def test_a_signal_in_the_first_seconds_is_honoured(tmp_path, delay):
+    """Started as a shell starts a background job (SIGINT ignored), SIGINT at any moment of start-up stops the
+    run: it exits 130 (before the run: no record; after: an interrupted record), never trains to the end.
+    (A signal in the interpreter's own start-up, before any line of ours runs, is the OS's to drop.)"""
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", *DQN, "task.total_steps=200000", f"hydra.run.dir={run_dir}"],
+        cwd=ROOT, env={**os.environ, "WANDB_MODE": "offline"}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=240)
+    assert proc.returncode == 130, out[-2000:]
+    if (run_dir / "result.json").is_file():
+        assert read_result(run_dir)["status"] == "interrupted"
+    else:
+        assert "before the run started" in out
+
+
+# Planted at interpreter start of a sweep job's child process: the child of the job whose dir says seed=1 is
+# killed before it can import anything of ours (as the OOM killer or a kill during imports would).
+_KILL_AT_START = (
+    "import os, signal\n"
+    "cmd = open('/proc/self/cmdline', 'rb').read().replace(b'\\0', b' ').decode()\n"
+    "if 'pipeline.runtime.job' in cmd and 'seed=1' in cmd and os.environ.get('PIPELINE_TEST_KILL_AT_START'):\n"
+    "    os.kill(os.getpid(), signal.SIGKILL)\n"
+)
+
+
+def test_a_sweep_job_killed_during_its_start_up_is_counted_and_resumed(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_KILL_AT_START)
+    sweep = tmp_path / "sweep"
+    args = ("-m", "experiment=dqn_cartpole", "trainer=debug", "seed=0,1", f"hydra.sweep.dir={sweep}")
+    env = {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]), "PIPELINE_TEST_KILL_AT_START": "1"}
+    proc = run_cli(*args, env=env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-2000:]
+    lines = [line for line in proc.stdout.strip().splitlines() if line.strip()]
+    assert lines[-1].startswith("finish the sweep with: python -m pipeline -m") and lines[-1].endswith("resume=true"), lines[-5:]
+    records = {r["seed"]: r for r in (json.loads(p.read_text()) for p in sweep.glob("*/result.json"))}
+    assert records[0]["status"] == "ok"
+    assert records[1]["status"] == "failed" and "SIGKILL" in records[1]["error"], records[1]
+    report = json.loads((sweep / "report" / "report.json").read_text())
+    (group,) = report["groups"].values()
+    assert group["n_ok"] == 1 and group["n_failed"] == 1
+    # The printed command, without the planted fault, finishes only the missing seed.
+    command = lines[-1].removeprefix("finish the sweep with: python -m pipeline ").split()
+    finish = run_cli(*command)
+    assert finish.returncode == 0, finish.stdout[-2000:] + finish.stderr[-2000:]
+    again = {r["seed"]: r for r in (json.loads(p.read_text()) for p in sweep.glob("*/result.json"))}
+    assert again[1]["status"] == "ok" and again[0]["segments"] == records[0]["segments"]
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 1.2 MB file system (tmpfs): room for a run's record and one checkpoint of supervised_digits, not two."""
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1200k", "tmpfs", str(mount)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("a small file system needs root and mount (tmpfs) here")
+    yield mount
+    subprocess.run(["umount", str(mount)], check=False)
+
+
+def test_a_full_disk_loses_nothing_finished_and_leaves_no_temp_files(tiny_disk):
+    run_dir = tiny_disk / "run"
+    proc = run_cli("experiment=supervised_digits", "trainer.max_epochs=5", "checkpoint.every_s=0",
+                   "trainer.enable_progress_bar=false", f"hydra.run.dir={run_dir}")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "Traceback" not in out, out[-3000:]
+    warnings = [line for line in out.splitlines() if "not saved" in line]
+    assert warnings and all("no space left on device" in line and str(run_dir / "checkpoints") in line for line in warnings)
+    assert read_result(run_dir)["status"] == "ok" and (run_dir / "model.pt").is_file()
+    assert sorted(p.name for p in run_dir.rglob("*.tmp")) == []
+    assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)["epoch"] == 0  # the one that fit
+
+
+def test_a_killed_sweep_leaves_no_orphan_training(tmp_path):
+    """kill -9 of the sweep's own process: its job's training process is told (SIGTERM), checkpoints, records
+    `interrupted` with the sweep's resume command, and ends instead of training on unseen."""
+    sweep = tmp_path / "sweep"
+    proc = start("-m", *DQN, "seed=0", "task.total_steps=400000", "checkpoint.every_steps=2048", f"hydra.sweep.dir={sweep}")
+    wait_for(lambda: any((checkpoint_step(d) or 0) >= 2048 for d in sweep.glob("0_*")), proc=proc, timeout=400)
+    (job_dir,) = sweep.glob("0_*")
+    child_pid = read_result(job_dir)["pid"]
+    proc.kill()
+    proc.wait()
+
+    def child_gone() -> bool:
+        try:
+            os.kill(child_pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    wait_for(child_gone, timeout=120)
+    record = read_result(job_dir)
+    assert record["status"] == "interrupted" and record["interrupted"]["signal"] == "SIGTERM", record.get("error")
+    assert record["interrupted"]["resume"].endswith("resume=true") and record["checkpoint"]["step"] >= 2048

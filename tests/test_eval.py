@@ -81,7 +81,8 @@ def test_seed_of_a_batch_uses_the_batch_config_and_its_seed(make_cfg, tmp_path, 
 @pytest.mark.parametrize(
     ("args", "says"),
     [(["/no/such/dir"], "no such run dir"), (["{run}", "episodes=0"], "episodes=0"), (["{run}", "colour=red"], "unknown option"),
-     (["{run}", "video=maybe"], "true or false")],
+     (["{run}", "video=maybe"], "true or false"), (["{run}", "device=tpu"], "device=tpu: choose cpu"),
+     *([] if torch.cuda.is_available() else [(["{run}", "device=cuda"], "no CUDA GPU; use device=cpu")])],
 )
 def test_bad_arguments_are_one_line(make_cfg, tmp_path, capsys, args, says):
     make_run_dir(make_cfg, tmp_path)
@@ -97,6 +98,14 @@ def test_a_run_without_an_env_is_refused(make_cfg, tmp_path, capsys):
     torch.save({}, tmp_path / "model.pt")
     assert eval_main([str(tmp_path)]) == 2
     assert "no environment" in capsys.readouterr().err
+
+
+def test_a_model_file_that_is_not_one_is_one_line(make_cfg, tmp_path, capsys):
+    make_run_dir(make_cfg, tmp_path)
+    (tmp_path / "model.pt").write_bytes(b"not a torch file at all")
+    assert eval_main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "model.pt" in err and "cannot be loaded" in err and len(err.strip().splitlines()) == 1
 
 
 def test_weights_that_do_not_fit_the_config_are_one_line(make_cfg, tmp_path, capsys):

@@ -27,6 +27,8 @@ def test_submitit_local_sweep_ends_in_records_and_a_report(tmp_path):
     # submitit ran each job in its own process, with its own submitit log folder.
     assert len({r["pid"] for r in records}) == 2
     assert list(sweep.rglob("*_log.out")), sorted(p.name for p in sweep.rglob("*"))[:20]
+    # The jobs ran in submitit's processes; their starts and ends reached this sweep's progress line.
+    assert "[2/2 done, 0 running, 0 failed, took " in proc.stdout
     (group,) = json.loads((sweep / "report" / "report.json").read_text())["groups"].values()
     assert group["n_ok"] == 2 and sorted(group["values"]) == sorted(r["metrics"]["test/acc"] for r in records)
 

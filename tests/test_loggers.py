@@ -147,3 +147,18 @@ def test_seed_batched_runs_publish_each_seed(tmp_path, monkeypatch):
         (run_record,) = [r.run for r in found if r.WhichOneof("record_type") == "run"]
         assert not any(t.startswith("sweep=") for t in run_record.tags)  # not in a sweep: no sweep tag
         assert [r.artifact.type for r in found if r.WhichOneof("record_type") == "artifact"] == ["model"]
+
+
+def test_an_unreachable_wandb_server_is_one_line_naming_offline_mode(tmp_path, monkeypatch):
+    """Online W&B with no server to talk to (a closed local port stands in for a missing network): the run is
+    refused within its init timeout in one line that names WANDB_MODE=offline, before any training."""
+    monkeypatch.setenv("WANDB_MODE", "online")
+    monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")  # the discard port: nothing listens there
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    with pytest.raises(RuntimeError) as caught:
+        build_loggers({"wandb": {"project": "p", "init_timeout": 3}}, tmp_path, run_name="r", group="g",
+                      job_type="DQNTask", seed=0, config={})
+    message = str(caught.value)
+    assert len(message.splitlines()) == 1 and "no network? use WANDB_MODE=offline" in message
+    assert "init_timeout (now 3 s)" in message  # how long it waited, and the knob for a slow network
+    assert wandb.run is None

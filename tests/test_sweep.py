@@ -20,6 +20,7 @@ def test_joblib_sweep_with_wandb_writes_report_and_offline_runs(tmp_path):
     jobs = sorted(p for p in sweep.iterdir() if (p / "result.json").is_file())
     assert [p.name for p in jobs] == ["0_seed=0,trainer=debug", "1_seed=1,trainer=debug", "2_seed=2,trainer=debug"]
     assert proc.stdout.count("[job ") == 3 and "report:" in proc.stdout
+    assert "[3/3 done, 0 running, 0 failed, took " in proc.stdout  # counted from the joblib workers' jobs
     results = [json.loads((job / "result.json").read_text()) for job in jobs]
     assert [r["seed"] for r in results] == [0, 1, 2] and {r["status"] for r in results} == {"ok"}
     report = json.loads((sweep / "report" / "report.json").read_text())
@@ -56,6 +57,11 @@ def test_failed_run_is_reported_and_resume_reruns_only_it(tmp_path):
     assert len(failed) == 2 and all("lr=1e+30" in name for name in failed)
     assert all("loss became" in results[name]["error"] for name in failed)
     assert "failed" in proc.stdout
+    # Progress in a log: each finished job's line is followed by the sweep's count so far; the last one says it all.
+    lines = proc.stdout.splitlines()
+    job_lines = [i for i, line in enumerate(lines) if line.startswith("[job ")]
+    assert [lines[i + 1].split(" done")[0] for i in job_lines] == ["[1/4", "[2/4", "[3/4", "[4/4"], proc.stdout
+    assert "[4/4 done, 0 running, 2 failed, took " in proc.stdout
     report = json.loads((sweep / "report" / "report.json").read_text())
     assert sum(g["n_failed"] for g in report["groups"].values()) == 2
     assert "loss became" in (sweep / "report" / "report.md").read_text()
@@ -72,3 +78,23 @@ def test_failed_run_is_reported_and_resume_reruns_only_it(tmp_path):
     for d, mtime in untouched.items():
         assert (d / "result.json").stat().st_mtime_ns == mtime, f"{d} should have been skipped"
     assert proc.stdout.count("[job ") == 4
+
+
+def test_a_sweep_in_a_dir_of_the_users_choosing_has_an_id(tmp_path, monkeypatch):
+    """The sweep id came from the default sweep dir's name (its resolver): with hydra.sweep.dir set, no resolver
+    ran and the runs' W&B `sweep=<id>` tag and `sweep_id` config were missing. The sweep's start makes it now."""
+    from omegaconf import OmegaConf
+
+    from pipeline.config.grouping import SWEEP_ENV, sweep_id
+    from pipeline.runtime.loggers import wandb_config, wandb_tags
+    from pipeline.sweep import SweepReportCallback
+
+    monkeypatch.delenv(SWEEP_ENV, raising=False)
+    assert sweep_id() is None
+    config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path / "my_sweep")}}, "resume": False})
+    SweepReportCallback().on_multirun_start(config)
+    uid = sweep_id()
+    assert uid and len(uid) == 6 and "my_sweep" not in uid
+    assert f"sweep={uid}" in wandb_tags(0, []) and wandb_config({})["sweep_id"] == uid
+    SweepReportCallback().on_multirun_start(config)  # a second call (a resumed start) keeps the id of this invocation
+    assert sweep_id() == uid

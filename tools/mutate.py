@@ -48,6 +48,9 @@ MODULES: dict[str, list[str]] = {
     "rl/gym_state.py": ["tests/rl/test_gym_state.py"],
     "rl/acting.py": ["tests/rl/test_acting.py"],
     "rl/envs.py": ["tests/rl/test_envs.py"],
+    "rl/ppo.py": ["tests/rl/test_ppo_pieces.py"],
+    "rl/pendulum_tensor.py": ["tests/rl/test_pendulum_tensor.py"],
+    "nets/actor_critic.py": ["tests/nets/test_actor_critic.py"],
     "nets/mlp.py": ["tests/nets/test_mlp.py"],
     "nets/heads.py": ["tests/nets/test_heads.py"],
     "nets/cnn.py": ["tests/nets/test_cnn.py"],
@@ -59,6 +62,8 @@ MODULES: dict[str, list[str]] = {
     "tasks/dqn.py": ["tests/tasks/test_dqn_units.py"],
     "tasks/supervised.py": ["tests/test_supervised_units.py"],
     "games/rmac.py": ["tests/games/test_rmac_units.py"],
+    # Not in STABLE yet: its equivalents (42 listed for the same code in rmac.py before the move) are to be re-identified.
+    "games/solver.py": ["tests/games/test_rmac_units.py"],
 }
 # Measured by default: the modules nobody is rewriting right now.
 STABLE = [

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
+import re
 import sys
-import uuid
 from pathlib import Path
 
 import hydra
@@ -15,25 +16,19 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from pipeline.config import checks as config_checks
 from pipeline.config.checks import ConfigError, check_group_overrides
+from pipeline.config.grouping import start_sweep_id
 from pipeline.runtime import quiet
 from pipeline.runtime.context import exit_status
+from pipeline.runtime.rundir import StoppedBeforeStart, honour_stop_signals_from_now
 from pipeline.store.layout import error_log_path, result_path
 from pipeline.store.record import summary_line
 
 log = logging.getLogger("pipeline")
 
 
-def _sweep_uid() -> str:
-    """One short random id per sweep invocation, shared with launcher worker processes via the environment."""
-    uid = os.environ.get("PIPELINE_SWEEP_UID")
-    if not uid:
-        uid = uuid.uuid4().hex[:6]
-        os.environ["PIPELINE_SWEEP_UID"] = uid
-    return uid
-
-
 if not OmegaConf.has_resolver("pipeline_uid"):
-    OmegaConf.register_new_resolver("pipeline_uid", _sweep_uid, use_cache=True)
+    # The default sweep dir's name carries the sweep's id (config.grouping.start_sweep_id).
+    OmegaConf.register_new_resolver("pipeline_uid", start_sweep_id, use_cache=True)
 
 
 @hydra.main(version_base="1.3", config_path="pkg://pipeline.conf", config_name="config")
@@ -47,7 +42,7 @@ def hydra_entry(cfg: DictConfig) -> list[dict]:
     try:
         records = hydra_job(cfg)
     except Exception as exc:
-        if type(exc).__name__ != "RunRefused" and not isinstance(exc, ConfigError):
+        if type(exc).__name__ not in ("RunRefused", "StoreWriteError") and not isinstance(exc, ConfigError):
             raise
         log.error(f"error: {exc}")
         exit_status.set(2 if isinstance(exc, ConfigError) else 1)
@@ -115,8 +110,12 @@ def _check_single_run_first(argv: list[str]) -> None:
     try:
         with initialize_config_module(config_module="pipeline.conf", version_base="1.3"):
             cfg = compose(config_name="config", overrides=argv, return_hydra_config=True)
-    except Exception:  # noqa: BLE001 - Hydra reports its own errors (with its hints) when it composes for real
-        return
+    except Exception as exc:  # noqa: BLE001 - Hydra reports its other errors (with its hints) when it composes for real
+        line = _unknown_key_line(str(exc), argv)
+        if line is None:
+            return
+        print(f"error: {line}", file=sys.stderr)
+        sys.exit(2)
     choices = config_checks.runtime_choices(cfg)
     run_dir = Path(str(cfg.hydra.run.dir))
     with open_dict(cfg):
@@ -130,11 +129,42 @@ def _check_single_run_first(argv: list[str]) -> None:
             sys.exit(1)
 
 
+def _unknown_key_line(message: str, argv: list[str]) -> str | None:
+    """Hydra's five lines for `optimizer.lrr=0.1` as one: the key, the closest real one, how to add a new key."""
+    match = re.match(r"Could not override '([^']+)'", message)
+    if match is None:
+        return None
+    key = match.group(1)
+    typed = next((a for a in argv if a.split("=", 1)[0].lstrip("+~") == key), key)
+    parent, _, leaf = key.rpartition(".")
+    rest = [a for a in argv if a is not typed]
+    try:
+        from hydra import compose, initialize_config_module
+
+        with initialize_config_module(config_module="pipeline.conf", version_base="1.3"):
+            node = OmegaConf.select(compose(config_name="config", overrides=rest), parent) if parent else None
+        known = [str(k) for k in node.keys()] if isinstance(node, DictConfig) else []
+    except Exception:  # noqa: BLE001 - the hint is a bonus; the line stands without it
+        known = []
+    close = difflib.get_close_matches(leaf, known, n=1)
+    hint = f"did you mean {parent + '.' if parent else ''}{close[0]}? " if close else ""
+    return f"{typed}: {parent or 'the config'} has no key {leaf!r}; {hint}to add a new key: +{typed.lstrip('+')}"
+
+
 def _user_config_dirs(argv: list[str]) -> bool:
     return any(a in ("--config-dir", "-cd", "--config-path", "-cp") or "searchpath" in a for a in argv)
 
 
 def main(argv: list[str] | None = None) -> None:
+    honour_stop_signals_from_now()
+    try:
+        _main(argv)
+    except StoppedBeforeStart as exc:
+        print(f"stopped by {exc} before the run started: no run record was written, nothing to resume", file=sys.stderr)
+        sys.exit(exc.exit_code)
+
+
+def _main(argv: list[str] | None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     quiet.install()
     # The `pipeline` console script imports the user's modules (a model or callback named by _target_)

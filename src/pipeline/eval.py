@@ -21,6 +21,20 @@ from pipeline.store.layout import EVAL_FILE
 USAGE = "usage: python -m pipeline.eval <run dir> [episodes=10] [video=false] [device=cpu] [seed=<first episode seed>]"
 
 
+def _device(requested: str) -> str:
+    """cpu, cuda, cuda:N, mps or auto, checked now: a device the machine lacks is one line, not a torch traceback."""
+    from pipeline.runtime.devices import DeviceError, resolve_accelerator
+
+    kind, _, index = requested.lower().partition(":")
+    if kind not in ("cpu", "cuda", "gpu", "mps", "auto") or (index and not index.isdigit()):
+        raise EvalError(f"device={requested}: choose cpu, cuda, cuda:<n>, mps or auto")
+    try:
+        resolved = resolve_accelerator(kind)
+    except DeviceError as exc:
+        raise EvalError(str(exc)) from None
+    return f"{resolved}:{index}" if index else resolved
+
+
 def parse_args(argv: list[str]) -> Options:
     paths = [a for a in argv if "=" not in a]
     if len(paths) != 1:
@@ -38,7 +52,7 @@ def parse_args(argv: list[str]) -> Options:
                     raise ValueError
                 options.video = value.lower() == "true"
             elif key == "device":
-                options.device = value
+                options.device = _device(value)
             elif key == "seed":
                 options.seed = int(value)
                 if options.seed < 0:

@@ -3,6 +3,8 @@
 - A sweep resumed (`hydra.sweep.dir=<dir> resume=true`) with other overrides than the ones its dir
   was made with is refused in one line naming the differing keys: mixing configurations in one
   sweep dir would silently add a second group and overwrite multirun.yaml.
+- While it runs, its progress ("[7/20 done, 3 running, 1 failed, ETA 4 min]", pipeline.sweep_progress): the
+  jobs, wherever the launcher runs them, write when they start and end into the sweep dir; this process shows it.
 - At the end the seed-distribution report is written over whatever finished, and when a job did not
   finish ok the command exits non-zero with, as its last line, the one command that finishes the sweep.
 """
@@ -10,6 +12,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -18,8 +21,11 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from pipeline.config.grouping import start_sweep_id
 from pipeline.runtime.context import exit_status
+from pipeline.runtime.job import RELAY_ENV
 from pipeline.store.record import read_records, summary_line
+from pipeline.sweep_progress import SweepProgress, job_ended, job_started, planned_jobs, start_sweep
 
 log = logging.getLogger("pipeline.sweep")
 
@@ -48,8 +54,36 @@ def sweep_command(config: DictConfig) -> str:
     return f"python -m pipeline -m {args} hydra.sweep.dir={shlex.quote(str(config.hydra.sweep.dir))} resume=true"
 
 
+def _multirun(config: DictConfig) -> bool:
+    return config.hydra.mode is not None and str(config.hydra.mode) == "RunMode.MULTIRUN"
+
+
 class SweepReportCallback(Callback):
+    _progress: SweepProgress | None = None
+
+    def __getstate__(self) -> dict:  # launchers pickle the callbacks for their workers: the display stays here
+        return {k: v for k, v in self.__dict__.items() if k != "_progress"}
+
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        # Before any job starts (and before hydra.sweep.dir resolves): with a sweep dir of the user's choosing no
+        # resolver asks for the id, and the runs' W&B `sweep=<id>` tag and `sweep_id` config would be missing.
+        start_sweep_id()
+        self._refuse_changed_resume(config)
+        sweep_dir = Path(config.hydra.sweep.dir)
+        start_sweep(sweep_dir, planned_jobs(config))
+        launcher = str(OmegaConf.select(config, "hydra.launcher._target_", default="") or "")
+        # A live line needs the terminal to itself: joblib's workers print their jobs' lines straight to it, so
+        # they get plain lines; the basic launcher's job processes send their output through this process.
+        live = sys.stdout.isatty() and "joblib" not in launcher.lower()
+        if live and launcher.endswith("BasicLauncher"):
+            os.environ[RELAY_ENV] = "1"
+        self._progress = SweepProgress(sweep_dir, live=live).start()
+
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if _multirun(config):
+            job_started(config.hydra.sweep.dir, config.hydra.job.num)
+
+    def _refuse_changed_resume(self, config: DictConfig) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         saved = sweep_dir / "multirun.yaml"
         if not (config.get("resume") and saved.is_file()):
@@ -67,18 +101,29 @@ class SweepReportCallback(Callback):
             sys.exit(2)
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
+        status = "failed"
         try:
             records = job_return.return_value
         except Exception as exc:  # the job raised past run(): still say so, and let the other seeds go on
             print(f"[job {job_return.hydra_cfg.hydra.job.num}] failed: {str(exc).splitlines()[0] if str(exc) else exc}", flush=True)
-            return
+            records = None
         if isinstance(records, dict):
             records = [records]
-        if isinstance(records, list) and config.hydra.mode is not None and str(config.hydra.mode) == "RunMode.MULTIRUN":
+        if isinstance(records, list) and _multirun(config):
             for record in records:
                 print(f"[job {config.hydra.job.num}] {summary_line(record)}", flush=True)
+            statuses = [str(r.get("status") if isinstance(r, dict) else getattr(r, "status", "failed")) for r in records]
+            status = next((s for s in statuses if s != "ok"), "ok") if statuses else "failed"
+        if _multirun(config):
+            job_ended(config.hydra.sweep.dir, config.hydra.job.num, status)
+            if self._progress is not None:  # the job ran in this process: its progress line follows its own line
+                self._progress.update()
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+        os.environ.pop(RELAY_ENV, None)
         sweep_dir = Path(config.hydra.sweep.dir)
         if not sweep_dir.is_dir():
             return

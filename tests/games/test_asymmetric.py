@@ -21,11 +21,11 @@ from pipeline.games.asymmetric import (
     highest_competing_bids,
     inverted_value_cdfs,
     second_price_from_cdfs,
-    win_probabilities,
 )
 from pipeline.games.auction import second_price_revenue, simulate_first_price_bids, welfare
 from pipeline.games.auction import truth as symmetric_truth
 from pipeline.games.rmac import predict_counterfactuals
+from pipeline.games.solver import win_probabilities
 
 SEEDS = range(5)
 
@@ -172,7 +172,7 @@ def test_win_probabilities_split_ties():
     """Bidder 0 bids 1 surely; bidders 1 and 2 bid 0 or 1 with equal odds: at bid 1 it beats both (1/4),
     ties one (1/2, wins half) or both (1/4, wins a third); at bid 0 it could only win a three-way tie."""
     pmfs = torch.tensor([[0.0, 1.0], [0.5, 0.5], [0.5, 0.5]], dtype=torch.float64)
-    win = win_probabilities(pmfs)
+    win = win_probabilities(pmfs, [1, 1, 1])
     assert win[0].tolist() == pytest.approx([0.25 / 3, 0.25 + 0.5 / 2 + 0.25 / 3])
     # Bidder 1 at bid 0 ties bidder 2 half the time but bidder 0 never bids 0: it never wins there.
     assert win[1].tolist() == pytest.approx([0.0, 0.5 * (1 / 3) + 0.5 * (1 / 2)])
@@ -180,8 +180,9 @@ def test_win_probabilities_split_ties():
 
 @pytest.mark.parametrize("tops", [(1.0, 2.0), (1.0, 1.5)])
 def test_first_price_solver_reproduces_the_closed_form(tops):
-    """True U[0, w1] x U[0, w2], no reserve: measured revenue within 0.0001, welfare 0.0014-0.0016 low
-    (fictitious play's average converges like 1/k; 0.0006 after 4,000 iterations)."""
+    """True U[0, w1] x U[0, w2], no reserve: measured with the one solver (1/k averaging) revenue 0.0003-0.0004
+    low, welfare 0.0019-0.0022 low (the two-solver code, which averaged the start in: within 0.0001 and
+    0.0014-0.0016 low); fictitious play's average converges like 1/k."""
     revenue, welfare_ = _first_price_truth(tops)
     found = first_price_from_cdfs([_uniform(w) for w in tops])
     assert found.revenue == pytest.approx(revenue, abs=1e-3)
@@ -191,7 +192,7 @@ def test_first_price_solver_reproduces_the_closed_form(tops):
 @pytest.mark.parametrize("n_bidders", [2, 3])
 @pytest.mark.parametrize("reserve", [0.0, 0.25, 0.5, 0.75])
 def test_first_price_solver_with_symmetric_bidders_is_revenue_equivalent(n_bidders, reserve):
-    """Symmetric U[0, 1] bidders: first price earns the second-price revenue and welfare (measured within 0.0006)."""
+    """Symmetric U[0, 1] bidders: first price earns the second-price revenue and welfare (measured within 0.00053)."""
     found = first_price_from_cdfs([_uniform(1.0)] * n_bidders, reserve)
     assert found.revenue == pytest.approx(second_price_revenue(n_bidders, reserve), abs=1e-3)
     assert found.welfare == pytest.approx(welfare(n_bidders, reserve), abs=1e-3)
@@ -200,8 +201,8 @@ def test_first_price_solver_with_symmetric_bidders_is_revenue_equivalent(n_bidde
 @pytest.mark.parametrize("tops, reserve", [((1.0, 2.0), 0.25), ((1.0, 2.0), 0.75), ((1.0, 1.5), 0.5)])
 def test_first_price_solver_with_a_reserve_matches_backward_shooting(tops, reserve):
     """Asymmetric bidders with a reserve: no revenue equivalence (second price earns 0.453 / 0.547 / 0.486
-    here), so the grid solver is held to the ODE solution; measured within 0.0004 (200 cells, 1,000
-    iterations). Revenue only: the shooting solution gives the bids, welfare would need another quadrature."""
+    here), so the grid solver is held to the ODE solution; measured within 0.00053 (200 cells, 1,000
+    iterations; +0.00053, -0.00037, 0.0000 in the order below). Revenue only: the shooting solution gives the bids, welfare would need another quadrature."""
     shooting = _shooting_first_price_revenue(tops, reserve)
     assert abs(shooting - _second_price_truth(reserve, tops)[0]) > 0.01  # revenue equivalence does fail here
     assert first_price_from_cdfs([_uniform(w) for w in tops], reserve).revenue == pytest.approx(shooting, abs=1e-3)
@@ -224,8 +225,12 @@ def test_table_from_logged_bids_matches_the_truth_and_the_logged_play():
 
 
 def test_bounds_on_symmetric_data_match_the_pooled_bounds():
-    """Both bidders U[0, 2] (5,000 auctions): the per-bidder bounds read like the symmetric path's pooled ones
-    (measured on seeds 0 and 1 within 0.04 at eps 0.001 and 0.02, the bounds themselves 0.1-0.9 wide)."""
+    """Both bidders U[0, 2] (5,000 auctions): the per-bidder bounds read like the symmetric path's pooled ones.
+    Measured on seeds 0 and 1 with the one solver: within 0.012 at eps 0.001 and 0.069 at eps 0.02 (second
+    price r = 0 upper, 1.267 against 1.198 on seed 0), the eps 0.02 bounds themselves 0.6-0.9 wide. Neither
+    is converged: Frank-Wolfe on these sets is start-dependent (that bound is 1.263 after 400 iterations from
+    the one solver's start, 1.235 from the two-solver code's, which averaged the start into the equilibrium);
+    a higher upper bound is the better optimum, not an error. Tolerances: 0.02 at eps 0.001, 0.08 at 0.02."""
     simulated = simulate_first_price_bids(10_000, 2, grid=None, generator=torch.Generator().manual_seed(0),
                                           value_scale=2.0)
     rules, epsilons = ["second_price_r0.0", "second_price_r1.0", "first_price_n2"], (0.001, 0.02)
@@ -235,7 +240,7 @@ def test_bounds_on_symmetric_data_match_the_pooled_bounds():
     assert clamps == []
     assert sorted(bounds) == sorted(k for k in pooled if "_eps" in k)
     for key, value in bounds.items():
-        assert value == pytest.approx(pooled[key], abs=0.05), key
+        assert value == pytest.approx(pooled[key], abs=0.02 if key.endswith("eps0.001") else 0.08), key
 
 
 def test_bounds_hold_the_point_and_the_truth_and_widen():

@@ -172,3 +172,49 @@ def test_unknown_bad_row_policy_is_refused(tmp_path):
 def test_save_rejects_incomplete_auctions(tmp_path):
     with pytest.raises(ValueError, match="auctions of 2"):
         save_bids_csv(tmp_path / "x.csv", torch.zeros(5), n_bidders=2)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Unbounded inputs: an error quotes a bounded amount, absurd sizes are refused before any work
+
+
+def test_a_huge_header_is_not_quoted_whole(tmp_path):
+    """No bid column among 1,000 fields, or in one field of 1 MB: the error names the count and a few names, cut
+    short; one line of 300,000 fields (a 200 MB one-line file has 30M) is refused before it is split into names."""
+    path = tmp_path / "no_bid.csv"
+    path.write_bytes(b",".join(b"x%d" % i for i in range(1000)) + b"\n0.5\n")
+    message = _one_line_error(path, r"no bid columns")
+    assert len(message) < 600 and "1000 columns" in message and "'x0'" in message
+    path.write_bytes(b"y" * 1_000_000)
+    message = _one_line_error(path, r"no bid columns")
+    assert len(message) < 600 and "1000000 characters" in message
+    path.write_bytes(b",".join(b"x%d" % i for i in range(300_000)))
+    message = _one_line_error(path, r"the header has 300000 fields")
+    assert len(message) < 600 and "'x0'" in message
+
+
+def test_a_huge_field_is_not_quoted_whole(tmp_path):
+    """A 1 MB token in a bid column: named by its line and cut to a few dozen characters in the message."""
+    path = _write(tmp_path, "bid\n" + "\n".join(map(str, _bids())) + "\n" + "z" * 1_000_000 + "\n")
+    message = _one_line_error(path, r"not a number", n_bidders=2)
+    assert len(message) < 600 and "line 62" in message and "1000000 characters" in message
+
+
+def test_absurd_bidder_counts_are_refused_with_the_limit(tmp_path):
+    """100,000 bid columns (one auction per row): refused with the limit and the reason, before the rows are split."""
+    header = ",".join(f"bid_{i}" for i in range(100_000))
+    path = _write(tmp_path, header + "\n" + ",".join(["0.5"] * 100_000) + "\n")
+    message = _one_line_error(path, r"the header has 100000 fields .*at most 100 bidders per auction")
+    assert len(message) < 600
+    wide = _write(tmp_path, ",".join(f"bid{i}" for i in range(1, 151)) + "\n" + ",".join(["0.5"] * 150) + "\n", "wide.csv")
+    assert "cost grows" in _one_line_error(wide, r"150 bidders \(bid1..bid150\): at most 100 ")
+    # The same limit for bidders named in a 'bidder' column, and for n_bidders.
+    rows = "\n".join(f"0,b{i},0.5" for i in range(150))
+    _one_line_error(_write(tmp_path, "auction_id,bidder,bid\n" + rows + "\n", "long.csv"), r"150 bidders .* at most 100 ")
+    _one_line_error(_write(tmp_path, "bid\n0.5\n", "one.csv"), r"n_bidders=101: at most 100 ", n_bidders=101)
+
+
+@pytest.mark.parametrize("n_bidders", [0, -2, 1])
+def test_too_few_bidders_are_one_line(tmp_path, n_bidders):
+    path = _write(tmp_path, "bid\n" + "\n".join(map(str, _bids())) + "\n")
+    _one_line_error(path, rf"n_bidders={n_bidders}: .*at least 2 bidders", n_bidders=n_bidders)

@@ -10,7 +10,6 @@ import torch
 
 from pipeline.games.auction import Rule, default_rules, parse_rule, simulate_first_price_bids, truth
 from pipeline.games.rmac import (
-    _smoothed_counts,
     choose_value_scale,
     clamp_bounds,
     counterfactual_table,
@@ -22,10 +21,13 @@ from pipeline.games.rmac import (
     predict_counterfactuals,
     realised_regret,
     result_key,
+    smoothed_counts,
+    truth_table,
+)
+from pipeline.games.solver import (
     solve_bounds,
     solve_equilibrium,
     statistic_value,
-    truth_table,
     win_and_payment,
     win_probability,
 )
@@ -150,7 +152,7 @@ def test_smoothed_bid_counts_have_no_bias_at_the_top():
     six cells against the exact cell masses. Measured relative errors <= 1.9e-4 (the reflected kernel density
     this replaced: -0.2% to -3.5%, growing towards the top); threshold 1e-3."""
     bids = 0.5 * _quantiles(100_000).sqrt()
-    counts, _ = _smoothed_counts(bids, 0.01, 51, 0.03)
+    counts, _ = smoothed_counts(bids, 0.01, 51, 0.03)
     centre = torch.arange(51, dtype=torch.float64) * 0.01
     low, high = (centre - 0.005).clamp(0, 0.5), (centre + 0.005).clamp(0, 0.5)
     exact = 100_000 * ((high / 0.5) ** 2 - (low / 0.5) ** 2)
@@ -171,7 +173,7 @@ def test_fictitious_play_reaches_the_equilibrium_on_uniform_types():
     types = (actions[1:] + actions[:-1]) / 2
     weights = torch.full((100,), 0.01, dtype=torch.float64)
     for name, n in [("second_price_r0.5", 2), ("first_price_n2", 2), ("first_price_n5", 5)]:
-        solution = solve_equilibrium(weights, types, parse_rule(name), n, actions, 0.01)
+        solution = solve_equilibrium(weights, types, parse_rule(name), n, actions)
         assert solution.revenue == pytest.approx(truth(name, 2), abs=2e-3)
         assert solution.regret < 1e-3
 
@@ -221,15 +223,23 @@ def test_bounds_contain_the_point_and_widen_with_epsilon(equilibrium_table):
 
 
 def test_raw_bounds_are_ordered_and_widen_with_epsilon_before_any_clamp(equilibrium_run):
-    """The optimiser's own numbers, not the clamped ones: a clamp that fires would hide its failure."""
+    """The optimiser's own numbers, not the clamped ones: a clamp that fires would hide its failure.
+
+    Measured gaps: every pair that differs differs by >= 0.068 (first against second epsilon of r = 0.9's lower
+    bounds), far above anything a CPU's floating-point kernels move; the pairs that do not differ reach the same
+    extreme (r = 0.9's lower bound at eps 0.005 and 0.02, both 0.00085; the zero revenue of r = 1.0 and of a lone
+    bidder), which another CPU may compute a rounding apart: they are compared with a slack of 1e-9."""
     raw, table = equilibrium_run.raw, equilibrium_run.table
+    slack = 1e-9
     for rule in RULES:
         point = table[f"cf/{rule}/point"]
         lower = [raw[f"cf/{rule}/lower_eps{eps_label(e)}"] for e in EPSILONS]
         upper = [raw[f"cf/{rule}/upper_eps{eps_label(e)}"] for e in EPSILONS]
-        assert all(lo <= point <= hi for lo, hi in zip(lower, upper)), (rule, lower, point, upper)
-        assert lower == sorted(lower, reverse=True) and upper == sorted(upper), (rule, lower, upper)
-    assert equilibrium_run.clamps == []
+        assert all(lo <= point + slack and point <= hi + slack for lo, hi in zip(lower, upper)), (rule, lower, point, upper)
+        assert all(a >= b - slack for a, b in zip(lower, lower[1:])), (rule, lower)
+        assert all(a <= b + slack for a, b in zip(upper, upper[1:])), (rule, upper)
+    # A clamp moves a number only by what the optimiser fell short; none fired here, beyond the slack.
+    assert all(abs(float(line.split("moved ")[1].split(",")[0])) <= slack for line in equilibrium_run.clamps)
 
 
 def test_a_clamp_that_fires_is_listed():
@@ -394,9 +404,9 @@ def test_one_bound_on_a_thousand_bids_runs():
     logged = fit_logged_auction(bids, 2)
     weights = torch.bincount(invert_types(logged, generator), minlength=logged.types.numel()).double() / 1000
     rule = parse_rule("second_price_r0.5")
-    start = solve_equilibrium(weights, logged.types, rule, 2, logged.actions, 0.01)
+    start = solve_equilibrium(weights, logged.types, rule, 2, logged.actions)
     began = time.perf_counter()
-    lower, upper = solve_bounds(logged, start, rule, 2, [0.001])
+    lower, upper = solve_bounds([logged], start, rule, 2, logged.actions, logged.types, [0.001])
     print(f"\none bound pair (lower and upper), N=1000, eps=0.001: {time.perf_counter() - began:.3f} s")
     assert lower.item() <= start.revenue <= upper.item()
 

@@ -390,7 +390,7 @@ def test_noisy_eval_is_deterministic_and_train_is_not():
 def test_make_ensemble_names_what_it_cannot_stack():
     with pytest.raises(
         ValueError,
-        match=r"^make_ensemble cannot stack Linear; it stacks MLP, DuelingQNet, NoisyQNet, AtariCNN: pick one",
+        match=r"^make_ensemble cannot stack Linear; it stacks MLP, DuelingQNet, NoisyQNet, AtariCNN, ActorCritic: pick one",
     ):
         make_ensemble(nn.Linear, SEEDS, (3,), N_ACTIONS)
     with pytest.raises(ValueError, match="^an ensemble needs at least one seed$"):

@@ -123,3 +123,17 @@ def test_describe_uses_sample_std():
     assert described["std"] == pytest.approx(((9 + 1 + 16) / 2) ** 0.5)
     assert described["median"] == 4.0
     assert stats.describe([3.0])["std"] == 0.0
+
+
+def test_rliable_says_nothing_on_the_log(caplog):
+    """rliable logs "Calculating estimates for ..." through absl at INFO; under Hydra (root at INFO) every
+    bootstrap printed it as a [HYDRA] line. Nothing of it reaches the log, and absl's own level is left as it was."""
+    import logging
+
+    caplog.set_level(logging.INFO)
+    before = logging.getLogger("absl").level
+    stats.interval_estimates([1.0, 2.0, 3.0, 4.0], reps=20)
+    stats.probability_of_improvement([1.0, 2.0], [0.5, 1.5], reps=20)
+    stats.performance_profile({"a": [1.0, 2.0], "b": [0.0, 3.0]}, np.linspace(0, 3, 5), reps=20)
+    assert [r.getMessage() for r in caplog.records if "Calculating estimates" in r.getMessage()] == []
+    assert logging.getLogger("absl").level == before

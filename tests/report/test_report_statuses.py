@@ -129,3 +129,13 @@ def test_a_lock_taken_after_its_pid_was_reused_is_not_a_live_owner(tmp_path):
     assert owner_alive({**me, "since": time.time()}) is True
     assert owner_alive({**me, "since": time.time() - 10 * 365 * 86400}) is False  # taken years before we started
     assert owner_alive({**me, "host": "another-host.invalid", "since": time.time()}) is None  # cannot be checked
+
+
+def test_a_record_that_says_running_is_running(tmp_path):
+    """A record written with status running (no lock to check) counts as running, and the report is partial."""
+    write_run(tmp_path / "0", seed=0, group=GROUP, value=1.0)
+    write_run(tmp_path / "1", seed=1, group=GROUP, value=None, status="running", error=None)
+    report = build_report([tmp_path], tmp_path / "out", reps=50)
+    g = report["groups"][GROUP]
+    assert report["partial"] is True and g["n_running"] == 1 and g["n_ok"] == 1
+    assert g["running"][0]["error"] == "still running: the report is partial"

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from rliable import library, metrics
 
 from pipeline.report import stats
-from pipeline.report.collect import RunRecord
+from pipeline.report.collect import ReportedRun
 from pipeline.report.summary import summarize
 
 # Scores of a realistic size: returns and accuracies, not 1e300 (whose sums overflow for any IQM).
@@ -189,9 +189,9 @@ def test_profile_thresholds_span_all_scores_and_pad_a_constant():
 ROOT = Path("/sweep")
 
 
-def _run(name: str, seed, value=None, status="ok", metric="test/acc", group="a", **result) -> RunRecord:
+def _run(name: str, seed, value=None, status="ok", metric="test/acc", group="a", **result) -> ReportedRun:
     metrics_ = {} if value is None else {metric: value}
-    return RunRecord(
+    return ReportedRun(
         dir=ROOT / name, input_root=ROOT,
         result={"group": group, "experiment": f"exp_{group}", "task": "supervised", "seed": seed, "status": status,
                 "primary_metric": metric, "metrics": metrics_, **result},
@@ -331,7 +331,7 @@ def test_seeds_sort_numerically_then_as_text_then_by_directory():
 
 
 def test_group_without_a_primary_metric_and_an_empty_threshold_list():
-    bare = RunRecord(dir=ROOT / "n/0", input_root=ROOT, result={"group": "n", "seed": 0, "status": "ok"})
+    bare = ReportedRun(dir=ROOT / "n/0", input_root=ROOT, result={"group": "n", "seed": 0, "status": "ok"})
     g = stats.group_stats("n", [bare], reps=20)
     assert g["primary_metric"] is None and g["values"] == [] and g["n_excluded"] == 1
     assert (g["iqm"], g["iqm_ci"], g["mean_ci"], g["ci_note"]) == (None, None, None, None)
@@ -362,7 +362,7 @@ def test_summarize_passes_its_reps_and_seed_everywhere_and_skips_lone_metrics():
 
 
 def test_rl_per_seed_entries_carry_time_to_threshold():
-    # An RL record is one with env_steps (pipeline.store.record.RunRecord.is_rl), as every DQN/CEM record has.
+    # An RL record is one with env_steps (pipeline.store.record.ReportedRun.is_rl), as every DQN/CEM record has.
     runs = [_run(f"r/{s}", s, 500.0, time_to_threshold_s=t, threshold=475.0, env_steps=40_000) for s, t in ((0, 12.5), (1, None))]
     per_seed = stats.group_stats("r", runs, reps=20)["per_seed"]
     assert per_seed["0"]["time_to_threshold_s"] == 12.5 and per_seed["1"]["time_to_threshold_s"] is None
@@ -380,7 +380,7 @@ def test_summarize_draws_the_curve_from_the_groups_valid_runs_only(tmp_path):
         run_dir.mkdir()
         rows = "\n".join(f"{10 * (i + 1)},{y}" for i, y in enumerate(ys))
         (run_dir / "metrics.csv").write_text("step,val/acc\n" + rows + "\n")
-        return RunRecord(dir=run_dir, input_root=tmp_path, result={
+        return ReportedRun(dir=run_dir, input_root=tmp_path, result={
             "group": "a", "seed": seed, "status": status, "primary_metric": "test/acc", "primary_curve": "val/acc",
             "metrics": {"test/acc": 0.5} if status == "ok" else {}, "error": None if status == "ok" else "boom"})
 

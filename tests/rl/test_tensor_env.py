@@ -232,3 +232,24 @@ def test_kept_envs_keep_their_state_clock_and_stream():
     for _ in range(8):  # on through new episodes, each from its own stream
         a, b = env.step(torch.tensor([0, 1])), reference.step(torch.tensor([1, 1, 0]))
         assert torch.equal(a.obs, b.obs[[2, 0]]) and torch.equal(a.done, b.done[[2, 0]])
+
+
+def test_a_reward_of_the_state_and_action_is_the_steps_reward_and_one_without_either_is_an_error():
+    class Paid(Walk):
+        def step_reward(self, rows, actions, terminated):
+            # The position the step started from, minus the action: known before and after the step.
+            return (rows[0] - actions.to(self.dtype)).to(torch.float32)
+
+    env = Paid(2)
+    env.reset([3, 4])
+    before = env.rows[0].clone()
+    step = env.step(torch.tensor([0, 1]))
+    assert torch.equal(step.reward, (before - torch.tensor([0.0, 1.0], dtype=torch.float64)).float())
+
+    class Unpaid(Walk):
+        reward = TensorEnv.reward
+
+    unpaid = Unpaid(1)
+    unpaid.reset([0])
+    with pytest.raises(NotImplementedError, match=r"^Unpaid defines neither reward\(terminated\) nor step_reward"):
+        unpaid.step(torch.zeros(1, dtype=torch.int64))

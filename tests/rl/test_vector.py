@@ -135,14 +135,12 @@ def test_tensor_backend_rows_are_the_tensor_env_seeded_per_agent():
 
 
 def test_bad_backend_choices_fail_with_one_line():
-    with pytest.raises(ValueError, match="no tensor form of MountainCar-v0; tensor envs: CartPole-v1, Acrobot-v1"):
+    with pytest.raises(ValueError, match="no tensor form of MountainCar-v0; tensor envs: CartPole-v1, Acrobot-v1, Pendulum-v1"):
         make_vector_env({"id": "MountainCar-v0", "backend": "tensor"}, [0], 1)
     with pytest.raises(ValueError, match="choose gym or tensor"):
         make_vector_env({"id": "CartPole-v1", "backend": "jax"}, [0], 1)
     with pytest.raises(ValueError, match=r"takes only env.kwargs.max_episode_steps; got \['render_mode'\]"):
         make_vector_env({**CARTPOLE_TENSOR, "kwargs": {"render_mode": "human"}}, [0], 1)
-    with pytest.raises(ValueError, match="needs a discrete action space"):
-        make_vector_env({"id": "Pendulum-v1"}, [0], 1)
 
 
 def test_evaluate_agents_matches_evaluate_greedy_per_agent():
@@ -337,7 +335,7 @@ def test_tensor_evaluation_takes_the_time_limit_and_dtype_and_returns_float64_on
 
 
 def test_without_a_tensor_form_the_choices_are_named():
-    message = r"^env.backend=tensor has no tensor form of MountainCar-v0; tensor envs: CartPole-v1, Acrobot-v1 \(or env.backend=gym\)$"
+    message = r"^env.backend=tensor has no tensor form of MountainCar-v0; tensor envs: CartPole-v1, Acrobot-v1, Pendulum-v1 \(or env.backend=gym\)$"
     cfg = {"id": "MountainCar-v0", "backend": "tensor"}
     with pytest.raises(ValueError, match=message):
         make_vector_env(cfg, [0], envs_per_agent=1)
@@ -445,3 +443,37 @@ def test_a_gym_vector_env_asked_before_reset_says_to_reset(n_agents):
     assert env.num_envs == n_agents
     env.reset()
     assert env.state_dict()["obs"].shape == (n_agents, 4)
+
+
+@pytest.mark.parametrize("backend", ["gym", "tensor"])
+@pytest.mark.parametrize("n_agents", [1, 3])
+def test_continuous_actions_step_both_backends_alike(backend, n_agents):
+    """Pendulum-v1: torques [N, 1] (beyond the bounds too: the env clips them), a Box action space and no action count.
+    Both backends start each env from its own states, so they are compared with each other through the physics:
+    each step's reward is the cost of the state the step started from."""
+    env = make_vector_env({"id": "Pendulum-v1", "backend": backend}, list(range(n_agents)), 1)
+    assert env.n_actions is None and env.action_space.shape == (1,) and float(env.action_space.high[0]) == 2.0
+    lo, hi = env.return_bounds
+    assert hi == 0.0 and lo == pytest.approx(-16.2736044 * 200, abs=1e-4)
+    obs = env.reset()
+    assert obs.shape == (n_agents, 3)
+    for t in range(5):
+        actions = torch.full((n_agents, 1), 3.0 if t % 2 else -0.5)
+        step = env.step(actions)
+        cos, sin, speed = obs.double().unbind(1)
+        theta = torch.atan2(sin, cos)
+        expected = -(theta**2 + 0.1 * speed**2 + 0.001 * actions[:, 0].clamp(-2, 2).double() ** 2)
+        # float32 observations: the angle to ~1e-7, so the cost to ~1e-6.
+        assert torch.allclose(step.reward.double(), expected, atol=1e-5), t
+        obs = step.obs
+    env.close()
+
+
+def test_evaluate_agents_plays_continuous_policies_on_both_backends():
+    def hang(obs: torch.Tensor) -> torch.Tensor:
+        assert obs.shape == (2, 3, 3)
+        return torch.zeros(2, 3, 1)
+
+    for backend in ("gym", "tensor"):
+        returns = evaluate_agents(hang, {"id": "Pendulum-v1", "backend": backend}, [0, 1], 3, 0)
+        assert returns.shape == (2, 3) and (returns < 0).all() and (returns > -16.3 * 200).all()

@@ -21,3 +21,33 @@ def test_cem_learns_cartpole_on_most_seeds(make_cfg, tmp_path):
         records.append(record)
     solved = [r for r in records if r["early_stop"] is not None and r["metrics"]["eval/return_mean"] >= 450]
     assert len(solved) >= 2, [(r["seed"], r["early_stop"], r["metrics"]["eval/return_mean"]) for r in records]
+
+
+def test_the_final_evaluation_runs_the_net_in_eval_mode_then_back(monkeypatch):
+    """CEM's one greedy evaluation (the final one) sees net.training False (dropout off); training mode after."""
+    import functools
+
+    import lightning as L
+    import torch
+
+    import pipeline.tasks.cem as cem
+    from pipeline.nets.mlp import MLP
+
+    task = cem.CEMTask.create(net=functools.partial(MLP, hidden=(8,), dropout=0.5), optimizer=torch.optim.Adam,
+                              env={"id": "CartPole-v1"}, episodes_per_batch=2, max_iterations=2, final_eval_episodes=2)
+    modes = []
+    real = cem.evaluate_greedy
+
+    def observed(policy, *args, **kwargs):
+        hook = task.net.register_forward_pre_hook(lambda mod, inp: modes.append(mod.training))
+        try:
+            return real(policy, *args, **kwargs)
+        finally:
+            hook.remove()
+
+    monkeypatch.setattr(cem, "evaluate_greedy", observed)
+    trainer = L.Trainer(accelerator="cpu", max_epochs=1, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False)
+    (metrics,) = task.fit_and_evaluate(trainer, None, None)
+    assert modes and not any(modes) and task.net.training
+    assert metrics["train/iterations"] == 2.0

@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 from pipeline.config.checks import ConfigError
 from pipeline.runtime.run import check_task, task_config
 from pipeline.tasks.base import Task
+from pipeline.tasks.configs import SCHEMAS
 
 TASK_YAMLS = sorted(p.name for p in (files("pipeline.conf") / "task").iterdir() if p.name.endswith(".yaml"))
 
@@ -20,7 +21,10 @@ def test_each_shipped_task_config_is_its_dataclass_with_the_same_defaults(name):
     node = OmegaConf.to_container(OmegaConf.load(str(files("pipeline.conf") / "task" / name)))
     cls = get_class(node.pop("_target_"))
     assert issubclass(cls, Task)
+    if name.removesuffix(".yaml") in SCHEMAS:  # the torch-free schemas name the task they belong to
+        assert cls.Config is SCHEMAS[name.removesuffix(".yaml")]
     defaults = dataclasses.asdict(cls.Config())
+    assert defaults.pop("_target_", cls.__module__ + "." + cls.__name__) == cls.__module__ + "." + cls.__name__
     # The YAML lists every hyperparameter (so --cfg job shows them all), with the dataclass's defaults:
     # a task built by hand (Task.create) behaves as one built from the shipped config.
     assert set(node) == set(defaults)

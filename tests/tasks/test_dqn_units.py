@@ -561,7 +561,8 @@ def test_logged_rows_and_the_shared_batch_rows():
         tr = trainer(logger=CurveLogger(shared), log_every_n_steps=1)
         task.curves = [CurveLog(f"/nonexistent-rows-{k}-{i}.csv", flush_every_s=NEVER) for i in range(k)]
         metrics = task.fit_and_evaluate(tr, None, None)
-        assert tr.progress_bar_metrics == {"env_step": 240.0}  # the progress bar shows env steps, not the loggers
+        # The progress bar counts env steps of the budget from task.progress(); nothing is logged for it per step.
+        assert tr.progress_bar_metrics == {} and task.progress()[:3] == (240, 240, "env steps")
         rows = task.curves[0].rows
         assert {s for s, r in rows.items() if "train/epsilon" in r} == {96, 192, 240}
         for step in (96, 192, 240):
@@ -648,6 +649,51 @@ def test_the_record_of_each_agent():
     assert same(member(task.agents_net, 1), member(task.net, 1), atol=0)  # at the end, every learning agent is recorded
 
 
+def noisy_net(in_features, out_features):
+    return NoisyQNet(in_features, out_features, hidden=(8,), sigma0=2.0)
+
+
+@pytest.mark.parametrize("env", [TENSOR, GYM])
+def test_greedy_evaluation_of_a_noisy_net_ignores_the_noise_draw(env):
+    """Evaluations are greedy: a noisy net is evaluated on its mean weights, so its returns cannot depend on the noise."""
+    task = make(k=2, env=env, net=noisy_net)
+    draws = []
+    for noise_seed in (1, 2, 3):
+        task.net.reset_noise([torch.Generator().manual_seed(noise_seed * 10 + i) for i in range(2)])
+        draws.append(task.greedy_returns(task.net, [0, 1], 4, EVAL_SEED_OFFSET))
+    assert all(np.array_equal(draws[0], d) for d in draws[1:])
+    # the same as a plain evaluation of the noise-free (eval mode) net
+    task.net.eval()
+    expected = evaluate_agents(lambda obs: task.net(obs).argmax(-1), env, task.agent_seeds, 4, EVAL_SEED_OFFSET)
+    assert np.array_equal(draws[0], expected.double().numpy())
+
+
+@pytest.mark.parametrize("net", [noisy_net, lambda in_features, out_features: MLP(in_features, out_features, hidden=(8,), dropout=0.5)], ids=["noisy", "dropout"])
+def test_every_evaluation_runs_the_net_in_eval_mode_and_training_resumes_in_train_mode(monkeypatch, net):
+    """In-training evaluations, the stop rule's and the final one see net.training False; the learning net is back
+    in train mode after each (noise and dropout on for acting and learning)."""
+    import pipeline.tasks.dqn as dqn
+
+    task = make(k=2, net=net, total_steps=64, eval_every=16, stop_at_return=10**6)
+    modes, train_modes_after = [], []
+    real = dqn.evaluate_agents
+
+    def observed(policy, *args, **kwargs):
+        hooks = [m.register_forward_pre_hook(lambda mod, inp: modes.append(mod.training)) for m in (task.net, task.agents_net)]
+        try:
+            return real(policy, *args, **kwargs)
+        finally:
+            for h in hooks:
+                h.remove()
+            train_modes_after.append(task.net.training)
+
+    monkeypatch.setattr(dqn, "evaluate_agents", observed)
+    fit(task)
+    assert len(train_modes_after) == 4 + 1  # an evaluation every 16 of 64 env steps, and the final one
+    assert modes and not any(modes)
+    assert all(train_modes_after)
+
+
 # ---- checkpoints ---------------------------------------------------------------------------------
 
 
@@ -674,7 +720,7 @@ def test_a_resumed_run_continues_exactly(k, env):
     whole = make(**hp)
     fit(whole)
     state = stopped_at(48, breakdown={"earlier_segment": 2.5}, **hp)  # after 3 scheduler steps: mid-period
-    assert state["env_steps"] == 48 and state["replay"] is not None and state["format"] == "pipeline.dqn/2"
+    assert state["progress"]["env_steps"] == 48 and state["replay"] is not None and state["format"] == "pipeline.dqn/3"
     resumed = make(**hp)
     resumed.load_checkpoint_state(state)
     assert resumed.resume_step == 48
@@ -763,7 +809,7 @@ def test_a_finished_run_is_not_trained_again_and_bad_checkpoints_are_refused():
     again.load_checkpoint_state(state)
     metrics = fit(again)  # only the final evaluation: no env, no buffer
     assert not hasattr(again, "buffer") and len(metrics) == 2 and again.stop_step == [32, 32]
-    with pytest.raises(ValueError, match="checkpoint format 'other' is not 'pipeline.dqn/2'"):
+    with pytest.raises(ValueError, match="checkpoint format 'other' is not 'pipeline.dqn/3'"):
         make(k=2).load_checkpoint_state({**state, "format": "other"})
     state = stopped_at(16, k=3, total_steps=32)
     with pytest.raises(ValueError, match=r"^checkpoint holds seeds 0\.\.2 \(3 agents\), this run has 1\.\.3; "

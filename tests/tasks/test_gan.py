@@ -14,7 +14,8 @@ from pipeline.data.digit_images import DigitImagesDataModule
 from pipeline.nets.gan import DCGAN, MLPGAN
 from pipeline.runtime.run import run
 from pipeline.tasks import gan_metrics
-from pipeline.tasks.gan import ClassifierSettings, GANTask, image_grid
+from pipeline.tasks.configs import ClassifierSettings
+from pipeline.tasks.gan import GANTask, image_grid
 from pipeline_testing import read_result
 
 SHORT = ("experiment=gan_digits", "trainer.enable_progress_bar=false", "task.log_every_n_steps=3")
@@ -331,6 +332,12 @@ def test_resume_continues_counters_and_keeps_start_scores(make_cfg, tmp_path):
     assert second["status"] == "ok", second["error"]
     assert second["iterations"] == 2 * PER_EPOCH
     assert second["metrics"]["eval/inception_score_start"] == first["metrics"]["eval/inception_score_start"]
+    # and ends bitwise where a run of 2 epochs in one go ends (noise, dropout and the data order draw from the
+    # global RNG, which the checkpoint holds)
+    (straight,) = run(make_cfg(*SHORT, "trainer.max_epochs=2"), tmp_path / "straight")
+    resumed_weights, straight_weights = torch.load(tmp_path / "model.pt"), torch.load(tmp_path / "straight" / "model.pt")
+    assert all(torch.equal(resumed_weights[k], straight_weights[k]) for k in straight_weights)
+    assert second["metrics"]["eval/inception_score"] == straight["metrics"]["eval/inception_score"]
 
 
 def test_dcgan_and_least_squares_compose_and_run(make_cfg, tmp_path):

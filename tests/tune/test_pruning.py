@@ -103,7 +103,7 @@ def test_the_pruner_sees_every_agent_when_some_have_stopped():
     """K=3 DQN agents that do not learn (each evaluation repeats): the best one reaches stop_at_return at the first
     evaluation and stops; at the next evaluations the pruner still sees it, at its last evaluation."""
     def make(stop):
-        return DQNTask(env={"id": "CartPole-v1", "backend": "tensor", "dtype": "float64"}, n_agents=3, total_steps=96,
+        return DQNTask.create(env={"id": "CartPole-v1", "backend": "tensor", "dtype": "float64"}, n_agents=3, total_steps=96,
                        train_frequency=16, gradient_steps=1, batch_size=8, learning_starts=10**9, eval_every=32,
                        eval_episodes=2, final_eval_episodes=1, log_every=10**9, buffer_size=1000, eps_duration=32,
                        optimizer=lambda p: torch.optim.SGD(p, lr=0.05), loss=torch.nn.SmoothL1Loss(),

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import math
 
+import matplotlib
+import numpy as np
 import optuna
 import pytest
 
@@ -13,6 +15,7 @@ from pipeline.tune.objective import collect, rank, rank_trials, secondary_value,
 from pipeline.tune.plots import MIN_IMPORTANCE_TRIALS, write_plots
 from pipeline.tune.space import TuneError
 from pipeline.tune.summary import confirm_outcome
+from pipeline_testing import blank_border
 
 SEEDS = [10, 11, 12, 13]
 
@@ -138,3 +141,26 @@ def test_no_importance_plot_from_a_handful_of_trials(tmp_path):
     warnings = []
     made = write_plots(study_of(MIN_IMPORTANCE_TRIALS), [], None, tmp_path, warnings)
     assert "parameter importances" in made and warnings == []
+
+
+@pytest.mark.parametrize("n", [2, 5, 12])
+def test_no_tuning_plot_is_cut_off(tmp_path, n):
+    """The tuner's figures at 2, 5 and 12 confirmed candidates (and 14 trials: importances drawn)."""
+    rng = np.random.default_rng(n)
+    dists = {"optimizer.lr": optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True),
+             "task.gradient_steps": optuna.distributions.CategoricalDistribution([16, 32, 64]),
+             "task.target_update_every": optuna.distributions.IntDistribution(100, 2000)}
+    study = optuna.create_study(direction="maximize")
+    for _ in range(14):
+        params = {"optimizer.lr": float(10 ** rng.uniform(-4, -2)), "task.gradient_steps": int(rng.choice([16, 32, 64])),
+                  "task.target_update_every": int(rng.integers(100, 2000))}
+        study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=float(rng.uniform(100, 500))))
+    candidates = [{"label": f"trial{7 * i}", "primary_scores": list(rng.uniform(300, 500, 10))} for i in range(n)]
+    preset = {"primary_scores": list(rng.uniform(300, 500, 10)), "primary_metric": "eval/return_mean"}
+    warnings: list[str] = []
+    style = matplotlib.rcParams["axes.facecolor"]
+    made = write_plots(study, candidates, preset, tmp_path, warnings)
+    assert matplotlib.rcParams["axes.facecolor"] == style  # Optuna's ggplot style stays inside the call
+    assert set(made) == {"optimization history", "parameter importances", "confirmed scores"} and warnings == []
+    for file in made.values():
+        assert blank_border(tmp_path / file), f"{file} with {n} candidates: something reaches the edge"

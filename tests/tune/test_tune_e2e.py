@@ -77,11 +77,17 @@ def test_bad_input_is_one_line(tmp_path):
     for args, message in [
         (["optimizer.lrr=interval(1e-3, 1e-1)"], "search space: unknown parameter 'optimizer.lrr'"),
         (["optimizer.lr=interval(1e-3, 1e-1)", "hydra.sweeper.seeds=0"], "hydra.sweeper.seeds=0: a trial needs at least one seed"),
+        (["optimizer.lr=interval(1e-1, 1e-3)"], "is empty; the first bound must be below the second"),
+        (["optimizer.lr=interval(1e-3, 1e-1)", "hydra.sweeper.storage=postgresql://u:p@127.0.0.1:1/none"],
+         "hydra.sweeper.storage=postgresql://u:p@127.0.0.1:1/none: cannot open it"),
+        (["optimizer.lr=interval(1e-3, 1e-1)", "hydra.sweeper.storage=optuna.db"], "hydra.sweeper.storage=optuna.db: not a database URL"),
+        (["optimizer.lr=interval(1e-3, 1e-1)", "hydra.sweeper.objective=auc"], "hydra.sweeper.objective=auc needs an RL task"),
     ]:
         proc = run_cli("-m", *SMALL, *args, f"hydra.sweep.dir={tmp_path / 'sweep'}")
-        assert proc.returncode != 0
-        lines = [line for line in proc.stderr.splitlines() if message in line]
-        assert len(lines) == 1, proc.stderr[-2000:]
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        # One line: the message, and no traceback around it.
+        assert [line for line in proc.stderr.splitlines() if line.strip()] == [f"error: {proc.stderr.split('error: ', 1)[1].strip()}"]
+        assert message in proc.stderr, proc.stderr[-2000:]
 
 
 def _worker(tmp_path, i, url):
@@ -141,3 +147,37 @@ def test_resume_reruns_a_trial_left_running_and_k_jobs_per_trial(tmp_path):
         assert records[0]["config"]["data.grid"] == pytest.approx(t.params["data.grid"])
         # two seeds: nothing is trimmed, the IQM is their mean
         assert t.value == pytest.approx(sum(r["metrics"][r["primary_metric"]] for r in records) / 2)
+
+
+def test_resumed_study_draws_new_parameters(tmp_path):
+    # The same sampler seed on resume would redraw the parameters already tried; the seed moves on with the history.
+    sweep = tmp_path / "sweep"
+    args = ["-m", *SMALL, "trainer=debug", "isolate_jobs=false", "optimizer.lr=tag(log, interval(1e-4, 1e-1))",
+            "hydra.sweeper.sampler=random", "hydra.sweeper.seeds=1", "hydra.sweeper.confirm_top=0", f"hydra.sweep.dir={sweep}"]
+    assert run_cli(*args, "hydra.sweeper.n_trials=2").returncode == 0
+    proc = run_cli(*args, "hydra.sweeper.n_trials=4", "resume=true")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    trials = _study(sweep).trials
+    assert len(trials) == 4 and len({t.params["optimizer.lr"] for t in trials}) == 4, [t.params for t in trials]
+
+
+def test_a_dead_workers_trial_is_failed_and_run_again_without_resume(tmp_path):
+    # kill -9 of a worker mid-trial leaves its trial RUNNING; a worker on the same study (here: the same
+    # command again, no resume=true) sees its heartbeat go stale, marks it FAIL and runs its parameters again.
+    url = f"sqlite:///{tmp_path}/shared.db"
+    args = ["-m", *SMALL, "trainer=debug", "isolate_jobs=false", "optimizer.lr=tag(log, interval(1e-4, 1e-1))",
+            "hydra.sweeper.seeds=1", "hydra.sweeper.confirm_top=0", "hydra.sweeper.pruner=none", "hydra.sweeper.heartbeat_s=1",
+            f"hydra.sweeper.storage={url}", "hydra.sweeper.study_name=shared", "hydra.sweeper.n_trials=2"]
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = optuna.storages.RDBStorage(url, heartbeat_interval=1)
+    study = optuna.create_study(study_name="shared", storage=storage, direction="maximize")
+    killed = study.ask({"optimizer.lr": optuna.distributions.FloatDistribution(1e-4, 1e-1, log=True)})
+    storage.record_heartbeat(killed._trial_id)  # its worker beat once, then died (kill -9)
+    proc = run_cli(*args, f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    trials = optuna.load_study(study_name="shared", storage=url).trials
+    assert trials[0].state == optuna.trial.TrialState.FAIL  # not RUNNING forever
+    done = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(done) == 2  # the failed trial does not count toward n_trials
+    assert [t.params for t in done if t.user_attrs.get("rerun_of") == 0] == [killed.params]
+    assert "[trial 0] its worker stopped answering" in proc.stdout

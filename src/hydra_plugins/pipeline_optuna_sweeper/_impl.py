@@ -19,6 +19,13 @@ from pipeline.tune.study import tell
 
 log = logging.getLogger("pipeline.tune")
 
+# Objectives that read an RL run's evaluations.
+RL_OBJECTIVES = ("time_to_threshold", "auc")
+# A worker records a heartbeat for its running trials every hydra.sweeper.heartbeat_s; a trial whose
+# heartbeat is older than STALE_BEATS of them belongs to a dead worker (kill -9, scancel, node failure): it
+# is marked FAIL and its parameters are enqueued again, so no trial stays RUNNING forever and none is lost.
+STALE_BEATS = 3
+
 # Tasks that train K seeds in one process (seeds_per_process=K); others run K launcher jobs per trial.
 BATCHABLE = ("DQNTask", "SupervisedTask")
 
@@ -42,10 +49,15 @@ class SeedDistributionSearch:
         s = self.s
         if int(s.seeds) < 1:
             raise TuneError(f"hydra.sweeper.seeds={s.seeds}: a trial needs at least one seed (five or more for a fair comparison)")
+        if s.get("heartbeat_s") is not None and int(s.heartbeat_s) < 1:
+            raise TuneError(f"hydra.sweeper.heartbeat_s={s.heartbeat_s}: give a number of seconds >= 1")
         if int(s.n_trials) < 1:
             raise TuneError(f"hydra.sweeper.n_trials={s.n_trials}: run at least one trial")
         if s.objective not in OBJECTIVES:
             raise TuneError(f"hydra.sweeper.objective={s.objective}: choose one of: {', '.join(OBJECTIVES)}")
+        if s.objective in RL_OBJECTIVES and not self.config.get("env"):
+            raise TuneError(f"hydra.sweeper.objective={s.objective} needs an RL task (it reads evaluations over env steps); "
+                            f"{self.config.name} has no environment: use iqm, ci_low or mean")
         if str(s.get("tie_break") or "auto") not in TIE_BREAKS:
             raise TuneError(f"hydra.sweeper.tie_break={s.tie_break}: choose one of: {', '.join(TIE_BREAKS)}")
         if s.direction not in ("auto", "maximize", "minimize"):
@@ -116,17 +128,21 @@ class SeedDistributionSearch:
         quiet_optuna()
         self.maximize = self._maximize()
         url = self._storage_url()
-        storage = open_storage(url)
+        self.heartbeat_s = int(self.s.get("heartbeat_s") or 20)
+        storage = open_storage(url, heartbeat_interval=self.heartbeat_s, grace_period=STALE_BEATS * self.heartbeat_s,
+                               heartbeat_stale_trial_callback=_run_again)
         name = str(self.s.study_name or self.config.name)
-        # Workers on one shared study must not draw the same parameters from equally seeded samplers.
-        sampler_seed = int(self.s.seed) + (os.getpid() if self.s.storage else 0)
         self.warmup = self._warmup_steps()
         pruner = make_pruner(str(self.s.pruner), int(self.s.pruner_startup_trials), self.warmup)
         study = optuna.create_study(
             study_name=name, storage=storage, load_if_exists=True, pruner=pruner,
-            sampler=make_sampler(str(self.s.sampler), sampler_seed, self.space),
             direction="maximize" if self.maximize else "minimize",
         )
+        # Workers on one shared study must not draw the same parameters from equally seeded samplers, and a
+        # resumed study must not redraw the parameters it already tried: the seed moves on with its history.
+        tried = len(study.get_trials(deepcopy=False))
+        study.sampler = make_sampler(str(self.s.sampler), int(self.s.seed) + tried + (os.getpid() if self.s.storage else 0),
+                                     self.space)
         if study.direction != (optuna.study.StudyDirection.MAXIMIZE if self.maximize else optuna.study.StudyDirection.MINIMIZE):
             raise TuneError(f"study {name!r} in {url} has direction {study.direction.name.lower()}; set hydra.sweeper.direction to match or pick another study_name")
         self.study, self.url, self.name = study, url, name
@@ -136,12 +152,20 @@ class SeedDistributionSearch:
             n_trials = min(n_trials, math.prod(len(p.grid_values()) for p in self.space))
         print(f"tuning {name}: {n_trials} trials x {k} seeds ({'one process per trial' if self.batched else f'{k} jobs per trial'}), "
               f"objective {self.s.objective} ({'max' if self.maximize else 'min'}imize), study in {url}", flush=True)
-        while (left := n_trials - self._taken()) > 0:
-            self._run_trials(min(int(self.s.n_jobs), left))
+        while True:
+            while (left := n_trials - self._taken()) > 0:
+                optuna.storages.fail_stale_trials(study)
+                self._run_trials(min(int(self.s.n_jobs), left))
+            if not self._others_running():
+                break
 
         from pipeline.tune.summary import write_tune
 
-        confirmed = self._confirm() if int(self.s.confirm_top) > 0 else {}
+        confirmed = {}
+        if int(self.s.confirm_top) > 0:
+            if not self._last_worker():
+                return None
+            confirmed = self._confirm()
         out = write_tune(self, confirmed)
         print(f"tune: {out / 'tune.md'}", flush=True)
         return None
@@ -149,8 +173,9 @@ class SeedDistributionSearch:
     def _taken(self) -> int:
         from optuna.trial import TrialState
 
-        return sum(1 for t in self.study.get_trials(deepcopy=False)
-                   if t.state != TrialState.WAITING and not t.user_attrs.get("interrupted"))
+        # A FAIL trial was interrupted (its worker killed; a failed seed is a COMPLETE trial with the worst
+        # value): its parameters were enqueued again, so it does not count.
+        return sum(1 for t in self.study.get_trials(deepcopy=False) if t.state not in (TrialState.WAITING, TrialState.FAIL))
 
     def _resume_or_enqueue(self) -> None:
         from optuna.trial import TrialState
@@ -167,8 +192,47 @@ class SeedDistributionSearch:
             if t.state == TrialState.RUNNING:
                 self.study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
                 tell(self.study, t.number, state=TrialState.FAIL)
-                self.study.enqueue_trial(t.params)
+                self.study.enqueue_trial(t.params, user_attrs={"rerun_of": t.number})
                 print(f"[trial {t.number}] interrupted earlier: its parameters run again", flush=True)
+
+    def _others_running(self) -> bool:
+        """On a shared study, wait while other workers' trials run: one whose worker died goes stale, is
+        failed and enqueued again (True: run it here). False once no trial runs."""
+        import time
+
+        import optuna
+        from optuna.trial import TrialState
+
+        if not self.s.storage:
+            return False
+        said = False
+        while True:
+            optuna.storages.fail_stale_trials(self.study)
+            if self._taken() < int(self.s.n_trials):
+                return True
+            if not any(t.state == TrialState.RUNNING for t in self.study.get_trials(deepcopy=False)):
+                return False
+            if not said:
+                print(f"waiting for the other workers' trials on study {self.name!r}", flush=True)
+                said = True
+            time.sleep(self.heartbeat_s)
+
+    def _last_worker(self) -> bool:
+        """With workers sharing a study, the confirmation runs once: the first worker to claim it runs it
+        (the database's unique study names make the claim atomic); the others say so and end."""
+        import time
+
+        import optuna
+
+        if not self.s.storage:
+            return True
+        try:
+            optuna.create_study(study_name=f"{self.name}.confirmation", storage=self.url,
+                                load_if_exists=False).set_user_attr("by", f"{os.uname().nodename}:{os.getpid()} {time.time()}")
+        except optuna.exceptions.DuplicatedStudyError:
+            print(f"worker done; the confirmation of study {self.name!r} is run by another worker", flush=True)
+            return False
+        return True
 
     def _trial_cfg(self, number: int) -> dict:
         return {"storage": self.url, "study_name": self.name, "number": number, "pruner": str(self.s.pruner),
@@ -186,7 +250,8 @@ class SeedDistributionSearch:
             trial.set_user_attr("seeds", self.tune_seeds)
             jobs += self._jobs(self._param_overrides(self.space, trial.params), self.tune_seeds, subdir,
                                self._trial_cfg(trial.number) if can_prune else None)
-        self._launch(jobs)
+        with _Heartbeat(self.study, trials, self.heartbeat_s):
+            self._launch(jobs)
         for trial in trials:
             self._tell(trial)
 
@@ -241,3 +306,41 @@ class SeedDistributionSearch:
         print(f"confirming {', '.join(labels)} on fresh seeds {self.confirm_seeds[0]}-{self.confirm_seeds[-1]}", flush=True)
         self._launch(jobs)
         return {label: self.sweep_dir / "confirm" / label for label in labels}
+
+
+def _run_again(study, trial) -> None:
+    """Optuna's stale-trial callback (the trial is FAIL already): its parameters run again as a new trial."""
+    study.enqueue_trial(trial.params, user_attrs={"rerun_of": trial.number}, skip_if_exists=False)
+    print(f"[trial {trial.number}] its worker stopped answering (no heartbeat): marked FAIL, its parameters "
+          "run again", flush=True)
+
+
+class _Heartbeat:
+    """Records the heartbeat of this worker's running trials while their jobs train (Optuna does it only
+    inside study.optimize; the tuner asks and tells itself)."""
+
+    def __init__(self, study, trials, every_s: int) -> None:
+        import threading
+
+        self.every_s = every_s
+        self.storage, self.ids = study._storage, [t._trial_id for t in trials]
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._beat, daemon=True)
+
+    def _beat(self) -> None:
+        while True:
+            for trial_id in self.ids:
+                try:
+                    self.storage.record_heartbeat(trial_id)
+                except Exception as exc:  # the database away for a moment: the next beat tries again
+                    log.warning(f"tuner heartbeat not recorded: {str(exc).splitlines()[0] if str(exc) else exc}")
+            if self.stop.wait(self.every_s):
+                return
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join(5)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from hydra.plugins.sweeper import Sweeper
@@ -19,4 +20,11 @@ class OptunaSweeper(Sweeper):
         self._impl = SeedDistributionSearch(self.settings, hydra_context, task_function, config)
 
     def sweep(self, arguments: list[str]) -> Any:
-        return self._impl.sweep(arguments)
+        from pipeline.config.checks import ConfigError
+        from pipeline.tune.space import TuneError
+
+        try:
+            return self._impl.sweep(arguments)
+        except (TuneError, ConfigError) as exc:  # a set-up error is one line, not Hydra's traceback
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+            sys.exit(2)

@@ -169,6 +169,15 @@ def _check_numbers(cfg: DictConfig) -> None:
     gamma = OmegaConf.select(cfg, "task.gamma", default=None)
     if isinstance(gamma, int | float) and not isinstance(gamma, bool) and not 0 <= gamma <= 1:
         raise ConfigError(f"task.gamma={gamma}: a discount factor lies in [0, 1]; e.g. task.gamma=0.99")
+    for key, example in (("checkpoint.every_s", "checkpoint.every_s=60"), ("checkpoint.every_steps", "checkpoint.every_steps=10000")):
+        value = OmegaConf.select(cfg, key, default=None)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value < 0:
+            raise ConfigError(f"{key}={value}: a checkpoint interval is >= 0 (null: not by this measure); e.g. {example}, "
+                              f"or checkpoint.enabled=false for no periodic checkpoints")
+    threads = OmegaConf.select(cfg, "device.num_threads", default=None)
+    if threads is not None and (not _is_int(threads) or threads < 1):
+        raise ConfigError(f"device.num_threads={threads}: the CPU thread count is a whole number >= 1 (null: torch's default); "
+                          f"e.g. device.num_threads=1")
     model = cfg.get("model") or {}
     for key, widths in model.items():
         if not str(key).endswith("hidden") or not isinstance(widths, ListConfig | list):
@@ -211,8 +220,8 @@ def runtime_choices(cfg: DictConfig) -> dict:
 
 def check_values(cfg: DictConfig, choices: Mapping[str, str | None] | None = None) -> None:
     """Refuse, with one line naming the key and the fix, values no run could use: a seed that is not a whole
-    number in [0, 2^32), seeds_per_process < 1, task.gamma outside [0, 1], a layer width < 1, a key a group
-    would silently ignore (`+device.x=1`, `+callbacks.x=1`), a trainer key the pipeline sets from another group.
+    number in [0, 2^32), seeds_per_process < 1, task.gamma outside [0, 1], a layer width < 1, a negative checkpoint
+    interval, device.num_threads < 1, a key a group would silently ignore (`+device.x=1`, `+callbacks.x=1`), a trainer key the pipeline sets from another group.
     Also fills a removed optional group (`~scheduler`) with its `none` option."""
     choices = runtime_choices(cfg) if choices is None else choices
     _check_seed(cfg)

@@ -128,5 +128,18 @@ def differences(configs: Mapping[str, Mapping[str, Any]], choices: Mapping[str, 
 
 
 def sweep_id() -> str | None:
-    """The id the CLI gives one sweep invocation (cli._sweep_uid), or None outside a sweep."""
+    """The id of this sweep invocation (start_sweep_id), or None outside a sweep."""
     return os.environ.get(SWEEP_ENV) or None
+
+
+def start_sweep_id() -> str:
+    """One short random id per sweep invocation, made once (when the sweep starts, or when the default sweep dir's
+    name asks for it, whichever is first) and shared with launcher workers and their jobs through the environment.
+    It comes from the sweep, not from its dir's name: a sweep in a dir of the user's choosing has one too."""
+    uid = sweep_id()
+    if not uid:
+        import uuid
+
+        uid = uuid.uuid4().hex[:6]
+        os.environ[SWEEP_ENV] = uid
+    return uid

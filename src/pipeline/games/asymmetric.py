@@ -16,7 +16,7 @@ on a bid grid with one type distribution and one mixed strategy per bidder, each
 to the product of the OTHER bidders' bid CDFs (ties split at random). Only rules with the logged
 number of bidders are solved: with another number nobody says whose values the new bidders have.
 
-Robust bounds (`asymmetric_bounds`): the RMAC bounds of `pipeline.games.rmac.solve_bounds` with one
+Robust bounds (`asymmetric_bounds`): the RMAC bounds of `pipeline.games.solver.solve_bounds` with one
 population per bidder: each logged bid of bidder i takes a type for which it has regret <= eps
 against i's own highest competing bid, and a new-game bid with regret <= eps against the other
 bidders' bid distributions (never the pooled, symmetric bounds).
@@ -29,32 +29,27 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from pipeline.games.auction import Rule, parse_rule
 from pipeline.games.rmac import (
-    _TIE_PULL,
-    _TOL,
-    DEFAULT_ITERS,
     LoggedAuction,
     ValueScale,
-    _cap_types,
-    _interp,
-    _nice,
-    _product_of_others,
+    cap_types,
     default_bandwidth,
-    equilibrium_guess,
     first_order_values,
     fit_logged_auction,
+    interp,
+    nice_step,
     reported_bounds,
     result_key,
     second_price_from_cdfs,
     type_grid,
     value_type_weights,
 )
+from pipeline.games.rules import Rule, parse_rule
+from pipeline.games.solver import DEFAULT_ITERS, Equilibrium, solve_bounds, solve_equilibrium
 
 NOT_ESTIMATED = (
     "first-price rules with another number of bidders than the logged one are not estimated for asymmetric "
@@ -187,138 +182,13 @@ def _inversions(
 # First price (second price needs no game: `pipeline.games.rmac.second_price_from_cdfs`)
 
 
-def win_probabilities(pmfs: Tensor) -> Tensor:
-    """(..., bidders, A): P(bidder i wins with grid bid a) when each other bidder j bids from its own ``pmfs[..., j, :]``.
-
-    Ties split at random: with the others below a (probability q_j) or tied at a (p_j), bidder i wins
-    with probability sum over the tied sets S of prod_{j in S} p_j prod_{j not in S} q_j / (|S| + 1),
-    from the coefficients of prod_j (q_j + p_j z).
-    """
-    below = (pmfs.cumsum(-1) - pmfs).clamp_min(0.0)
-    n = pmfs.shape[-2]
-    out = []
-    for i in range(n):
-        coefficients = [torch.ones_like(pmfs[..., 0, :])]  # of z^0, z^1, ...
-        for j in range(n):
-            if j == i:
-                continue
-            grown = [c * below[..., j, :] for c in coefficients] + [torch.zeros_like(pmfs[..., 0, :])]
-            for k, c in enumerate(coefficients):
-                grown[k + 1] = grown[k + 1] + c * pmfs[..., j, :]
-            coefficients = grown
-        out.append(sum(c / (k + 1) for k, c in enumerate(coefficients)))
-    return torch.stack(out, -2)
-
-
-def win_and_payment(pmfs: Tensor, rule: Rule, actions: Tensor) -> tuple[Tensor, Tensor]:
-    """(win, pay), each (..., bidders, A): each bidder's probability of winning and expected payment at each grid
-    bid, the others bidding from their own ``pmfs`` (..., bidders, A).
-
-    First price pays the bid. Second price with reserve r pays max(r, highest other bid), the bid on a
-    tie (as `pipeline.games.rmac.win_and_payment`, with the others' product of CDFs in place of a power).
-    A bid below the reserve never wins.
-    """
-    win = win_probabilities(pmfs)
-    allowed = actions >= rule.reserve - 1e-9 * float(actions[-1])
-    if rule.kind == "first_price":
-        return win * allowed, actions * win * allowed
-    cdf = pmfs.cumsum(-1).clamp(0.0, 1.0)
-    below = (cdf - pmfs).clamp_min(0.0)
-    highest_below = _product_of_others(below)
-    highest_pmf = _product_of_others(cdf) - highest_below
-    price = actions.clamp_min(rule.reserve)
-    paid_below = torch.cumsum(highest_pmf * price, -1) - highest_pmf * price
-    pay = paid_below + (win - highest_below).clamp_min(0.0) * actions
-    return win * allowed, pay * allowed
-
-
-def statistic_value(pmfs: Tensor, value_mass: Tensor, win: Tensor, pay: Tensor, statistic: str) -> Tensor:
-    """Expected revenue (sum_i E[payment_i]) or welfare (sum_i E[v_i 1{i wins}]) of a profile (..., bidders, A)."""
-    if statistic == "revenue":
-        return (pmfs * pay).sum((-1, -2))
-    return (value_mass * win).sum((-1, -2))
-
-
-@dataclass
-class AsymmetricEquilibrium:
-    """A fictitious-play solution of an asymmetric auction on a grid."""
-
-    strategy: Tensor  # (bidders, T, A) each type's average over the whole history of its best responses
-    pmf: Tensor  # (bidders, A) each bidder's bid distribution
-    value_mass: Tensor  # (bidders, A) each bidder's mass of type * 1{bid = a}
-    regret: float  # expected regret of the average strategies, summed over bidders (0 = exact)
-    revenue: float
-    welfare: float
-
-    def value(self, statistic: str) -> float:
-        return self.revenue if statistic == "revenue" else self.welfare
-
-
-def grid_equilibrium(
-    type_weights: Tensor,
-    types: Tensor,
-    actions: Tensor,
-    rule: Rule,
-    n_iters: int = FIRST_PRICE_ITERS,
-    tolerance: float = 1e-7,
-) -> AsymmetricEquilibrium:
-    """The ``rule``'s equilibrium for bidders with their own type distributions, by fictitious play.
-
-    ``type_weights`` (bidders, T): each bidder's mass on the common ``types`` (T,); ``actions`` (A,)
-    the bid grid. Second price starts from bidding the value; first price from the symmetric-style
-    guess against the highest of the others' values (`pipeline.games.rmac.equilibrium_guess` with the
-    others' maximum as the one opponent). Then at every iteration each type of each bidder
-    best-responds to the others' current average bid distributions (`win_and_payment`) and the
-    average over the whole history (the start included) moves 1/(k + 1) towards it. Stops early once
-    the expected regret is below ``tolerance`` (checked every 25 iterations). Revenue = the expected
-    payments, welfare = sum_i E[v_i 1{i wins}].
-    """
-    n, n_types = type_weights.shape
-    n_actions = actions.numel()
-    reserve = rule.reserve
-    pull = _TIE_PULL * (types[:, None] - actions[None, :]).abs()
-    rows = torch.arange(n_types, device=actions.device)
-    value_cdf = type_weights.cumsum(1)
-    strategy = torch.zeros(n, n_types, n_actions, dtype=actions.dtype, device=actions.device)
-    for i in range(n):
-        if rule.kind == "second_price":
-            guess = types.clone()
-        else:
-            others = torch.cat([value_cdf[:i], value_cdf[i + 1:]]).prod(0)
-            highest_other = torch.diff(others, prepend=others.new_zeros(1))
-            guess = equilibrium_guess(highest_other, types, rule, 2)
-        guess = torch.where(types >= reserve, guess.clamp_min(reserve), types.new_zeros(()))
-        index = torch.searchsorted(actions, guess - 1e-9 * float(actions[-1])).clamp_max(n_actions - 1)
-        strategy[i, rows, index] = 1.0
-
-    def utility(win: Tensor, pay: Tensor) -> Tensor:  # (bidders, T, A)
-        return types[None, :, None] * win[:, None, :] - pay[:, None, :]
-
-    def expected_regret(u: Tensor) -> float:
-        loss = u.max(2, keepdim=True).values - u
-        return float((type_weights[:, :, None] * strategy * loss).sum())
-
-    pmf = torch.einsum("it,ita->ia", type_weights, strategy)
-    for k in range(1, n_iters + 1):
-        u = utility(*win_and_payment(pmf, rule, actions))
-        if k % 25 == 0 and expected_regret(u) < tolerance:
-            break
-        best = (u - pull).argmax(2)  # (bidders, T)
-        strategy.mul_(1 - 1 / (k + 1))
-        strategy.scatter_add_(2, best[:, :, None], torch.full_like(best[:, :, None], 1 / (k + 1), dtype=actions.dtype))
-        pmf = torch.einsum("it,ita->ia", type_weights, strategy)
-    win, pay = win_and_payment(pmf, rule, actions)
-    value_mass = torch.einsum("it,t,ita->ia", type_weights, types, strategy)
-    revenue = float(statistic_value(pmf, value_mass, win, pay, "revenue"))
-    welfare = float(statistic_value(pmf, value_mass, win, pay, "welfare"))
-    return AsymmetricEquilibrium(strategy, pmf, value_mass, expected_regret(utility(win, pay)), revenue, welfare)
-
-
 def first_price_equilibrium(
     type_weights: Tensor, types: Tensor, actions: Tensor, reserve: float = 0.0, n_iters: int = FIRST_PRICE_ITERS,
-) -> AsymmetricEquilibrium:
-    """First price with ``reserve`` (`grid_equilibrium`)."""
-    return grid_equilibrium(type_weights, types, actions, Rule("first_price", reserve=reserve), n_iters)
+) -> Equilibrium:
+    """First price with ``reserve`` for one bidder per row of ``type_weights`` (bidders, T): `solve_equilibrium`
+    with every bidder its own population."""
+    bidders = [1] * type_weights.shape[0]
+    return solve_equilibrium(type_weights, types, Rule("first_price", reserve=reserve), bidders, actions, n_iters)
 
 
 def first_price_grid(top: float, cells: int = FIRST_PRICE_CELLS, reserve: float = 0.0, device=None) -> tuple[Tensor, Tensor]:
@@ -337,7 +207,7 @@ def first_price_grid(top: float, cells: int = FIRST_PRICE_CELLS, reserve: float 
 def first_price_from_cdfs(
     cdfs: Sequence[tuple[Tensor, Tensor]], reserve: float = 0.0, cells: int = FIRST_PRICE_CELLS,
     n_iters: int = FIRST_PRICE_ITERS,
-) -> AsymmetricEquilibrium:
+) -> Equilibrium:
     """First price for bidders with these value CDFs ((values, cdf) points), their mass binned into the
     type cells of a grid up to the largest value (`first_price_grid`, `value_type_weights`)."""
     top = max(float(values[-1]) for values, _ in cdfs)
@@ -355,63 +225,10 @@ def _point_mask(logged: LoggedAuction, values: Tensor, bids: Tensor, max_type: f
     [v(lower edge), v(upper edge)] of the bid's grid cell, v through (bids, values) (internal units)."""
     step = logged.step
     edges = torch.stack([logged.class_bid - 0.5, logged.class_bid + 0.5]).double() * step
-    v_low, v_high = (_interp(e, bids, values) for e in edges)
+    v_low, v_high = (interp(e, bids, values) for e in edges)
     cell_low, cell_high = logged.actions[:-1], logged.actions[1:]
     mask = (cell_high[None, :] > v_low[:, None]) & (cell_low[None, :] <= v_high[:, None])
-    return _cap_types(mask, logged.types, max_type)
-
-
-def solve_asymmetric_bounds(
-    logged: Sequence[LoggedAuction],
-    point_masks: Sequence[Tensor],
-    start: AsymmetricEquilibrium,
-    rule: Rule,
-    epsilons: Sequence[float],
-    statistic: str = "revenue",
-    n_iters: int = DEFAULT_ITERS,
-) -> tuple[Tensor, Tensor]:
-    """Lowest and highest statistic over epsilon-consistent types and epsilon-equilibrium play, per epsilon.
-
-    `pipeline.games.rmac.solve_bounds` with one population per bidder: each distinct logged bid of
-    bidder j (``logged[j]``, inverted against j's own highest competing bid) takes a type whose regret
-    for it is <= eps there (or one of the point's, ``point_masks[j]``), and a new-game bid whose regret
-    for that type is <= eps against the OTHER bidders' current bid distributions; Frank-Wolfe steps of
-    1/(k + 1) towards the (type, bid) choices that move the linearised statistic most, from ``start``.
-    Returns ``(lower, upper)``, each (len(epsilons),).
-    """
-    actions, types = logged[0].actions, logged[0].types
-    eps = actions.new_tensor([float(e) for e in epsilons for _ in (0, 1)])
-    sign = actions.new_tensor([-1.0, 1.0] * len(epsilons))
-    batch = eps.numel()
-    old_ok = [torch.stack([one.consistent(float(e)) for e in eps.tolist()]) | mask
-              for one, mask in zip(logged, point_masks)]  # per bidder (B, C_j, T)
-    pmf = start.pmf.expand(batch, -1, -1).clone()
-    value_mass = start.value_mass.expand(batch, -1, -1).clone()
-    for k in range(1, n_iters + 1):
-        p = pmf.detach().requires_grad_(True)
-        v = value_mass.detach().requires_grad_(True)
-        win, pay = win_and_payment(p, rule, actions)
-        grad_p, grad_v = torch.autograd.grad(statistic_value(p, v, win, pay, statistic).sum(), (p, v),
-                                             allow_unused=True)
-        with torch.no_grad():
-            grad_v = torch.zeros_like(v) if grad_v is None else grad_v
-            utility = types[:, None] * win.detach()[:, :, None, :] - pay.detach()[:, :, None, :]  # (B, n, T, A)
-            new_ok = utility.max(-1, keepdim=True).values - utility <= eps[:, None, None, None] + _TOL
-            score = sign[:, None, None, None] * (grad_p[:, :, None, :] + types[:, None] * grad_v[:, :, None, :])
-            best_score, best_bid = score.masked_fill(~new_ok, -math.inf).max(-1)  # (B, n, T)
-            target_pmf, target_value = torch.zeros_like(pmf), torch.zeros_like(pmf)
-            for j, one in enumerate(logged):
-                chosen_type = best_score[:, j, None, :].masked_fill(~old_ok[j], -math.inf).argmax(-1)  # (B, C_j)
-                chosen_bid = best_bid[:, j].gather(1, chosen_type)
-                weight = one.class_weight.expand(batch, -1)
-                target_pmf[:, j].scatter_add_(1, chosen_bid, weight)
-                target_value[:, j].scatter_add_(1, chosen_bid, weight * types[chosen_type])
-            step = 1.0 / (k + 1)
-            pmf = pmf + step * (target_pmf - pmf)
-            value_mass = value_mass + step * (target_value - value_mass)
-    with torch.no_grad():
-        values = statistic_value(pmf, value_mass, *win_and_payment(pmf, rule, actions), statistic)
-    return values[0::2], values[1::2]
+    return cap_types(mask, logged.types, max_type)
 
 
 def asymmetric_bounds(
@@ -429,18 +246,18 @@ def asymmetric_bounds(
     """``<prefix>/<rule>/lower_eps<e>`` and ``upper_eps<e>`` for every statistic and every rule that ``points``
     (`asymmetric_table`) has a point for, and the clamps (as `pipeline.games.rmac.predict_counterfactuals`' ``clamps``).
 
-    The grid: step ``grid`` of the value unit (`pipeline.games.rmac._nice` of the largest inverted
+    The grid: step ``grid`` of the value unit (`pipeline.games.rmac.nice_step` of the largest inverted
     value, or ``scale``'s), types up to ``headroom`` times that value, so that bids shaded more than
     the inversion implies stay epsilon-consistent with their true values. Each bidder's logged game is
     `pipeline.games.rmac.fit_logged_auction` against its own highest competing bids. The bounds start
-    from the grid equilibrium (`grid_equilibrium`) of the point's per-bidder value distributions, whose
+    from the grid equilibrium (`pipeline.games.solver.solve_equilibrium`) of the point's per-bidder value distributions, whose
     types are added to every epsilon's consistent set; each reported bound is then forced around the
     point and monotone in epsilon (`pipeline.games.rmac.clamp_bounds`), every change listed.
     """
     table = torch.as_tensor(table, dtype=torch.float64).to(device)
     inversions = _inversions(table, max_value=None if scale is None else scale.top * scale.unit)
     top_value = max(float(values[-1]) for values, _, _ in inversions)
-    unit = scale.unit if scale is not None else _nice(grid * top_value) / grid
+    unit = scale.unit if scale is not None else nice_step(grid * top_value) / grid
     top = math.ceil(top_value / unit * headroom / grid - 1e-9) * grid
     competing = highest_competing_bids(table)
     logged = [fit_logged_auction(table[:, j] / unit, 2, grid, device, top=top, opponents=competing[:, j] / unit)
@@ -459,11 +276,12 @@ def asymmetric_bounds(
         if not todo or not epsilons:
             continue
         inside = Rule(rule.kind, reserve=rule.reserve / unit)
-        start = grid_equilibrium(weights, types, actions, inside)
+        bidders = [1] * len(logged)  # every bidder its own population
+        start = solve_equilibrium(weights, types, inside, bidders, actions, FIRST_PRICE_ITERS)
         for statistic in todo:
             point = points[result_key(rule, "point", statistic)]
-            lower, upper = solve_asymmetric_bounds(logged, masks, start, inside, [e / unit for e in epsilons],
-                                                   statistic, n_iters)
+            lower, upper = solve_bounds(logged, start, inside, bidders, actions, types, [e / unit for e in epsilons],
+                                        statistic, n_iters, masks)
             reported, _, lines = reported_bounds(rule, statistic, epsilons, point, lower * unit, upper * unit,
                                                  top_value)
             out |= reported
@@ -488,7 +306,7 @@ def asymmetric_table(
     cells = max(FIRST_PRICE_CELLS, int(math.ceil(1 / grid - 1e-9)))
     out: dict[str, float] = {}
     skipped: list[str] = []
-    first_price: AsymmetricEquilibrium | None = None
+    first_price: Equilibrium | None = None
     for name in rules:
         rule: Rule = parse_rule(name)
         if rule.n_bidders not in (None, table.shape[1]):

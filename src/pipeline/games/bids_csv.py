@@ -35,6 +35,14 @@ from torch import Tensor
 
 MIN_BIDS = 50
 MAX_NAMED = 5
+# The most bidders per auction a log may have. Why a limit: the estimator's cost grows fast with it (for unlike
+# bidders each bidder's tie polynomial runs over all the others, ~n^3 tensor operations per solver iteration, and
+# the inversion builds an (auctions, n, n) table of competing bids; for alike bidders the binomial coefficients
+# C(n - 1, k) overflow float64 near n = 1,030), while first-price logs have a handful. A file past it is almost
+# surely not one auction per row (a transposed table, one long line), so it is refused before any work.
+MAX_BIDDERS = 100
+MAX_QUOTED = 40  # characters of one field an error message quotes
+MAX_HEADER_FIELDS = 10 * MAX_BIDDERS + 100  # bid columns plus room for ignored ones; beyond it, not a bids header
 BAD_ROWS = ("error", "drop")
 _BOM = b"\xef\xbb\xbf"
 _NAN_WORDS = {b"", b"nan", b"na", b"null", b"none"}
@@ -85,6 +93,30 @@ def _fail(path: Path, problem: str, fix: str) -> BidDataError:
     return BidDataError(f"{path}: {problem}; {fix}")
 
 
+def _quote(text: str) -> str:
+    """``repr(text)``, cut to `MAX_QUOTED` characters with its length said when longer: an error quotes a bounded amount."""
+    if len(text) <= MAX_QUOTED:
+        return repr(text)
+    return f"{text[:MAX_QUOTED]!r}... ({len(text)} characters)"
+
+
+def _quote_list(names: list[str], most: int = 8) -> str:
+    """The first ``most`` names (each `_quote`d) and how many there are in all."""
+    shown = ", ".join(_quote(n) for n in names[:most])
+    return f"[{shown}]" if len(names) <= most else f"[{shown}, ...] ({len(names)} columns)"
+
+
+def _check_bidders(path: Path, n: int, what: str) -> None:
+    """Refuse fewer than 2 or more than `MAX_BIDDERS` bidders per auction, naming ``what`` said so."""
+    if n < 2:
+        raise _fail(path, f"{what}: a first-price log needs at least 2 bidders per auction",
+                    "pass the number of bidders per auction (data.n_bidders=2 or more)")
+    if n > MAX_BIDDERS:
+        raise _fail(path, f"{what}: at most {MAX_BIDDERS} bidders per auction are accepted (the estimator's cost grows "
+                    "with the bidder count, as n^3 for unlike bidders)",
+                    "check that each row is one auction (not a transposed table), or pool the bids in one 'bid' column")
+
+
 def _wide_columns(path: Path, columns: list[str]) -> list[int] | None:
     """Positions of ``bid_0..bid_{n-1}`` (or ``bid1..bidn``) in bidder order; None when neither is there."""
     for pattern, start in ((r"bid_(\d+)", 0), (r"bid(\d+)", 1)):
@@ -101,7 +133,7 @@ def _wide_columns(path: Path, columns: list[str]) -> list[int] | None:
             prefix = "bid_" if start == 0 else "bid"
             found = [f"{prefix}{i}" for i in sorted(numbered)]
             missing = [f"{prefix}{i}" for i in range(start, max(numbered) + 1) if i not in numbered]
-            raise _fail(path, f"bid columns have gaps: found {found}, missing {missing}",
+            raise _fail(path, f"bid columns have gaps: found {_quote_list(found)}, missing {_quote_list(missing)}",
                         f"number the columns {prefix}{start}..{prefix}{start + len(numbered) - 1} without gaps")
         return [numbered[i] for i in expected]
     return None
@@ -162,7 +194,7 @@ def _describe(reason: int, columns: list[str], column: int, token: bytes, n_fiel
     text = token.decode(errors="replace").strip()
     what = {"empty_or_nan": "is empty/NaN", "not_a_number": "is not a number", "not_finite": "is not finite",
             "negative": "is negative"}[name]
-    return f"{columns[column]} {text!r} {what}"
+    return f"{columns[column]} {_quote(text)} {what}"
 
 
 def load_bids_csv(path: str | Path, n_bidders: int | None = None, on_bad_rows: str = "error") -> BidData:
@@ -170,15 +202,24 @@ def load_bids_csv(path: str | Path, n_bidders: int | None = None, on_bad_rows: s
     path = Path(path)
     if on_bad_rows not in BAD_ROWS:
         raise BidDataError(f"on_bad_rows={on_bad_rows!r}; choose one of {BAD_ROWS}")
+    if n_bidders is not None:
+        _check_bidders(path, int(n_bidders), f"n_bidders={n_bidders}")
     raw = _read_text(path)
     header, _, body = raw.partition(b"\n")
+    if header.count(b",") >= MAX_HEADER_FIELDS:  # before splitting it: one 200 MB line is 30M fields
+        first = [c.strip() for c in header[:1000].decode(errors="replace").split(",")[:3]]
+        raise _fail(path, f"the header has {header.count(b',') + 1} fields (first {_quote_list(first)}), over "
+                    f"{MAX_HEADER_FIELDS}: not a bids header (at most {MAX_BIDDERS} bidders per auction)",
+                    "the first line must be a header naming the bid column(s), one auction or one bid per row")
     columns = [c.strip() for c in header.decode().split(",")] if header.strip() else []
     if not columns:
         raise _fail(path, "empty file", "the first line must be a header naming the bid column(s)")
     wide = None if "bid" in columns else _wide_columns(path, columns)
     if wide is None and "bid" not in columns:
-        raise _fail(path, f"no bid columns (found {columns})",
+        raise _fail(path, f"no bid columns (found {_quote_list(columns)})",
                     "name them 'bid' (+ optional 'auction_id', 'bidder'), 'bid_0..bid_{n-1}' or 'bid1..bidn'")
+    if wide is not None:
+        _check_bidders(path, len(wide), f"{len(wide)} bidders ({columns[wide[0]]}..{columns[wide[-1]]})")
     if wide is not None and n_bidders is not None and n_bidders != len(wide):
         raise _fail(path, f"{len(wide)} bid columns ({columns[wide[0]]}..{columns[wide[-1]]}) but n_bidders={n_bidders}",
                     "drop n_bidders or fix the columns")
@@ -259,6 +300,7 @@ def _group_long(path, columns, tokens, offsets, lines, bids, n_bidders, reason):
         names = tokens[offsets[lines] + columns.index("bidder")].astype(np.bytes_)
         labels, bidder = np.unique(names, return_inverse=True)
         n = labels.size
+        _check_bidders(path, n, f"{n} bidders named in the 'bidder' column")
         # An auction must name each bidder once: a repeated bidder makes it the wrong size too.
         pair = auction.astype(np.int64) * n + bidder
         _, pair_index, pair_count = np.unique(pair, return_inverse=True, return_counts=True)
@@ -266,6 +308,7 @@ def _group_long(path, columns, tokens, offsets, lines, bids, n_bidders, reason):
         repeated[auction[pair_count[pair_index] > 1]] = True
     else:
         n = int(n_bidders) if n_bidders is not None else int(np.bincount(sizes).argmax())
+        _check_bidders(path, n, f"{n} bidders (the most common number of rows per auction_id)")
         bidder, repeated = None, np.zeros(sizes.size, dtype=bool)
     complete = (sizes == n) & ~repeated
     keep = complete[auction]

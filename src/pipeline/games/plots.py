@@ -17,8 +17,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from pipeline.games.auction import parse_rule
-from pipeline.games.rmac import eps_label
+from pipeline.games.rules import eps_label, parse_rule
 
 
 def _second_price_rules(table: Mapping[str, float], prefix: str) -> list[tuple[float, str]]:

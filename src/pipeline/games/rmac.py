@@ -8,11 +8,12 @@ statistic (expected revenue or welfare) would be under new rules once the bidder
   bid CDF (`inverted_value_cdf`: no first-order bias at the top of the bids, off the grid). Second
   price, where bidding the value is dominant, is then read off that distribution directly
   (`second_price_point`); first price solves the new game's symmetric equilibrium over the
-  discrete grid by fictitious play.
+  discrete grid by fictitious play (`pipeline.games.solver.solve_equilibrium`, one population of n).
 - Bounds (epsilon > 0): the lowest and highest statistic over every type assignment and
   counterfactual play that are epsilon-consistent: each data point's observed bid has regret
   <= epsilon for its type in the logged game, and its counterfactual bid has regret <= epsilon in
-  the new game. Computed by a fictitious-play style Frank-Wolfe method (see `solve_bounds`).
+  the new game. Computed by a fictitious-play style Frank-Wolfe method
+  (`pipeline.games.solver.solve_bounds`, shared with asymmetric bidders).
 
 Bids live on a grid 0, step, ..., max(1, largest bid) (step 0.01 by default) and types at the
 midpoints of its cells (`type_grid`); regret is in the units of the values. The logged opponents'
@@ -46,94 +47,27 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from pipeline.games.auction import STATISTICS, Rule, parse_rule, truth
+from pipeline.games.auction import truth
+from pipeline.games.rules import STATISTICS, Rule, eps_label, parse_rule, result_key
+from pipeline.games.solver import (
+    DEFAULT_ITERS,
+    DEFAULT_POINT_ITERS,
+    TIE_TOL,
+    power_of_opponents,
+    solve_bounds,
+    solve_equilibrium,
+    win_probability,
+)
 
-PREFIX = {"revenue": "cf", "welfare": "cfw"}
 DEFAULT_EPSILONS = (0.001, 0.005, 0.02)
-DEFAULT_ITERS = 200
-DEFAULT_POINT_ITERS = 1000
 MAX_GRID_POINTS = 2001
-# Regrets are differences of float64 sums of at most a few hundred terms in [0, 1]; anything this
-# small is a tie (an exact best response), not a real loss.
-_TOL = 1e-12
-# Among bids that are exactly equally good, prefer the one nearest the value: in second price a
-# bid inside a gap of the opponents' bids is as good as the truthful one, and letting the first
-# index win would drag the population's bids down for no reason.
-_TIE_PULL = 1e-13
-
-
-def eps_label(eps: float) -> str:
-    """Canonical text for an epsilon in result keys: plain decimal, no trailing zeros ('0.001')."""
-    text = f"{float(eps):.10f}".rstrip("0").rstrip(".")
-    return text or "0"
-
-
-def result_key(rule: str | Rule, what: str, statistic: str = "revenue") -> str:
-    """``result_key("second_price_r0.5", "lower_eps0.001")`` -> ``cf/second_price_r0.5/lower_eps0.001``."""
-    return f"{PREFIX[statistic]}/{parse_rule(rule).name}/{what}"
 
 
 # ---------------------------------------------------------------------------------------------------
 # Auction primitives on a discrete bid grid
 
 
-def win_probability(pmf: Tensor, n_opponents: int) -> Tensor:
-    """P(win) of each grid bid against ``n_opponents`` i.i.d. bids with this pmf (last dim), ties split at random.
-
-    With ``k`` opponents tied at my bid I win with probability 1/(k+1), so
-    P(win | a) = sum_k C(m, k) p(a)^k P(X < a)^(m-k) / (k + 1). The sum form stays accurate where
-    p(a) is tiny (the closed form (F^(m+1) - F_-^(m+1)) / ((m+1) p) cancels catastrophically).
-    """
-    cdf = pmf.cumsum(-1)
-    below = (cdf - pmf).clamp_min(0.0)
-    m = n_opponents
-    win = torch.zeros_like(pmf)
-    for k in range(m + 1):
-        win = win + math.comb(m, k) * pmf**k * below ** (m - k) / (k + 1)
-    return win
-
-
-def win_and_payment(
-    pmf: Tensor, rule: Rule, n_bidders: int, actions: Tensor, reserve: float | None = None
-) -> tuple[Tensor, Tensor]:
-    """Per grid bid: probability of winning and expected payment, when the other ``n_bidders - 1`` bid from ``pmf``.
-
-    First price pays the own bid. Second price with reserve r (``reserve``, in the actions' units;
-    None: ``rule.reserve``) pays max(r, highest other bid); a bid below r never wins. The reserve
-    need not be a grid point: the lowest allowed bid is the first grid point at or above it.
-    """
-    m = n_bidders - 1
-    win = win_probability(pmf, m)
-    if rule.kind == "first_price":
-        return win, actions * win
-    below = (pmf.cumsum(-1) - pmf).clamp_min(0.0)
-    highest_at_most = pmf.cumsum(-1).clamp(0.0, 1.0) ** m
-    highest_below = below**m
-    highest_pmf = highest_at_most - highest_below
-    reserve = rule.reserve if reserve is None else float(reserve)
-    price = actions.clamp_min(reserve)
-    # Payment when beating a strictly lower highest bid x: max(r, x), summed over x < a.
-    paid_below = torch.cumsum(highest_pmf * price, -1) - highest_pmf * price
-    tie_win = (win - highest_below).clamp_min(0.0)
-    pay = paid_below + tie_win * actions
-    allowed = actions >= reserve - 1e-9 * float(actions[-1])
-    return win * allowed, pay * allowed
-
-
-def statistic_value(
-    pmf: Tensor, value_mass: Tensor, win: Tensor, pay: Tensor, n_bidders: int, statistic: str
-) -> Tensor:
-    """Expected revenue (n * E[payment]) or welfare (n * E[value * 1{win}]) of a symmetric profile.
-
-    ``pmf`` is the population's bid distribution, ``value_mass[a]`` the mass of (type * 1{bid = a});
-    leading dimensions are a batch of profiles.
-    """
-    if statistic == "revenue":
-        return n_bidders * (pmf * pay).sum(-1)
-    return n_bidders * (value_mass * win).sum(-1)
-
-
-def _grid(top: float, step: float, device, dtype=torch.float64) -> Tensor:
+def bid_grid(top: float, step: float, device, dtype=torch.float64) -> Tensor:
     n_points = int(math.ceil(top / step - 1e-9)) + 1
     if n_points > MAX_GRID_POINTS:
         raise ValueError(
@@ -309,7 +243,7 @@ class LoggedAuction:
         point is left without a type (at eps = 0 this is exactly the best-response inversion).
         """
         floor = self.regret.min(1, keepdim=True).values.clamp_min(eps)
-        return self.regret <= floor + _TOL
+        return self.regret <= floor + TIE_TOL
 
 
 def fit_logged_auction(
@@ -342,13 +276,13 @@ def fit_logged_auction(
     top = max(1.0, float(bids.max())) if top is None else float(top)
     if float(bids.max()) > top + grid / 2:
         raise ValueError(f"the largest bid {float(bids.max()):g} lies above the grid's top {top:g}; raise top")
-    actions = _grid(top, grid, bids.device)
+    actions = bid_grid(top, grid, bids.device)
     types = type_grid(actions)
     index = torch.round(bids / grid).long().clamp(0, actions.numel() - 1)
     class_bid, data_class, class_count = torch.unique(index, return_inverse=True, return_counts=True)
     n_actions, n_types = actions.numel(), types.numel()
     if opponents is None:
-        counts, kernel = _smoothed_counts(bids, grid, n_actions, bandwidth)
+        counts, kernel = smoothed_counts(bids, grid, n_actions, bandwidth)
         # Smoothing is linear, so leaving one bid out subtracts that bid's own kernel row.
         others = (counts[None, :] - kernel[class_bid]).clamp_min(0.0)
         win = win_probability(others / others.sum(1, keepdim=True), n_bidders - 1)  # (C, A)
@@ -356,7 +290,7 @@ def fit_logged_auction(
         opponents = torch.as_tensor(opponents, dtype=torch.float64).flatten().to(bids.device)
         if float(opponents.max()) > top + grid / 2:
             raise ValueError(f"a competing bid {float(opponents.max()):g} lies above the grid's top {top:g}; raise top")
-        counts, _ = _smoothed_counts(opponents, grid, n_actions, bandwidth)
+        counts, _ = smoothed_counts(opponents, grid, n_actions, bandwidth)
         counts = counts.clamp_min(0.0)
         win = win_probability(counts / counts.sum(), 1).expand(class_bid.numel(), -1)
     regret = torch.empty(class_bid.numel(), n_types, dtype=torch.float64, device=bids.device)
@@ -372,7 +306,7 @@ def fit_logged_auction(
     )
 
 
-def _smoothed_counts(bids: Tensor, grid: float, n_actions: int, bandwidth: float | None) -> tuple[Tensor, Tensor]:
+def smoothed_counts(bids: Tensor, grid: float, n_actions: int, bandwidth: float | None) -> tuple[Tensor, Tensor]:
     """Smoothed bid counts on the grid (see `smoothing_kernel`) and the kernel itself."""
     index = torch.round(bids / grid).long().clamp(0, n_actions - 1)
     bandwidth = default_bandwidth(bids) if bandwidth is None else bandwidth
@@ -424,13 +358,13 @@ def invert_types(logged: LoggedAuction, generator: torch.Generator | None = None
 def point_types(logged: LoggedAuction, max_type: float | None = None) -> Tensor:
     """(C, T) mask of the types the point estimate gives each distinct bid: its tied best responses.
 
-    Types above ``max_type`` are left out (`_cap_types`): on a grid the highest bid is a best
+    Types above ``max_type`` are left out (`cap_types`): on a grid the highest bid is a best
     response for every type from its value up to b + step / P(tie at b), 1.5-4x the value on 5,000 bids.
     """
-    return _cap_types(logged.consistent(0.0), logged.types, max_type)
+    return cap_types(logged.consistent(0.0), logged.types, max_type)
 
 
-def _cap_types(mask: Tensor, types: Tensor, max_type: float | None) -> Tensor:
+def cap_types(mask: Tensor, types: Tensor, max_type: float | None) -> Tensor:
     """(C, T) ``mask`` without the types above ``max_type``; a bid left with none gets the highest type below it."""
     if max_type is None:
         return mask
@@ -451,7 +385,7 @@ def type_distribution(logged: LoggedAuction, max_type: float | None = None) -> T
     return (logged.class_weight / ok.sum(1)) @ ok
 
 
-def _interp(x: Tensor, xp: Tensor, fp: Tensor) -> Tensor:
+def interp(x: Tensor, xp: Tensor, fp: Tensor) -> Tensor:
     """Piecewise-linear interpolation through (xp, fp), xp increasing; constant beyond the ends."""
     right = torch.searchsorted(xp, x, right=True).clamp(1, xp.numel() - 1)
     x0, x1, f0, f1 = xp[right - 1], xp[right], fp[right - 1], fp[right]
@@ -467,7 +401,7 @@ def value_type_weights(values: Tensor, cdf: Tensor, actions: Tensor, max_type: f
     that part (the top cell above the largest value gets nothing). Mass above ``max_type`` goes
     to the last cell below it.
     """
-    at_edges = _interp(actions, values, cdf)
+    at_edges = interp(actions, values, cdf)
     at_edges[-1] = cdf[-1]  # values above the grid's top count in its last cell
     if max_type is not None:
         cells_below = max(1, int((actions[1:] <= max_type + 1e-9 * float(actions[-1])).sum()))
@@ -482,22 +416,16 @@ def value_point_mask(values: Tensor, logged: LoggedAuction, max_type: float | No
     v_low, v_high = values[logged.class_bid - lo], values[logged.class_bid - lo + 1]
     cell_low, cell_high = logged.actions[:-1], logged.actions[1:]
     mask = (cell_high[None, :] > v_low[:, None]) & (cell_low[None, :] <= v_high[:, None])
-    return _cap_types(mask, logged.types, max_type)
+    return cap_types(mask, logged.types, max_type)
 
 
-def _cdfs_at(cdfs: Sequence[tuple[Tensor, Tensor]], x: Tensor) -> Tensor:
+def cdfs_at(cdfs: Sequence[tuple[Tensor, Tensor]], x: Tensor) -> Tensor:
     """(bidders, len(x)): each bidder's value CDF at x, linear between its points and 1 beyond its last one.
 
     At the last point itself the curve's own value (its left limit): a curve cut at a value cap
     (`cap_curve`) ends below 1 there, and the integrals must stop at that jump, not read past it.
     """
-    return torch.stack([torch.where(x > values[-1], 1.0, _interp(x, values, cdf)) for values, cdf in cdfs])
-
-
-def _product_of_others(x: Tensor) -> Tensor:
-    """(..., bidders, K) -> (..., bidders, K): for each bidder i, the product over the other bidders j != i."""
-    n = x.shape[-2]
-    return torch.stack([torch.cat([x[..., :i, :], x[..., i + 1:, :]], -2).prod(-2) for i in range(n)], -2)
+    return torch.stack([torch.where(x > values[-1], 1.0, interp(x, values, cdf)) for values, cdf in cdfs])
 
 
 def order_statistic_cdfs(f: Tensor) -> tuple[Tensor, Tensor]:
@@ -506,13 +434,13 @@ def order_statistic_cdfs(f: Tensor) -> tuple[Tensor, Tensor]:
     P(second <= x) = P(all <= x) + sum_i P(V_i > x) prod_{j != i} P(V_j <= x).
     """
     first = f.prod(0)
-    return first, first + ((1 - f) * _product_of_others(f)).sum(0)
+    return first, first + ((1 - f) * power_of_opponents(f, [1] * f.shape[0])).sum(0)
 
 
 def second_price_from_cdfs(cdfs: Sequence[tuple[Tensor, Tensor]], reserve: float) -> tuple[float, float]:
     """(revenue, welfare) of second price with ``reserve`` for independent bidders with these value CDFs.
 
-    ``cdfs``: per bidder, (values, cdf) points, the CDF linear between them (`_cdfs_at`). Bidding the
+    ``cdfs``: per bidder, (values, cdf) points, the CDF linear between them (`cdfs_at`). Bidding the
     value is dominant, so there is no game to solve: with T the largest value, F1 and F2 the CDFs of
     the highest and second-highest value (`order_statistic_cdfs`),
     revenue = r P(V(1) >= r > V(2)) + E[V(2) 1{V(2) >= r}] = r (F2(r) - F1(r)) + T - r F2(r) - int_r^T F2,
@@ -531,9 +459,9 @@ def second_price_from_cdfs(cdfs: Sequence[tuple[Tensor, Tensor]], reserve: float
     width = knots[1:] - knots[:-1]
     integrals = []
     for pick in (0, 1):
-        at = [order_statistic_cdfs(_cdfs_at(cdfs, x))[pick] for x in (knots[:-1], middle, knots[1:])]
+        at = [order_statistic_cdfs(cdfs_at(cdfs, x))[pick] for x in (knots[:-1], middle, knots[1:])]
         integrals.append(float((width * (at[0] + 4 * at[1] + at[2]) / 6).sum()))
-    first_r, second_r = (float(s[0]) for s in order_statistic_cdfs(_cdfs_at(cdfs, knots[:1])))
+    first_r, second_r = (float(s[0]) for s in order_statistic_cdfs(cdfs_at(cdfs, knots[:1])))
     revenue = reserve * (second_r - first_r) + top - reserve * second_r - integrals[1]
     welfare = top - reserve * first_r - integrals[0]
     return revenue, welfare
@@ -542,14 +470,14 @@ def second_price_from_cdfs(cdfs: Sequence[tuple[Tensor, Tensor]], reserve: float
 def cap_curve(values: Tensor, cdf: Tensor, max_value: float) -> tuple[Tensor, Tensor]:
     """The value CDF through (values, cdf) with every value above ``max_value`` counted as ``max_value``.
 
-    The curve ends at the cap with F's left limit there (the jump to 1 is `_cdfs_at`'s "1 beyond the
+    The curve ends at the cap with F's left limit there (the jump to 1 is `cdfs_at`'s "1 beyond the
     last point"). Clamping the points instead read F after the jump on the last piece: 4.2e-4 low on
     U[0, 2] capped at 1 with 2 bidders.
     """
     if float(values[-1]) <= max_value:
         return values, cdf
     below = values < max_value
-    at_cap = _interp(values.new_tensor([max_value]), values, cdf)
+    at_cap = interp(values.new_tensor([max_value]), values, cdf)
     return torch.cat([values[below], values.new_tensor([max_value])]), torch.cat([cdf[below], at_cap])
 
 
@@ -570,156 +498,6 @@ def second_price_point(
 
 
 @dataclass
-class Equilibrium:
-    """A fictitious-play solution of the new game for a fixed type distribution."""
-
-    strategy: Tensor  # (T, A) average over the whole history of each type's best responses
-    pmf: Tensor  # (A,) the population's bid distribution
-    value_mass: Tensor  # (A,) sum over types of weight * type * strategy
-    regret: float  # expected regret of the average strategy against the final population (0 = exact)
-    revenue: float
-    welfare: float
-
-    def value(self, statistic: str) -> float:
-        return self.revenue if statistic == "revenue" else self.welfare
-
-
-def _best_response_utility(types: Tensor, win: Tensor, pay: Tensor) -> Tensor:
-    return types[:, None] * win[None, :] - pay[None, :]
-
-
-def equilibrium_guess(type_weights: Tensor, types: Tensor, rule: Rule, n_bidders: int) -> Tensor:
-    """Each type's continuous-value equilibrium bid, where fictitious play starts.
-
-    Second price: the value. First price: E[highest other value | it is below t] =
-    t - int_0^t G / G(t) with G = F^(n-1), F the types' CDF read as uniform within each cell
-    (the continuous-type equilibrium of these types, so fictitious play only has to repair the
-    grid's discreteness).
-    """
-    if rule.kind == "second_price":
-        return types.clone()
-    half = (types[1] - types[0]) / 2 if types.numel() > 1 else types[0]
-    cdf_mid = type_weights.cumsum(0) - type_weights / 2  # F at each type (cell midpoint)
-    cdf_top = type_weights.cumsum(0)  # F at each cell's upper edge
-    g_mid, g_top = cdf_mid ** (n_bidders - 1), cdf_top ** (n_bidders - 1)
-    g_bottom = torch.cat([g_top.new_zeros(1), g_top[:-1]])
-    # Trapezoids over half cells: integral of G from 0 to each midpoint.
-    below_mid = (g_bottom + g_mid) / 2 * half
-    whole_cells = (g_bottom + 2 * g_mid + g_top) / 2 * half
-    integral = torch.cat([whole_cells.new_zeros(1), whole_cells.cumsum(0)[:-1]]) + below_mid
-    shade = torch.where(g_mid > 0, integral / g_mid.clamp_min(1e-300), types)
-    return (types - shade).clamp_min(0.0)
-
-
-def solve_equilibrium(
-    type_weights: Tensor,
-    types: Tensor,
-    rule: Rule,
-    n_bidders: int,
-    actions: Tensor,
-    step: float,
-    n_iters: int = DEFAULT_POINT_ITERS,
-    tolerance: float = 1e-7,
-) -> Equilibrium:
-    """Symmetric equilibrium of the new game by fictitious play over the discrete grid.
-
-    Starts from `equilibrium_guess`, then each iteration best-responds every type to the
-    population's average bid distribution and averages over the WHOLE history (1/k steps; the
-    planning notes saw a sliding window of recent best responses bias a first-price case by
-    0.03). Stops early once the average strategy's expected regret is below ``tolerance``
-    (checked every 25 iterations): second price gets there at once, first price runs on.
-    """
-    pull = _TIE_PULL * (types[:, None] - actions[None, :]).abs()
-    n_types, n_actions = types.numel(), actions.numel()
-    rows = torch.arange(n_types, device=actions.device)
-    guess = equilibrium_guess(type_weights, types, rule, n_bidders)
-    guess = torch.round(guess / step).long().clamp(0, n_actions - 1)
-    pmf = torch.zeros_like(actions).index_add_(0, guess, type_weights)
-    strategy = torch.zeros(n_types, n_actions, dtype=actions.dtype, device=actions.device)
-
-    def expected_regret(win: Tensor, pay: Tensor) -> float:
-        utility = _best_response_utility(types, win, pay)
-        return float(
-            (type_weights[:, None] * strategy * (utility.max(1, keepdim=True).values - utility)).sum()
-        )
-
-    for k in range(1, n_iters + 1):
-        win, pay = win_and_payment(pmf, rule, n_bidders, actions)
-        if k % 25 == 0 and expected_regret(win, pay) < tolerance:
-            break
-        best = (_best_response_utility(types, win, pay) - pull).argmax(1)
-        strategy.mul_(1 - 1 / k)
-        strategy[rows, best] += 1 / k
-        pmf = type_weights @ strategy
-    win, pay = win_and_payment(pmf, rule, n_bidders, actions)
-    value_mass = (type_weights * types) @ strategy
-    revenue = float(statistic_value(pmf, value_mass, win, pay, n_bidders, "revenue"))
-    welfare = float(statistic_value(pmf, value_mass, win, pay, n_bidders, "welfare"))
-    return Equilibrium(strategy, pmf, value_mass, expected_regret(win, pay), revenue, welfare)
-
-
-def solve_bounds(
-    logged: LoggedAuction,
-    start: Equilibrium,
-    rule: Rule,
-    n_bidders: int,
-    epsilons: Sequence[float],
-    statistic: str = "revenue",
-    n_iters: int = DEFAULT_ITERS,
-    point_mask: Tensor | None = None,
-) -> tuple[Tensor, Tensor]:
-    """Lowest and highest statistic over epsilon-consistent types and epsilon-equilibrium play, per epsilon.
-
-    Fictitious play as Frank-Wolfe: at iteration k, linearise the statistic around the current
-    average profile (autograd gives its gradient with respect to the bid distribution and the
-    value-weighted bid mass), then every distinct logged bid jumps to the (type, bid) pair that
-    moves the statistic most in the wanted direction among types with logged-game regret <= eps
-    for that bid and bids with new-game regret <= eps for that type against the current
-    population, and the profile moves 1/(k+1) of the way there. The gradient, not each agent's
-    own payment, is what is pushed: a higher bid in second price raises what the OTHERS pay.
-    Starts from the point estimate's profile. All epsilons and both directions run as one batch.
-    ``point_mask`` (C, T) adds the point estimate's own types (`point_types`) to every epsilon's
-    consistent set, so that the point is always feasible.
-    Returns ``(lower, upper)``, each of shape ``(len(epsilons),)``.
-    """
-    actions, types = logged.actions, logged.types
-    eps = torch.tensor(
-        [float(e) for e in epsilons for _ in (0, 1)], dtype=actions.dtype, device=actions.device
-    )
-    sign = torch.tensor([-1.0, 1.0] * len(epsilons), dtype=actions.dtype, device=actions.device)
-    old_ok = torch.stack([logged.consistent(float(e)) for e in eps.tolist()])  # (B, C, T)
-    if point_mask is not None:
-        old_ok = old_ok | point_mask
-    batch, n_classes = old_ok.shape[0], old_ok.shape[1]
-    weight = logged.class_weight.expand(batch, n_classes)
-    pmf = start.pmf.expand(batch, -1).clone()
-    value_mass = start.value_mass.expand(batch, -1).clone()
-    for k in range(1, n_iters + 1):
-        p = pmf.detach().requires_grad_(True)
-        v = value_mass.detach().requires_grad_(True)
-        win, pay = win_and_payment(p, rule, n_bidders, actions)
-        objective = statistic_value(p, v, win, pay, n_bidders, statistic).sum()
-        grad_p, grad_v = torch.autograd.grad(objective, (p, v), allow_unused=True)
-        with torch.no_grad():
-            grad_v = torch.zeros_like(v) if grad_v is None else grad_v
-            utility = types[None, :, None] * win.detach()[:, None, :] - pay.detach()[:, None, :]  # (B, T, A)
-            new_ok = utility.max(2, keepdim=True).values - utility <= eps[:, None, None] + _TOL
-            score = sign[:, None, None] * (grad_p[:, None, :] + types[None, :, None] * grad_v[:, None, :])
-            best_score, best_bid = score.masked_fill(~new_ok, -math.inf).max(2)  # (B, T)
-            chosen_type = best_score[:, None, :].masked_fill(~old_ok, -math.inf).argmax(2)  # (B, C)
-            chosen_bid = best_bid.gather(1, chosen_type)
-            target_pmf = torch.zeros_like(pmf).scatter_add_(1, chosen_bid, weight)
-            target_value = torch.zeros_like(pmf).scatter_add_(1, chosen_bid, weight * types[chosen_type])
-            step = 1.0 / (k + 1)
-            pmf = pmf + step * (target_pmf - pmf)
-            value_mass = value_mass + step * (target_value - value_mass)
-    with torch.no_grad():
-        win, pay = win_and_payment(pmf, rule, n_bidders, actions)
-        values = statistic_value(pmf, value_mass, win, pay, n_bidders, statistic)
-    return values[0::2], values[1::2]
-
-
-@dataclass
 class ValueScale:
     """Where the value grid sits, in the data's units: bid grid step ``grid * unit``, top ``top * unit``.
 
@@ -732,7 +510,7 @@ class ValueScale:
     estimated_top_value: float  # data units: the rough top (b_max + 1 / g(b_max), g from a window), sets the unit
 
 
-def _nice(x: float) -> float:
+def nice_step(x: float) -> float:
     """The nearest (in log) of 1, 2, 5 times a power of ten: grid steps that keep round reserves round."""
     exponent = math.floor(math.log10(x))
     candidates = [m * 10.0**e for e in (exponent, exponent + 1) for m in (1, 2, 5)]
@@ -758,7 +536,7 @@ def choose_value_scale(
     h = max(1.06 * float(bids.std()) * bids.numel() ** -0.2, 1e-12 * top_bid)
     density = float((bids >= top_bid - h).sum()) / (bids.numel() * h)
     top_value = top_bid + 1.0 / ((n_bidders - 1) * density)
-    unit = _nice(grid * top_value) / grid
+    unit = nice_step(grid * top_value) / grid
     values, _ = inverted_value_cdf(bids / unit, n_bidders, grid, None if bandwidth is None else bandwidth / unit)
     # A fitted density near 0 at the top would put the top anywhere: at most twice the rough one.
     largest = min(float(values[-1]), 2 * top_value / unit)
@@ -770,7 +548,7 @@ def known_value_scale(top_value: float, grid: float = 0.01) -> ValueScale:
     """The value grid for values known to lie in [0, top_value] (data units), instead of estimating it."""
     if top_value <= 0:
         raise ValueError(f"value_top={top_value}: the largest possible value must be > 0")
-    unit = _nice(grid * top_value) / grid
+    unit = nice_step(grid * top_value) / grid
     return ValueScale(unit, top_value / unit, top_value)
 
 
@@ -847,7 +625,7 @@ def predict_counterfactuals(
         rule = parse_rule(name)
         inside = Rule(rule.kind, reserve=rule.reserve / unit, n_bidders=rule.n_bidders)
         n_new = rule.bidders(n_bidders)
-        start = solve_equilibrium(type_weights, logged.types, inside, n_new, logged.actions, grid, point_iters)
+        start = solve_equilibrium(type_weights, logged.types, inside, n_new, logged.actions, point_iters)
         if rule.kind == "second_price":  # truthful bidding: a functional of the value CDF, no grid needed
             point = second_price_point(values, cdf, n_new, inside.reserve, statistic, scale.top) * unit
         else:
@@ -855,7 +633,8 @@ def predict_counterfactuals(
         table[result_key(rule, "point", statistic)] = point
         if not epsilons:
             continue
-        lower, upper = solve_bounds(logged, start, inside, n_new, internal_eps, statistic, n_iters, point_mask)
+        lower, upper = solve_bounds([logged], start, inside, n_new, logged.actions, logged.types, internal_eps,
+                                    statistic, n_iters, [point_mask])
         reported, raw_bounds, lines = reported_bounds(rule, statistic, epsilons, point, lower * unit, upper * unit,
                                                       scale.top * unit)
         table |= reported

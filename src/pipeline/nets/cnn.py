@@ -5,24 +5,18 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-FRAME = 84  # the side of the preprocessed frames (env=atari)
-
 
 class AtariCNN(nn.Module):
     """conv 32x8s4 -> 64x4s2 -> 64x3s1 -> fc 512 -> out_features (one Q-value per action).
 
     Takes raw uint8 frames (B, in_channels, 84, 84) and scales them inside
     forward, so the replay buffer can keep frames as uint8 (4x less memory).
-    `in_features` (the flat frame-stack size, what every model factory is given) is only checked.
+    `in_features` (the flat frame-stack size every model factory is given) is not needed: the frames' shape is
+    checked where it is known (`nets.ensemble.make_ensemble`).
     """
 
     def __init__(self, out_features: int, in_channels: int = 4, in_features: int | None = None):
         super().__init__()
-        if in_features is not None and int(in_features) != int(in_channels) * FRAME * FRAME:
-            raise ValueError(
-                f"AtariCNN takes {int(in_channels)} stacked {FRAME}x{FRAME} frames ({int(in_channels) * FRAME * FRAME} values); "
-                f"the observations have {int(in_features)}: set model.in_channels or use env=atari"
-            )
         self.features = nn.Sequential(
             nn.Conv2d(int(in_channels), 32, kernel_size=8, stride=4),
             nn.ReLU(),

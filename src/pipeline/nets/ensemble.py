@@ -14,7 +14,7 @@ Members stay independent under one ordinary optimizer as long as
   stack would let one member's large gradient shrink every other member's step.
 Every parameter and buffer of an ensemble has the member axis first, and none is shared by members.
 
-`make_ensemble` builds the ensemble form of any of our Q-networks; each ensemble keeps its stacked
+`make_ensemble` builds the ensemble form of any of our Q-networks and of the actor-critic; each ensemble keeps its stacked
 layers at the module paths the ordinary network has them, which is what lets `member_state_dict`
 name member i's tensors exactly as the ordinary network's `state_dict` does.
 """
@@ -28,6 +28,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from pipeline.nets.actor_critic import ActorCritic, LogStd
 from pipeline.nets.cnn import AtariCNN
 from pipeline.nets.factory import make_net
 from pipeline.nets.heads import DuelingQNet, NoisyQNet
@@ -369,6 +370,39 @@ class EnsembleAtariCNN(Ensemble):
         return self.head(self.features(x.float() / 255.0))
 
 
+class EnsembleLogStd(StackedLayer):
+    """K `LogStd`s: `value` [K, 1, D], which broadcasts against the members' means [K, N, D]."""
+
+    def __init__(self, members: Sequence[LogStd]):
+        super().__init__(len(members))
+        dim = members[0].value.numel()
+        self.value = nn.Parameter(torch.zeros(self.n_members, 1, dim))
+        self.single_shapes = {"value": (dim,)}
+        for i, member in enumerate(members):
+            self.load_member(i, member.state_dict())
+
+    def forward(self) -> torch.Tensor:
+        return self.value
+
+
+class EnsembleActorCritic(Ensemble):
+    """K `ActorCritic`s: obs [K, N, *obs_shape] -> (policy parameters [K, N, out_features], values [K, N]);
+    a continuous one's `log_std.value` is [K, 1, D]."""
+
+    def __init__(self, members: Sequence[ActorCritic]):
+        super().__init__()
+        self.n_members = len(members)
+        self.continuous = members[0].continuous
+        self.torso = _stack_sequential([m.torso for m in members], "EnsembleActorCritic")
+        self.critic = _stack_sequential([m.critic for m in members], "EnsembleActorCritic")
+        self.actor = _stack_sequential([m.actor for m in members], "EnsembleActorCritic")
+        self.log_std = EnsembleLogStd([m.log_std for m in members]) if self.continuous else None
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self.torso(_flat(x))
+        return self.actor(h), self.critic(h).squeeze(-1)
+
+
 def _stack_linear(linears: Sequence[nn.Linear]) -> EnsembleLinear:
     first = linears[0]
     stacked = EnsembleLinear(len(linears), first.in_features, first.out_features, bias=first.bias is not None, init=False)
@@ -394,6 +428,7 @@ def _seeded_members(factory: Callable[..., nn.Module], seeds: Sequence[int], in_
 
 _ENSEMBLE_OF: dict[type, type[Ensemble]] = {
     MLP: EnsembleMLP, DuelingQNet: EnsembleDuelingQNet, NoisyQNet: EnsembleNoisyQNet, AtariCNN: EnsembleAtariCNN,
+    ActorCritic: EnsembleActorCritic,
 }
 
 

@@ -5,7 +5,7 @@ The names below load on first use: `python -m pipeline.report --help` should not
 
 from __future__ import annotations
 
-__all__ = ["ReportInputError", "RunRecord", "build_report", "collect_runs"]
+__all__ = ["ReportInputError", "ReportedRun", "build_report", "collect_runs"]
 
 
 def __getattr__(name: str):
@@ -13,7 +13,7 @@ def __getattr__(name: str):
         from pipeline.report.build import build_report
 
         return build_report
-    if name in ("ReportInputError", "RunRecord", "collect_runs"):
+    if name in ("ReportInputError", "ReportedRun", "collect_runs"):
         from pipeline.report import collect
 
         return getattr(collect, name)

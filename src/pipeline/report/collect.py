@@ -1,9 +1,9 @@
-"""Find and load run records (``result.json`` + ``metrics.csv``) under run or sweep dirs."""
+"""Find and load run records under run or sweep dirs, through the store (pipeline.store): the report's view of a run."""
 
 from __future__ import annotations
 
+import csv
 import functools
-import json
 import math
 import os
 import socket
@@ -15,20 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.store.record import RunRecord as TypedRecord
+from pipeline.store.curves import read_run_curve
+from pipeline.store.layout import RESULT, read_owner, record_dirs, result_path
+from pipeline.store.record import STATUSES, RecordError, RunRecord, read_result
 
-RESULT_FILE = "result.json"
-METRICS_FILE = "metrics.csv"
-# report/ holds our own output and wandb/ holds logger internals; neither contains run records,
-# and walking wandb/ in a big sweep costs more than everything else.
-SKIPPED_DIRS = frozenset({"report", "wandb"})
-STEP_COLUMNS = ("step", "env_step")
 REQUIRED_KEYS = ("seed", "status")
-LOCK_FILE = ".lock"
 # Every status a report counts and shows, in this order. `running` and `pruned` are read from records that
 # say so, and from today's records: an unfinished record (status failed, its last segment never closed)
 # whose owner process is alive is running; an ok record stopped by the tuner's pruner is pruned.
-STATUSES = ("ok", "failed", "interrupted", "pruned", "running")
 NOT_OK = STATUSES[1:]  # shown in every summary, even at zero
 PRUNED_REASON = "pruned by the tuner"
 
@@ -42,7 +36,7 @@ class RunRecordWarning(UserWarning):
 
 
 @dataclass
-class RunRecord:
+class ReportedRun:
     """One run as the report sees it: the parsed result.json plus where it lives.
 
     `record` is the same result.json read through the typed definition run.py writes
@@ -87,11 +81,7 @@ class RunRecord:
     @functools.cached_property
     def owner(self) -> dict[str, Any] | None:
         """The run dir's owner as its lock file names it ({pid, host, since}), or None."""
-        try:
-            owner = json.loads((self.dir / LOCK_FILE).read_text(encoding="utf-8") or "null")
-        except (OSError, ValueError):
-            return None
-        return owner if isinstance(owner, dict) and isinstance(owner.get("pid"), int) else None
+        return read_owner(self.dir)
 
     @property
     def ok(self) -> bool:
@@ -102,6 +92,8 @@ class RunRecord:
         """Why the run is not ok, in one message (None for an ok run)."""
         status = self.status
         if status == "running":
+            if self.owner is None:  # the record itself says so
+                return str(self.result.get("error") or "still running: the report is partial")
             where = f"process {self.owner['pid']} on {self.owner.get('host')}"
             if owner_alive(self.owner) is None:
                 return f"unfinished, owned by {where}, which this host cannot check (still running, or killed without a word)"
@@ -141,8 +133,8 @@ class RunRecord:
         return str(curve) if curve else None
 
     @property
-    def record(self) -> TypedRecord:
-        return TypedRecord.from_dict(self.result)
+    def record(self) -> RunRecord:
+        return RunRecord.from_dict(self.result)
 
     @property
     def is_rl(self) -> bool:
@@ -185,34 +177,21 @@ class RunRecord:
         return finite_or_none(self.result.get(key))
 
     def load_curve(self) -> tuple[str, np.ndarray, np.ndarray] | None:
-        """``(x_column, steps, values)`` of ``primary_curve`` from metrics.csv, or None if unavailable.
-
-        Lightning's CSVLogger writes one sparse row per logging call, so empty cells are dropped and
-        rows sharing a step (train and val logged at the same step) are averaged.
-        """
+        """``(x_column, steps, values)`` of ``primary_curve`` from the run's curves (pipeline.store.curves), or None
+        if unavailable. Rows are sparse (train and eval rows share steps): the steps where the curve has a finite
+        value, in order."""
         curve = self.primary_curve
-        path = self.dir / METRICS_FILE
-        if curve is None or not path.is_file():
+        if curve is None:
             return None
-        import pandas as pd
-
-        wanted = {curve, *STEP_COLUMNS}
         try:
-            frame = pd.read_csv(path, usecols=lambda column: column in wanted)
-        except (OSError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError):
+            rows = read_run_curve(self.dir)
+        except (OSError, UnicodeDecodeError, csv.Error, ValueError):
             return None
-        if curve not in frame.columns:
+        points = sorted((step, row[curve]) for step, row in rows.items() if curve in row and math.isfinite(row[curve]))
+        if not points:
             return None
-        x_column = next((c for c in STEP_COLUMNS if c in frame.columns), "row")
-        x = frame[x_column] if x_column != "row" else pd.Series(np.arange(len(frame)), index=frame.index)
-        data = pd.DataFrame(
-            {"x": pd.to_numeric(x, errors="coerce"), "y": pd.to_numeric(frame[curve], errors="coerce")}
-        )
-        data = data[np.isfinite(data["x"]) & np.isfinite(data["y"])]
-        if data.empty:
-            return None
-        data = data.groupby("x", sort=True)["y"].mean()
-        return x_column, data.index.to_numpy(dtype=float), data.to_numpy(dtype=float)
+        steps, values = zip(*points)
+        return ("env_step" if self.counts_env_steps else "step"), np.asarray(steps, dtype=float), np.asarray(values, dtype=float)
 
 
 def owner_alive(owner: dict[str, Any]) -> bool | None:
@@ -240,26 +219,13 @@ def finite_or_none(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def _find_result_files(root: Path) -> Iterable[Path]:
-    for current, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in SKIPPED_DIRS)
-        if RESULT_FILE in filenames:
-            yield Path(current) / RESULT_FILE
-
-
-def _load_result(path: Path) -> dict[str, Any] | None:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            result = json.load(handle)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        warnings.warn(f"skipping unreadable run record {path}: {exc}", RunRecordWarning, stacklevel=3)
-        return None
-    if not isinstance(result, dict):
-        warnings.warn(
-            f"skipping run record {path}: expected a JSON object, got {type(result).__name__}",
-            RunRecordWarning,
-            stacklevel=3,
-        )
+def _load_result(run_dir: Path) -> dict[str, Any] | None:
+    """The record in `run_dir` as the report reads it (its raw JSON, checked against the store's RunRecord), or
+    None with a RunRecordWarning saying why it is skipped."""
+    path = result_path(run_dir)
+    result = read_result(run_dir)
+    if result is None:
+        warnings.warn(f"skipping unreadable run record {path}: not a JSON object", RunRecordWarning, stacklevel=3)
         return None
     missing = [key for key in REQUIRED_KEYS if key not in result]
     if missing:
@@ -267,10 +233,15 @@ def _load_result(path: Path) -> dict[str, Any] | None:
             f"skipping run record {path}: missing key(s) {', '.join(missing)}", RunRecordWarning, stacklevel=3
         )
         return None
+    try:
+        RunRecord.from_dict(result)
+    except (RecordError, TypeError) as exc:
+        warnings.warn(f"skipping run record {path}: {exc}", RunRecordWarning, stacklevel=3)
+        return None
     return result
 
 
-def collect_runs(inputs: Iterable[str | os.PathLike[str]]) -> list[RunRecord]:
+def collect_runs(inputs: Iterable[str | os.PathLike[str]]) -> list[ReportedRun]:
     """Load every run record found (recursively) under ``inputs``, each run dir once.
 
     Raises ReportInputError for a missing input or when nothing usable is found; a corrupt
@@ -279,7 +250,7 @@ def collect_runs(inputs: Iterable[str | os.PathLike[str]]) -> list[RunRecord]:
     inputs = list(inputs)
     if not inputs:
         raise ReportInputError("no input dirs given; pass one or more run or sweep dirs")
-    runs: list[RunRecord] = []
+    runs: list[ReportedRun] = []
     seen: set[Path] = set()
     for raw in inputs:
         root = Path(raw).expanduser()
@@ -289,22 +260,22 @@ def collect_runs(inputs: Iterable[str | os.PathLike[str]]) -> list[RunRecord]:
             raise ReportInputError(f"input {root} is not a directory; pass the run or sweep dir that holds it")
         root = root.resolve()
         found_any = False
-        for path in _find_result_files(root):
+        for found in record_dirs(root):
             found_any = True
-            run_dir = path.parent.resolve()
+            run_dir = found.resolve()
             if run_dir in seen:
                 continue
             seen.add(run_dir)
-            result = _load_result(path)
+            result = _load_result(run_dir)
             if result is not None:
-                runs.append(RunRecord(dir=run_dir, input_root=root, result=result))
+                runs.append(ReportedRun(dir=run_dir, input_root=root, result=result))
         if not found_any:
             raise ReportInputError(
-                f"no run records ({RESULT_FILE}) found under {root}; pass a run dir or a sweep dir "
+                f"no run records ({RESULT}) found under {root}; pass a run dir or a sweep dir "
                 "written by `python -m pipeline`"
             )
     if not runs:
         raise ReportInputError(
-            f"every {RESULT_FILE} under {', '.join(str(i) for i in inputs)} was unreadable; see the warnings above"
+            f"every {RESULT} under {', '.join(str(i) for i in inputs)} was unreadable; see the warnings above"
         )
     return runs

@@ -6,13 +6,13 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pipeline.report.collect import RunRecord
+from pipeline.report.collect import ReportedRun
 
 _TRUTH = re.compile(r"^cf/(?P<rule>[^/]+)/truth$")
 _EPS = re.compile(r"^cf/[^/]+/lower_eps(?P<eps>[0-9.e-]+)$")
 
 
-def counterfactual_sections(runs: list[RunRecord], out_dir: Path) -> dict[str, Any]:
+def counterfactual_sections(runs: list[ReportedRun], out_dir: Path) -> dict[str, Any]:
     """{group: {n_seeds, coverage: {rule: {eps: fraction}}, figure}} for groups of ok runs with cf/ truths."""
     from pipeline.games.plots import coverage, plot_revenue_vs_reserve
 

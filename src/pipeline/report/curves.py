@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.report.collect import RunRecord
+from pipeline.report.collect import ReportedRun
 from pipeline.report.stats import (
     CONFIDENCE,
     DEFAULT_REPS,
@@ -89,14 +89,14 @@ def iqm_curve(
     return point, low, high
 
 
-def final_on_curve(run: RunRecord) -> float | None:
+def final_on_curve(run: ReportedRun) -> float | None:
     """The run's final value when it is a value of its curve's metric (DQN, GAN), else None (supervised:
     the curve is val/acc, the table test/acc)."""
     return run.primary_value if run.primary_curve is not None and run.primary_curve == run.primary_metric else None
 
 
 def group_curve(
-    runs: Sequence[RunRecord], reps: int = DEFAULT_REPS, seed: int = DEFAULT_SEED
+    runs: Sequence[ReportedRun], reps: int = DEFAULT_REPS, seed: int = DEFAULT_SEED
 ) -> tuple[dict[str, Any], list[tuple[np.ndarray, np.ndarray, float | None]]] | None:
     """The group's primary curve for report.json, and the per-seed curves ``(steps, values, final)`` for the plot;
     None without curves.

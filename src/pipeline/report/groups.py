@@ -9,20 +9,20 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from pipeline.config.grouping import config_id, differences, semantic_config
-from pipeline.report.collect import RunRecord
+from pipeline.report.collect import ReportedRun
 
 
-def _experiment(run: RunRecord, config: dict) -> str:
+def _experiment(run: ReportedRun, config: dict) -> str:
     return str(config.get("name") or run.result.get("experiment") or run.result.get("task") or "run")
 
 
-def group_runs(runs: Sequence[RunRecord]) -> dict[str, list[RunRecord]]:
+def group_runs(runs: Sequence[ReportedRun]) -> dict[str, list[ReportedRun]]:
     """``{display name: runs}``, and each run's ``report_group`` set to its name. Within one experiment a group is named by the keys where its config differs
     from the experiment's other configs (``dqn_cartpole seeding=deterministic``); alone it is the experiment."""
-    by_key: dict[tuple[str, str], list[RunRecord]] = defaultdict(list)
+    by_key: dict[tuple[str, str], list[ReportedRun]] = defaultdict(list)
     configs: dict[str, dict[tuple[str, str], dict]] = defaultdict(dict)
     choices: dict[tuple[str, str], dict] = {}
-    legacy: dict[str, list[RunRecord]] = defaultdict(list)
+    legacy: dict[str, list[ReportedRun]] = defaultdict(list)
     for run in runs:
         raw = run.result.get("config")
         if not isinstance(raw, dict) or not raw:
@@ -36,7 +36,7 @@ def group_runs(runs: Sequence[RunRecord]) -> dict[str, list[RunRecord]]:
         if isinstance(run.result.get("choices"), dict):
             choices[key] = run.result["choices"]
 
-    named: dict[str, list[RunRecord]] = {}
+    named: dict[str, list[ReportedRun]] = {}
     for experiment, members in sorted(configs.items()):
         labels = differences(members, {k: choices[k] for k in members if k in choices})
         for key in sorted(members, key=lambda k: labels[k]):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
@@ -22,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.report.collect import STATUSES, RunRecord
+from pipeline.report.collect import STATUSES, ReportedRun
 
 DEFAULT_REPS = 2000
 DEFAULT_SEED = 0
@@ -33,12 +34,19 @@ PROFILE_POINTS = 101
 
 @contextlib.contextmanager
 def seeded_global_numpy(seed: int) -> Iterator[None]:
+    """Around every rliable bootstrap: numpy's global RNG seeded (and restored after), and rliable's
+    "Calculating estimates for ..." INFO lines (absl logging, which reaches Hydra's handler as [HYDRA] lines,
+    two per sweep and ten per tuning study) held back; the absl logger's level is restored after."""
     state = np.random.get_state()
+    absl = logging.getLogger("absl")
+    level = absl.level
+    absl.setLevel(logging.WARNING)
     np.random.seed(seed)
     try:
         yield
     finally:
         np.random.set_state(state)
+        absl.setLevel(level)
 
 
 def _as_runs_by_tasks(values: Sequence[float] | np.ndarray) -> np.ndarray:
@@ -204,14 +212,14 @@ def describe(values: Sequence[float]) -> dict[str, Any]:
     }
 
 
-def _seed_sort_key(run: RunRecord) -> tuple[int, Any, str]:
+def _seed_sort_key(run: ReportedRun) -> tuple[int, Any, str]:
     seed = run.seed
     if isinstance(seed, (int, float)) and not isinstance(seed, bool):
         return (0, seed, str(run.dir))
     return (1, str(seed), str(run.dir))
 
 
-def seed_keys(runs: Sequence[RunRecord]) -> list[str]:
+def seed_keys(runs: Sequence[ReportedRun]) -> list[str]:
     """One JSON key per run: the seed, suffixed ``#2``, ``#3`` when a seed repeats."""
     keys, counts = [], defaultdict(int)
     for run in runs:
@@ -221,8 +229,8 @@ def seed_keys(runs: Sequence[RunRecord]) -> list[str]:
     return keys
 
 
-def duplicate_seed_warnings(runs: Sequence[RunRecord], group: str) -> list[str]:
-    by_seed: dict[str, list[RunRecord]] = defaultdict(list)
+def duplicate_seed_warnings(runs: Sequence[ReportedRun], group: str) -> list[str]:
+    by_seed: dict[str, list[ReportedRun]] = defaultdict(list)
     for run in runs:
         by_seed[str(run.seed)].append(run)
     return [
@@ -233,7 +241,7 @@ def duplicate_seed_warnings(runs: Sequence[RunRecord], group: str) -> list[str]:
     ]
 
 
-def threshold_stats(runs: Sequence[RunRecord]) -> dict[str, Any]:
+def threshold_stats(runs: Sequence[ReportedRun]) -> dict[str, Any]:
     """Time-to-threshold over ok seeds; a seed that never reached it is null, not dropped."""
     per_seed = {key: run.get_float("time_to_threshold_s") for key, run in zip(seed_keys(runs), runs)}
     reached = sorted(t for t in per_seed.values() if t is not None)
@@ -256,7 +264,7 @@ def threshold_stats(runs: Sequence[RunRecord]) -> dict[str, Any]:
     }
 
 
-def config_value(runs: Sequence[RunRecord], key: str) -> Any:
+def config_value(runs: Sequence[ReportedRun], key: str) -> Any:
     """A resolved-config value (flat dotted key) that every run shares, or None."""
     values = {json_key(run.result.get("config") or {}, key) for run in runs}
     return values.pop() if len(values) == 1 else None
@@ -267,7 +275,7 @@ def json_key(config: dict, key: str) -> Any:
     return value if isinstance(value, (int, float, str)) and not isinstance(value, bool) else None
 
 
-def table_value_note(runs: Sequence[RunRecord], metric: str | None, curve: str | None) -> str | None:
+def table_value_note(runs: Sequence[ReportedRun], metric: str | None, curve: str | None) -> str | None:
     """Which evaluation the table's number is: said in the report next to the curve."""
     if not runs or metric is None:
         return None
@@ -287,7 +295,7 @@ def table_value_note(runs: Sequence[RunRecord], metric: str | None, curve: str |
     return f"the table's `{metric}` is each seed's final value after training"
 
 
-def wall_times(runs: Sequence[RunRecord]) -> dict[str, Any]:
+def wall_times(runs: Sequence[ReportedRun]) -> dict[str, Any]:
     """What the group cost, labelled: per seed (a K-seed process's wall time / K) and per process (a batch of K)."""
     costs = [c for c in (run.seed_cost_s for run in runs) if c is not None]
     batches = {run.batch_dir: run.get_float("wall_time_s") for run in runs if run.seeds_per_process > 1}
@@ -314,7 +322,7 @@ def status_warning(group: str, status: str, n: int) -> str:
 
 
 def group_stats(
-    name: str, runs: Sequence[RunRecord], reps: int = DEFAULT_REPS, seed: int = DEFAULT_SEED
+    name: str, runs: Sequence[ReportedRun], reps: int = DEFAULT_REPS, seed: int = DEFAULT_SEED
 ) -> dict[str, Any]:
     """Everything the report says about one configuration's seeds."""
     runs = sorted(runs, key=_seed_sort_key)

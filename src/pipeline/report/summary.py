@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pipeline.report.collect import RunRecord
+from pipeline.report.collect import ReportedRun
 from pipeline.report.curves import group_curve
 from pipeline.report.groups import group_runs
 from pipeline.report.stats import DEFAULT_REPS, DEFAULT_SEED, compare_groups, group_stats
 
 
-def summarize(runs: Sequence[RunRecord], reps: int = DEFAULT_REPS, seed: int = DEFAULT_SEED) -> dict[str, Any]:
+def summarize(runs: Sequence[ReportedRun], reps: int = DEFAULT_REPS, seed: int = DEFAULT_SEED) -> dict[str, Any]:
     """Group runs by their resolved configs (report/groups.py), compute per-group stats, curves and comparisons.
 
     ``curve_seeds`` holds each group's per-seed curves for the plots; it is not part of report.json.

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from math import pi
 
+import gymnasium as gym
 import torch
 
 from pipeline.rl.tensor_env import TensorEnv, hashed_uniform
@@ -38,6 +39,7 @@ class TensorAcrobot(TensorEnv):
     env_id = "Acrobot-v1"
     observation_shape = (6,)
     n_actions = 3
+    action_space = gym.spaces.Discrete(3)
     reward_threshold = -100.0
     state_size = 4
     time_limit = 500

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from functools import partial
 
+import gymnasium as gym
 import torch
 
 from pipeline.rl.tensor_env import TensorEnv, TensorStep, hashed_uniform, seed_keys, tensor_episode_returns
@@ -40,6 +41,7 @@ class TensorCartPole(TensorEnv):
     env_id = "CartPole-v1"
     observation_shape = (4,)
     n_actions = 2
+    action_space = gym.spaces.Discrete(2)
     reward_threshold = 475.0
     state_size = 4
     time_limit = 500

@@ -2,7 +2,8 @@
 
 A tensor env holds B independent copies of one gymnasium env as a [state_size, B] tensor and steps
 them all with a few dozen kernels, on any device. A subclass writes its dynamics (`physics`), its
-start-state distribution (`initial_rows`), its observation (`observation_of`) and its reward.
+start-state distribution (`initial_rows`), its observation (`observation_of`) and its reward
+(`reward` of the termination flags, or `step_reward` of the state and action where it depends on them).
 
 Initial states are a pure function of (the env's seed, its episode number), computed by a
 counter-based hash (splitmix64) in integer tensor ops: each env has its own reproducible stream of
@@ -17,6 +18,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
+import gymnasium as gym
 import torch
 
 
@@ -82,7 +84,8 @@ class TensorEnv(ABC):
 
     env_id: str
     observation_shape: tuple[int, ...]
-    n_actions: int
+    n_actions: int  # discrete envs
+    action_space: gym.spaces.Space  # the space of one env's action, as gymnasium's env has it
     reward_threshold: float | None
     state_size: int
     time_limit = 500
@@ -131,9 +134,14 @@ class TensorEnv(ABC):
     def observation_of(self, rows: torch.Tensor) -> torch.Tensor:
         """[B, *observation_shape] float32 observations of states `rows`."""
 
-    @abstractmethod
     def reward(self, terminated: torch.Tensor) -> torch.Tensor:
-        """[B] float32 rewards of a step whose termination flags are `terminated`."""
+        """[B] float32 rewards of a step whose termination flags are `terminated`: the reward of envs
+        whose reward depends on termination only (CartPole, Acrobot). Others define `step_reward`."""
+        raise NotImplementedError(f"{type(self).__name__} defines neither reward(terminated) nor step_reward(rows, actions, terminated)")
+
+    def step_reward(self, rows: torch.Tensor, actions: torch.Tensor, terminated: torch.Tensor) -> torch.Tensor:
+        """[B] float32 rewards of the step from states `rows` under `actions` that ended with `terminated`."""
+        return self.reward(terminated)
 
     # ---- the shared machinery ----------------------------------------------------------------
     @property
@@ -171,6 +179,7 @@ class TensorEnv(ABC):
         if self._needs_reset:
             raise RuntimeError("call reset(seeds) before step()")
         rows, terminated = self.physics(self.rows, actions)
+        reward = self.step_reward(self.rows, actions, terminated)
         self.elapsed = self.elapsed + 1
         # The TimeLimit wrapper's rule: truncated once the limit is reached, even on a terminating step.
         truncated = self.elapsed >= self.max_episode_steps
@@ -184,7 +193,7 @@ class TensorEnv(ABC):
         else:
             obs = final_obs
         self.rows = rows
-        return TensorStep(obs, self.reward(terminated), terminated, truncated, final_obs, done)
+        return TensorStep(obs, reward, terminated, truncated, final_obs, done)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Everything a resumed run needs to continue in distribution and bitwise: states, clocks, streams."""

@@ -6,7 +6,7 @@ single run of seed `seeds[i]`. Every backend answers `reset()` and `step(actions
 for Atari frames, uint8) tensors on `device` and auto-resets finished envs (`TensorStep`: `final_obs`
 is where the action led, `obs` what the agent sees next).
 
-- backend: tensor -- the env's dynamics as batched tensor ops (TensorCartPole, TensorAcrobot), all
+- backend: tensor -- the env's dynamics as batched tensor ops (TensorCartPole, TensorAcrobot, TensorPendulum), all
   agents in a few kernels on any device. Start states come from a counter-based hash of (seed,
   episode), not from gymnasium's generator.
 - backend: gym -- `pipeline.rl.envs.make_env` copies (Atari preprocessing included) in one gymnasium
@@ -34,20 +34,25 @@ from pipeline.rl.acrobot_tensor import TensorAcrobot
 from pipeline.rl.cartpole_tensor import TensorCartPole
 from pipeline.rl.envs import batch_to_tensor, env_threshold, make_env, play_episodes
 from pipeline.rl.gym_state import derived_seed, restore_env, snapshot_env
+from pipeline.rl.pendulum_tensor import TensorPendulum
 from pipeline.rl.tensor_env import TensorStep, tensor_episode_returns
 
-TENSOR_ENVS: dict[str, type] = {"CartPole-v1": TensorCartPole, "Acrobot-v1": TensorAcrobot}
+TENSOR_ENVS: dict[str, type] = {"CartPole-v1": TensorCartPole, "Acrobot-v1": TensorAcrobot, "Pendulum-v1": TensorPendulum}
 
 # Per-step reward bounds of envs whose every step is worth a fixed amount: an episode's return lies
 # in [steps * low, steps * high] for at most `max_episode_steps` steps.
-_STEP_REWARD_BOUNDS = {"CartPole-v1": (0.0, 1.0), "Acrobot-v1": (-1.0, 0.0), "MountainCar-v0": (-1.0, 0.0)}
+_STEP_REWARD_BOUNDS = {
+    "CartPole-v1": (0.0, 1.0), "Acrobot-v1": (-1.0, 0.0), "MountainCar-v0": (-1.0, 0.0),
+    "Pendulum-v1": TensorPendulum.step_reward_bounds,
+}
 
 
 class VectorEnv(Protocol):
     num_envs: int
     observation_shape: tuple[int, ...]
     obs_dtype: torch.dtype
-    n_actions: int
+    action_space: gym.spaces.Space  # one env's
+    n_actions: int | None  # a discrete space's size; None for a continuous one
     reward_threshold: float | None
     return_bounds: tuple[float, float] | None  # range of an episode's undiscounted return, when known
 
@@ -82,7 +87,7 @@ def make_vector_env(env: dict, seeds: Sequence[int], envs_per_agent: int, device
 
 
 class TensorVectorEnv:
-    """A tensor env (TensorCartPole, TensorAcrobot) seeded per row, behind the VectorEnv interface."""
+    """A tensor env (TensorCartPole, TensorAcrobot, TensorPendulum) seeded per row, behind the VectorEnv interface."""
 
     obs_dtype = torch.float32
 
@@ -93,7 +98,8 @@ class TensorVectorEnv:
         self.env = env_cls(len(seeds), device=device, dtype=dtype, **limit)
         self.seeds = torch.as_tensor(list(seeds), dtype=torch.int64)
         self.observation_shape = tuple(env_cls.observation_shape)
-        self.n_actions = int(env_cls.n_actions)
+        self.action_space = env_cls.action_space
+        self.n_actions = discrete_size(self.action_space)
         self.reward_threshold = env_cls.reward_threshold
         low, high = _STEP_REWARD_BOUNDS[env_cls.env_id]
         self.return_bounds = (low * self.env.max_episode_steps, high * self.env.max_episode_steps)
@@ -141,12 +147,13 @@ class GymVectorEnv:
         self.seeds = [int(s) for s in seeds]
         self.envs = [make_env(env_id, **self.kwargs) for _ in self.seeds]
         space, actions = self.envs[0].observation_space, self.envs[0].action_space
-        if not isinstance(actions, gym.spaces.Discrete):
-            raise ValueError(f"a vector env for DQN needs a discrete action space; {env_id} has {actions}")
+        if not isinstance(actions, gym.spaces.Discrete | gym.spaces.Box):
+            raise ValueError(f"a vector env takes a Discrete or Box action space; {env_id} has {actions}")
         self.observation_shape = tuple(space.shape)
         self.np_dtype = np.uint8 if space.dtype == np.uint8 else np.float32
         self.obs_dtype = torch.uint8 if self.np_dtype == np.uint8 else torch.float32
-        self.n_actions = int(actions.n)
+        self.action_space = actions
+        self.n_actions = discrete_size(actions)
         self.reward_threshold = env_threshold(env_id)
         self.return_bounds = _gym_return_bounds(env_id, self.envs[0])
         self.episodes = np.zeros(len(self.envs), dtype=np.int64)
@@ -196,7 +203,7 @@ class GymVectorEnv:
 
     def step(self, actions: torch.Tensor) -> TensorStep:
         if self._vector is None:
-            return self._step_one(actions.item())
+            return self._step_one(actions.item() if self.n_actions is not None else actions.reshape(-1).cpu().numpy())
         obs, rewards, terminated, truncated, infos = self._vector.step(actions.cpu().numpy())
         self._current = final_t = self._obs(obs)
         if "_final_obs" in infos:
@@ -211,7 +218,7 @@ class GymVectorEnv:
             self._tensor(truncated), final_t, self._tensor(done),
         )
 
-    def _step_one(self, action: int) -> TensorStep:
+    def _step_one(self, action: int | np.ndarray) -> TensorStep:
         # torch.from_numpy over small numpy arrays: torch.tensor([...]) costs 4-6 us a call here.
         env = self.envs[0]
         final, reward, terminated, truncated, _ = env.step(action)
@@ -272,6 +279,11 @@ class GymVectorEnv:
             env.close()
 
 
+def discrete_size(space: gym.spaces.Space) -> int | None:
+    """The number of actions of a Discrete space; None for any other (a Box: continuous actions)."""
+    return int(space.n) if isinstance(space, gym.spaces.Discrete) else None
+
+
 def _gym_return_bounds(env_id: str, env: gym.Env) -> tuple[float, float] | None:
     steps = env.spec.max_episode_steps if env.spec is not None else None
     if env_id not in _STEP_REWARD_BOUNDS or steps is None:
@@ -290,8 +302,8 @@ def evaluate_agents(
 ) -> torch.Tensor:
     """[K, n_episodes] undiscounted returns (float64, CPU) of `policy`'s greedy play for K agents.
 
-    `policy` maps observations [K, n_episodes, *obs_shape] to actions [K, n_episodes] (one batched
-    call per step; finished episodes are fed their last observation and their actions ignored).
+    `policy` maps observations [K, n_episodes, *obs_shape] to actions [K, n_episodes] (or
+    [K, n_episodes, *action_shape] for continuous ones; one batched call per step; finished episodes are fed their last observation and their actions ignored).
     Agent i's episode j starts from seed `agent_seeds[i] + seed_offset + j` on its own env, apart
     from training. Atari plays whole games with unclipped rewards. An `nn.Module` policy runs in
     eval() mode under inference_mode and is put back in its mode.
@@ -321,7 +333,8 @@ def _tensor_returns(policy, env: dict, seeds: list[int], K: int, n: int, device)
     limit = (env.get("kwargs") or {}).get("max_episode_steps")
 
     def flat_policy(obs: torch.Tensor) -> torch.Tensor:
-        return policy(obs.view(K, n, *obs.shape[1:])).reshape(-1)
+        actions = policy(obs.view(K, n, *obs.shape[1:]))
+        return actions.reshape(K * n, *actions.shape[2:])
 
     returns = tensor_episode_returns(env_cls, flat_policy, seeds, device, env.get("dtype", "float64"), limit)
     return returns.to("cpu", torch.float64)
@@ -330,6 +343,7 @@ def _tensor_returns(policy, env: dict, seeds: list[int], K: int, n: int, device)
 def _gym_returns(policy, env: dict, seeds: list[int], K: int, n: int, device) -> torch.Tensor:
     def actions_for(obs: np.ndarray, alive: np.ndarray) -> np.ndarray:
         batch = batch_to_tensor(obs, device)
-        return policy(batch.view(K, n, *batch.shape[1:])).reshape(-1).cpu().numpy()[alive]
+        actions = policy(batch.view(K, n, *batch.shape[1:]))
+        return actions.reshape(K * n, *actions.shape[2:]).cpu().numpy()[alive]
 
     return torch.from_numpy(play_episodes(env["id"], env.get("kwargs"), seeds, actions_for))

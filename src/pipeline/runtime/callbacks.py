@@ -93,3 +93,4 @@ def build_callbacks(cfg: DictConfig, run_dir: Path | str | None = None, own: Ite
         built.append(callback)
     replaced = {type(c) for c in built}
     return [c for c in own if type(c) not in replaced] + built
+

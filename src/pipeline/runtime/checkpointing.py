@@ -3,15 +3,18 @@ tasks' epoch-end checkpointer, and the hook for tasks that keep their own state 
 
 from __future__ import annotations
 
+import io
 import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 from lightning.pytorch.callbacks import Callback, Checkpoint
 
 from pipeline.config.checks import one_line
 from pipeline.runtime.rundir import Interrupted, StopRequests
+from pipeline.store.atomic import StoreWriteError, write_atomically
 from pipeline.store.checkpoint import save_atomic
 
 log = logging.getLogger("pipeline")
@@ -75,22 +78,52 @@ class EpochCheckpointer(Checkpoint):
     def __init__(self, path: Path, policy: CheckpointPolicy, stop: StopRequests, on_save, saved_epoch: int | None = None) -> None:
         self.path, self.policy, self.stop, self.on_save = Path(path), policy, stop, on_save
         self.saved_epoch = saved_epoch
+        # The last finished epoch's checkpoint, serialised in memory when the policy did not write it: a stop
+        # request in the middle of the next epoch saves it, so the run continues from there (not from scratch).
+        self._unsaved: tuple[int, bytes] | None = None
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if self.stop.requested:
+            self.save_last_finished_epoch()
             raise Interrupted(self.saved_epoch)
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         if not self.policy.enabled:
             return
-        if self.policy.due(trainer.current_epoch) or trainer.current_epoch + 1 >= (trainer.max_epochs or 0):
+        epoch = trainer.current_epoch
+        # What trainer.save_checkpoint would write now (one device: the same dict, without its temp-file handling).
+        state = trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
+        if self.policy.due(epoch) or epoch + 1 >= (trainer.max_epochs or 0) or self.stop.requested:
             t0 = time.perf_counter()
-            tmp = self.path.with_name(self.path.name + ".tmp")
-            trainer.save_checkpoint(str(tmp), weights_only=False)
-            tmp.replace(self.path)
-            self.saved_epoch = trainer.current_epoch
-            self.policy.saved(trainer.current_epoch)
-            self.on_save(step=trainer.current_epoch, seconds=time.perf_counter() - t0, size=self.path.stat().st_size)
+            try:
+                save_atomic(state, self.path)
+            except StoreWriteError as exc:  # a full disk must not end the training: the next save may fit
+                self.policy.saved(epoch)
+                log.warning(f"checkpoint of epoch {epoch} not saved: {exc}; training goes on")
+                return
+            self._saved(epoch, t0)
+        else:
+            buffer = io.BytesIO()
+            torch.save(state, buffer)  # frozen: the live state dicts move on with training
+            self._unsaved = (epoch, buffer.getvalue())
+
+    def save_last_finished_epoch(self) -> None:
+        if self._unsaved is None or (self.saved_epoch is not None and self._unsaved[0] <= self.saved_epoch):
+            return
+        t0 = time.perf_counter()
+        epoch, data = self._unsaved
+        try:
+            write_atomically(self.path, lambda f: f.write(data))
+        except StoreWriteError as exc:
+            log.warning(f"checkpoint of epoch {epoch} not saved: {exc}")
+            return
+        self._saved(epoch, t0)
+
+    def _saved(self, epoch: int, t0: float) -> None:
+        self.saved_epoch = epoch
+        self._unsaved = None
+        self.policy.saved(epoch)
+        self.on_save(step=epoch, seconds=time.perf_counter() - t0, size=self.path.stat().st_size)
 
 
 def state_checkpointer(task, path: Path, policy: CheckpointPolicy, stop: StopRequests, note_save):

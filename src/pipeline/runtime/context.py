@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,8 +72,20 @@ class JobContext:
         skip = ("ckpt_path=", "resume=", "hydra.run.dir=", "hydra.sweep.dir=", "hydra.mode=")
         args = " ".join(shlex.quote(o) for o in given if not o.startswith(skip))
         if self.multirun and self.sweep_dir:
-            return f"python -m pipeline -m {args} hydra.sweep.dir={shlex.quote(self.sweep_dir)} resume=true".replace("  ", " ")
-        return f"python -m pipeline {args} hydra.run.dir={shlex.quote(self.run_dir)} ckpt_path=last".replace("  ", " ")
+            return f"python -m pipeline -m {args} {path_override('hydra.sweep.dir', self.sweep_dir)} resume=true".replace("  ", " ")
+        return f"python -m pipeline {args} {path_override('hydra.run.dir', self.run_dir)} ckpt_path=last".replace("  ", " ")
+
+
+# Characters a Hydra override value may hold unquoted; a sweep job's dir (`3_seed=3,lr=0.1`) holds others.
+_HYDRA_PLAIN = re.compile(r"^[\w./~+:@%-]+$")
+
+
+def path_override(key: str, path: str) -> str:
+    """`key=path` as a shell word Hydra reads back as that path: quoted for Hydra's grammar when the path holds
+    `=`, `,`, spaces or brackets (a sweep job's dir does), then for the shell."""
+    value = path if _HYDRA_PLAIN.match(path) else "'" + path.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    word = f"{key}={value}"
+    return f'"{word}"' if value != path and not any(c in word for c in '"$`\\!') else shlex.quote(word)
 
 
 def _sweep_overrides(sweep_dir: str) -> list[str]:

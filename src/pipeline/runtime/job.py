@@ -9,23 +9,32 @@ so the launcher's other jobs go on and the sweep-end report is written over what
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import json
 import logging
+import os
 import signal
 import subprocess
 import sys
+import threading
 from dataclasses import asdict
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from pipeline.config.grouping import group_name, semantic_config
 from pipeline.runtime.context import JobContext
+from pipeline.runtime.rundir import StoppedBeforeStart, honour_stop_signals_from_now
 from pipeline.store.layout import agent_dirs
 from pipeline.store.record import RunRecord, read_record
 
 log = logging.getLogger("pipeline")
 
 JOB_DIR = ".pipeline"
+# Set by a sweep showing a live progress line on its terminal: the job process's output then comes through this
+# process (whose stdout the live display owns), so it prints above the line instead of through it.
+RELAY_ENV = "PIPELINE_RELAY_JOB_OUTPUT"
 
 
 def hydra_job(cfg: DictConfig) -> list[dict]:
@@ -49,8 +58,14 @@ def run_in_child(cfg: DictConfig, ctx: JobContext) -> list[dict]:
     job_dir.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(cfg, job_dir / "config.yaml", resolve=True)
     (job_dir / "context.json").write_text(json.dumps({**asdict(ctx), "isolated": True}, indent=2))
+    relay = os.environ.get(RELAY_ENV) == "1"
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT} if relay else {}
     # Its own process group: a terminal's Ctrl-C reaches this process only, which forwards it once.
-    child = subprocess.Popen([sys.executable, "-m", "pipeline.runtime.job", str(job_dir)], start_new_session=True)
+    child = subprocess.Popen([sys.executable, "-m", "pipeline.runtime.job", str(job_dir)], start_new_session=True,
+                             preexec_fn=_stop_with_parent, **pipes)
+    relayer = threading.Thread(target=_relay, args=(child.stdout,), daemon=True) if relay else None
+    if relayer is not None:
+        relayer.start()
     received: list[int] = []
 
     def forward(signum, frame):  # Ctrl-C / SIGTERM reach the child, which saves and stops cleanly
@@ -61,17 +76,29 @@ def run_in_child(cfg: DictConfig, ctx: JobContext) -> list[dict]:
     previous = {}
     try:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2):
-            previous[sig] = signal.signal(sig, _chain(forward, signal.getsignal(sig)) if sig == signal.SIGUSR2 else forward)
+            previous[sig] = signal.signal(sig, forward)
     except ValueError:  # not the main thread: the launcher handles signals
         previous = {}
     try:
         rc = child.wait()
+        if relayer is not None:
+            relayer.join(timeout=10)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    requeue = previous.get(signal.SIGUSR2)
+    if signal.SIGUSR2 in received and callable(requeue):
+        # SLURM's warning before preemption or the time limit (submitit asks for SIGUSR2). This process owns
+        # it: the child has saved its checkpoint and stopped, and only now does submitit's handler requeue
+        # the job (scontrol requeue); the requeued job continues from the checkpoint (SLURM_RESTART_COUNT).
+        # Lightning's own SLURM auto-requeue is off in the child (runtime.run.make_trainer), so one requeue.
+        log.info(f"[job {ctx.job_num}] seed={cfg.seed}: checkpoint saved after SIGUSR2 (exit {rc}); requeueing")
+        requeue(signal.SIGUSR2, None)
     records = read_job_records(Path(ctx.run_dir), _agents(cfg), int(cfg.seed))
     if rc not in (0, 1, 130, 143, 2) or len(records) < _agents(cfg):
-        how = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exited with code {rc}"
+        how = (f"killed by {signal.Signals(-rc).name}" if rc < 0 else
+               f"stopped by {'SIGINT' if rc == 130 else 'SIGTERM'} before it started" if rc in (130, 143) else
+               f"ended with exit code {rc} before it wrote a record" if rc in (0, 1, 2) else f"exited with code {rc}")
         # A child killed in its first seconds (during imports, out of memory) wrote no record: one is made
         # here from what the sweep knows, so every launched job is counted.
         records = [_record_death(r, how, ctx) for r in _with_skeletons(records, cfg, ctx)]
@@ -83,15 +110,23 @@ def run_in_child(cfg: DictConfig, ctx: JobContext) -> list[dict]:
     return [r.to_dict() for r in records]
 
 
-def _chain(first, second):
-    """Call our handler, then the one that was there (submitit's requeue on SIGUSR2)."""
+def _stop_with_parent() -> None:
+    """In the child, before it runs: when the process that started it dies (a killed sweep, a killed joblib
+    worker or submitit controller), the kernel sends it SIGTERM, so it checkpoints, records `interrupted` and
+    stops instead of training on as an orphan. Linux only (prctl PR_SET_PDEATHSIG); elsewhere nothing changes."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
-    def handler(signum, frame):
-        first(signum, frame)
-        if callable(second):
-            second(signum, frame)
 
-    return handler
+def _relay(stream) -> None:
+    for raw in iter(stream.readline, b""):
+        # A progress bar's redraws arrive as one line of carriage returns: its last state is what to show.
+        text = raw.decode(errors="replace").rstrip("\n").rsplit("\r", 1)[-1]
+        if text.strip():
+            print(text, flush=True)
 
 
 def _agents(cfg: DictConfig) -> int:
@@ -113,25 +148,58 @@ def _with_skeletons(records: list[RunRecord], cfg: DictConfig, ctx: JobContext) 
         if seed not in have:
             d.mkdir(parents=True, exist_ok=True)
             task = str(OmegaConf.select(cfg, "task._target_", default="") or "").rsplit(".", 1)[-1]
-            out.append(RunRecord(experiment=str(cfg.get("name") or ""), group=str(cfg.get("name") or ""), task=task,
-                                 seed=seed, run_dir=str(d), versions=None, git_commit=None,
-                                 seeds_per_process=len(seeds), agent=seed - seeds[0]))
+            resolved = OmegaConf.to_container(cfg, resolve=True)
+            out.append(RunRecord(experiment=str(cfg.get("name") or ""), group=group_name(resolved, str(cfg.get("name") or "")),
+                                 task=task, seed=seed, run_dir=str(d), versions=None, git_commit=None,
+                                 config=semantic_config(resolved), seeds_per_process=len(seeds), agent=seed - seeds[0]))
     return out
 
 
 def _record_death(record: RunRecord, how: str, ctx: JobContext) -> RunRecord:
+    return _mark_dead(record, how, ctx.resume_command())
+
+
+def _mark_dead(record: RunRecord, how: str, resume_command: str) -> RunRecord:
     if record.status == "ok":  # never overwrite a finished record
         return record
     step = (record.checkpoint or {}).get("step")
     where = f"; its checkpoint holds step {step}" if step is not None else "; no checkpoint was written yet"
     record.update(status="failed", error=f"the training process was {how}{where}", ended_by=how,
-                  resume_command=ctx.resume_command())
+                  resume_command=resume_command)
     record.write()
     return record
 
 
+def record_lost_job(cfg: DictConfig, run_dir: Path, how: str, resume_command: str) -> list[dict]:
+    """A job the launcher lost (cancelled or killed by the scheduler): its records say so, and a job that never
+    started gets one (with its config, so the report groups it with its seeds), so the sweep counts it and
+    ends with the command that finishes it. `cfg` is the job's config without its `hydra` node."""
+    from pipeline.config.grouping import group_name, semantic_config
+
+    k, seed = _agents(cfg), int(cfg.seed)
+    records = read_job_records(run_dir, k, seed)
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    if records:
+        for r in records:
+            if r.config is None and r.status != "ok":  # an early skeleton: group it with its seeds
+                r.update(config=semantic_config(resolved), group=group_name(resolved, str(cfg.name)))
+        return [_mark_dead(r, how, resume_command).to_dict() for r in records]
+    out = []
+    for i, d in enumerate(agent_dirs(run_dir, [seed + i for i in range(k)])):
+        record = RunRecord(
+            experiment=str(cfg.name), group=group_name(resolved, str(cfg.name)), seed=seed + i, run_dir=str(d),
+            task=str(cfg.task._target_).rsplit(".", 1)[-1], config=semantic_config(resolved), seeds_per_process=k,
+            agent=i, error=f"the job was {how} before the run started", versions=None, git_commit=None,
+        ).update(ended_by=how, resume_command=resume_command)
+        d.mkdir(parents=True, exist_ok=True)
+        record.write()
+        out.append(record.to_dict())
+    return out
+
+
 # ---- the child side ------------------------------------------------------------------------------
 def child_main(job_dir: str) -> int:
+    honour_stop_signals_from_now()
     job_dir_path = Path(job_dir)
     ctx = JobContext(**json.loads((job_dir_path / "context.json").read_text()))
     cfg = OmegaConf.load(job_dir_path / "config.yaml")
@@ -158,4 +226,7 @@ def _log_to(path: Path) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(child_main(sys.argv[1]))
+    try:
+        sys.exit(child_main(sys.argv[1]))
+    except StoppedBeforeStart as exc:
+        sys.exit(exc.exit_code)

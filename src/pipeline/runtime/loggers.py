@@ -78,19 +78,43 @@ def build_loggers(
             mode=wandb_mode(opts.get("mode")),
             config=wandb_config(config),
             # Each run is its own process's run: no reinit surprises under joblib.
-            settings=_wandb_settings(),
+            settings=_wandb_settings(opts.get("init_timeout")),
         )
         # Lightning always passes anonymous=None to wandb.init, and wandb >= 0.2x warns on every run that the
         # setting has no effect; not passing it changes nothing else.
         wandb_logger._wandb_init.pop("anonymous", None)
+        try:  # start the W&B run now, so a server that cannot be reached is one line before any training
+            wandb_logger.experiment  # noqa: B018 - the property starts the run
+        except Exception as exc:
+            raise WandbUnreachable(explain_wandb_failure(exc, wandb_logger._wandb_init.get("mode"), opts.get("init_timeout"))) from None
         loggers.append(wandb_logger)
     return loggers
 
 
-def _wandb_settings():
+# Seconds wandb.init may wait for its server before giving up (wandb's own default is 90): long enough for a
+# slow first contact, short enough that a machine without a network hears about it soon (logger.wandb.init_timeout).
+WANDB_INIT_TIMEOUT_S = 20
+
+
+class WandbUnreachable(RuntimeError):
+    """An online W&B run could not start (no network, a server that does not answer, no API key)."""
+
+
+def explain_wandb_failure(exc: BaseException, mode: str | None, timeout: float | None) -> str:
+    """One line: what wandb said (its first line) and the fix, for a W&B run that could not start."""
+    said = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    if mode != "online":
+        return f"W&B ({mode}) could not start: {said}"
+    waited = timeout if timeout is not None else WANDB_INIT_TIMEOUT_S
+    return (f"W&B could not start an online run ({said}): no network? use WANDB_MODE=offline (or logger.wandb.mode=offline) "
+            f"and `wandb sync` the run later; on a slow network raise logger.wandb.init_timeout (now {waited} s)")
+
+
+def _wandb_settings(init_timeout: float | None = None):
     import wandb
 
-    return wandb.Settings(init_timeout=30, silent=True, console="off")
+    timeout = WANDB_INIT_TIMEOUT_S if init_timeout is None else float(init_timeout)
+    return wandb.Settings(init_timeout=timeout, silent=True, console="off")
 
 
 def finish_loggers(loggers: list[Logger], status: str) -> None:
@@ -114,13 +138,17 @@ def log_records_to_wandb(records: list[dict], run_dirs: list[Path], wandb_cfg: d
     import wandb
 
     for record, run_dir in zip(records, run_dirs):
-        run = wandb.init(
-            project=wandb_cfg.get("project", "pipeline"), entity=wandb_cfg.get("entity"), group=record["group"],
-            job_type=record["task"], name=f"{record['experiment']}-seed{record['seed']}",
-            tags=wandb_tags(record["seed"], wandb_cfg.get("tags")),
-            config=wandb_config({**config, "seed": record["seed"]}), dir=str(run_dir), mode=wandb_mode(wandb_cfg.get("mode")),
-            settings=_wandb_settings(), reinit="create_new",
-        )
+        mode = wandb_mode(wandb_cfg.get("mode"))
+        try:
+            run = wandb.init(
+                project=wandb_cfg.get("project", "pipeline"), entity=wandb_cfg.get("entity"), group=record["group"],
+                job_type=record["task"], name=f"{record['experiment']}-seed{record['seed']}",
+                tags=wandb_tags(record["seed"], wandb_cfg.get("tags")),
+                config=wandb_config({**config, "seed": record["seed"]}), dir=str(run_dir), mode=mode,
+                settings=_wandb_settings(wandb_cfg.get("init_timeout")), reinit="create_new",
+            )
+        except Exception as exc:
+            raise WandbUnreachable(explain_wandb_failure(exc, mode, wandb_cfg.get("init_timeout"))) from None
         rows = {s: {k: v for k, v in row.items() if math.isfinite(v)} for s, row in read_run_curve(run_dir).items()}
         for step, values in sorted(rows.items()):
             # Committed now: an open last row would reach W&B after the summary and overwrite it.

@@ -15,6 +15,10 @@ HARMLESS = (
     # A debug run (trainer=debug: 3 batches) or a tiny data set logs fewer batches than log_every_n_steps:
     # the pipeline writes its own curves (metrics.csv) at its own pace.
     r"The number of training batches \(\d+\) is smaller than the logging interval",
+    # On a SLURM login node (srun on PATH) and in SLURM jobs: the Trainer is given LightningEnvironment
+    # (runtime.run.make_trainer: one process, one device; the project's SIGUSR2 handler owns requeue), but
+    # Lightning still probes SLURMEnvironment.detect() when it picks a checkpoint path, and that warns.
+    r"The `srun` command is available on your system but is not used",
 )
 
 

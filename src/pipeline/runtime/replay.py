@@ -12,6 +12,7 @@ No Lightning here: a replay starts in about the time torch and gymnasium take to
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from pipeline.store.record import read_record, write_json
 # Training uses start states from seed + 0 (training), + 10,000 (evaluations), + 20,000 (final evaluation):
 # a replay's episodes start from seed + 30,000 + i, states the agent was never trained or scored on.
 REPLAY_SEED_OFFSET = 30_000
+log = logging.getLogger("pipeline")
 VIDEO_DIR = "videos"
 
 
@@ -75,16 +77,26 @@ def env_of(cfg: DictConfig) -> tuple[str, dict]:
     return str(env.id), dict(OmegaConf.to_container(kwargs, resolve=True) if kwargs else {})
 
 
-def load_policy(cfg: DictConfig, run_dir: Path, obs_shape: tuple, n_actions: int, device):
-    """The run's network (from its config), with model.pt's weights, in eval mode."""
+def load_policy(cfg: DictConfig, run_dir: Path, obs_shape: tuple, n_actions: int, device, continuous: bool = False,
+                state_dict: dict | None = None):
+    """The run's network (from its config), with model.pt's weights (or `state_dict`'s), in eval mode.
+
+    `continuous`: the env's actions are a Box of `n_actions` dimensions (an actor-critic's Gaussian policy).
+    """
+    import functools
+
     from hydra.utils import instantiate
 
     from pipeline.nets.factory import make_net
     from pipeline.store.checkpoint import CheckpointError, load_model
 
-    net = make_net(instantiate(cfg.model), int(np.prod(obs_shape)), n_actions)
+    if OmegaConf.select(cfg, "task.normalize_obs", default=False):
+        raise EvalError("this run normalised its observations (task.normalize_obs=true); their statistics are in its "
+                        f"checkpoint, not in {MODEL}, so a replay cannot see what the agent saw")
+    factory = instantiate(cfg.model)
+    net = make_net(functools.partial(factory, continuous=True) if continuous else factory, int(np.prod(obs_shape)), n_actions)
     try:
-        net.load_state_dict(load_model(run_dir))
+        net.load_state_dict(load_model(run_dir) if state_dict is None else state_dict)
     except CheckpointError as exc:
         raise EvalError(str(exc)) from None
     except RuntimeError as exc:
@@ -117,7 +129,10 @@ class Mp4Writer:
         self.writer.close()
 
 
-def play(options: Options, cfg: DictConfig, run_seed: int) -> dict:
+def play(options: Options, cfg: DictConfig, run_seed: int, state_dict: dict | None = None, video_name: str = "replay") -> dict:
+    """Play `options.episodes` greedy episodes of the run's policy (model.pt, or `state_dict`: a policy during
+    training); with `options.video`, `<run dir>/videos/<video_name>-seed<episode seed>.mp4` each."""
+    import gymnasium as gym
     import torch
 
     from pipeline.rl.envs import is_atari, make_env
@@ -135,13 +150,25 @@ def play(options: Options, cfg: DictConfig, run_seed: int) -> dict:
     first = run_seed + REPLAY_SEED_OFFSET if options.seed is None else options.seed
     seeds = [first + i for i in range(options.episodes)]
     env = make_env(env_id, **env_kwargs)
-    net = load_policy(cfg, options.run_dir, env.observation_space.shape, int(env.action_space.n), device)
+    space = env.action_space
+    continuous = isinstance(space, gym.spaces.Box)  # an actor-critic's Gaussian policy plays its mean
+    net = load_policy(cfg, options.run_dir, env.observation_space.shape, int(space.shape[0] if continuous else space.n), device,
+                      continuous, state_dict)
+
+    def action_of(x):
+        out = net(x if x.dtype == torch.uint8 else x.float())
+        if isinstance(out, tuple):  # an actor-critic: (policy parameters, value)
+            out = out[0]
+        if continuous:
+            return np.clip(out[0].cpu().numpy(), space.low, space.high)
+        return int(out.argmax(dim=1).item())
+
     fps = float(env.metadata.get("render_fps") or 30) / float(env_kwargs.get("frame_skip", 1) if is_atari(env_id) else 1)
     returns, lengths, videos = [], [], []
     try:
         for seed in seeds:
             obs, _ = env.reset(seed=seed)
-            writer = Mp4Writer(options.run_dir / VIDEO_DIR / f"replay-seed{seed}.mp4", fps) if options.video else None
+            writer = Mp4Writer(options.run_dir / VIDEO_DIR / f"{video_name}-seed{seed}.mp4", fps) if options.video else None
             total, steps, done = 0.0, 0, False
             try:
                 while not done:
@@ -150,7 +177,7 @@ def play(options: Options, cfg: DictConfig, run_seed: int) -> dict:
                     with torch.inference_mode():
                         # uint8 frames stay uint8 (the network scales them); everything else becomes float32.
                         x = torch.as_tensor(np.asarray(obs)).unsqueeze(0).to(device)
-                        action = int(net(x if x.dtype == torch.uint8 else x.float()).argmax(dim=1).item())
+                        action = action_of(x)
                     obs, reward, terminated, truncated, _ = env.step(action)
                     total, steps, done = total + float(reward), steps + 1, terminated or truncated
                 if writer is not None:
@@ -170,6 +197,66 @@ def play(options: Options, cfg: DictConfig, run_seed: int) -> dict:
     }
 
 
+# TensorBoard shows a video as an animated GIF in its Images tab; at most this many frames, every k-th frame
+# kept (a CartPole episode of 500 steps at 600x400 stays a few MB at half size).
+GIF_MAX_FRAMES = 150
+
+
+def video_as_gif(path: Path | str) -> tuple[bytes, int, int]:
+    """An MP4 as an animated GIF at half size (bytes, height, width), for TensorBoard's image summary."""
+    import io
+
+    import imageio.v2 as imageio
+
+    reader = imageio.get_reader(str(path))
+    fps = float(reader.get_meta_data().get("fps") or 30)
+    frames = [np.asarray(f)[::2, ::2] for f in reader]
+    reader.close()
+    stride = max(1, -(-len(frames) // GIF_MAX_FRAMES))
+    frames = frames[::stride]
+    buffer = io.BytesIO()
+    imageio.mimwrite(buffer, frames, format="GIF", duration=1000.0 * stride / fps, loop=0)
+    return buffer.getvalue(), frames[0].shape[0], frames[0].shape[1]
+
+
+def add_video_to_tensorboard(writer, tag: str, path: Path | str, step: int) -> None:
+    """The MP4 into a SummaryWriter as an animated image (torch's add_video needs moviepy, not a dependency)."""
+    from tensorboard.compat.proto.summary_pb2 import Summary
+
+    gif, height, width = video_as_gif(path)
+    image = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=gif)
+    writer.file_writer.add_summary(Summary(value=[Summary.Value(tag=tag, image=image)]), step)
+    writer.flush()
+
+
+def training_video_hook(cfg: DictConfig, dirs: list[Path], seeds: list[int], device: str, loggers: list):
+    """What the lifecycle gives an RL task as `video_hook`: agent `i`'s policy at env step `step` plays one greedy
+    episode (the replay engine, on a start state training never used) into `<dirs[i]>/videos/train-step<step>-...mp4`,
+    logged as `video/train` at that step to the run's TensorBoard (animated image) and W&B (video)."""
+
+    warned: list[str] = []
+
+    def record(agent: int, step: int, state_dict: dict) -> None:
+        options = Options(run_dir=Path(dirs[agent]), episodes=1, video=True, device=device)
+        try:
+            result = play(options, cfg, int(seeds[agent]), state_dict=state_dict, video_name=f"train-step{step}")
+        except Exception as exc:  # a video problem must not stop the training: say it once, go on without videos
+            text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            if not warned:
+                log.warning(f"no training video: {text}")
+            warned.append(text)
+            return
+        for logger in loggers:
+            if type(logger).__name__ == "TensorBoardLogger":
+                for path in result["videos"]:
+                    add_video_to_tensorboard(logger.experiment, "video/train", path, step)
+            elif type(logger).__name__ == "WandbLogger":
+                logger.log_video("video/train", videos=result["videos"], step=step, format=["mp4"] * len(result["videos"]),
+                                 caption=[f"env step {step}: return {r:.1f}" for r in result["returns"]])
+
+    return record
+
+
 def log_to_run_loggers(cfg: DictConfig, result: dict, run_dir: Path) -> list[str]:
     """The replay's numbers and videos to the loggers the run itself used; returns their names."""
     spec = OmegaConf.select(cfg, "logger", default=None) or {}
@@ -183,9 +270,10 @@ def log_to_run_loggers(cfg: DictConfig, result: dict, run_dir: Path) -> list[str
             writer.add_scalar("replay/return", value, i)
         for key, value in metrics.items():
             writer.add_scalar(key, value, 0)
-        # TensorBoard's add_video needs moviepy: the MP4s' paths go in as text instead.
         if result["videos"]:
             writer.add_text("replay/videos", "\n\n".join(result["videos"]), 0)
+            for path in result["videos"]:
+                add_video_to_tensorboard(writer, "replay/video", path, 0)
         writer.close()
         used.append("tensorboard")
     if "wandb" in spec:

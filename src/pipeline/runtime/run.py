@@ -31,6 +31,7 @@ from pathlib import Path
 import lightning as L
 import torch
 from hydra.utils import get_class, instantiate
+from lightning.fabric.plugins.environments import LightningEnvironment
 from lightning.pytorch.callbacks import Checkpoint
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -50,6 +51,7 @@ from pipeline.runtime.loggers import CurveLogger, build_loggers, finish_loggers
 from pipeline.runtime.preflight import RunRefused, plan_start
 from pipeline.runtime.rundir import Interrupted, RunDirBusy, RunDirLock, StopRequests
 from pipeline.runtime.seeding import seed_everything
+from pipeline.store.atomic import StoreWriteError, write_error
 from pipeline.store.checkpoint import load_safely, save_model
 from pipeline.store.curves import CurveLog
 from pipeline.store.layout import RESULT, agent_dirs, checkpoint_path, error_log_path, metrics_path
@@ -81,7 +83,7 @@ def check_task(cfg: DictConfig, n_agents: int) -> type[Task]:
     cls = task_class(cfg)
     if n_agents > 1 and not cls.trains_seeds_together:
         raise config_checks.ConfigError(
-            f"task {cls.__name__} trains one seed per process; seeds_per_process={n_agents} works with task=dqn and "
+            f"task {cls.__name__} trains one seed per process; seeds_per_process={n_agents} works with task=dqn, task=ppo and "
             "task=supervised (run the seeds as a sweep: -m seed='range(0,N)')"
         )
     for group in PART_GROUPS:
@@ -127,12 +129,22 @@ def _choice_hint(cfg: DictConfig, group: str) -> str:
 
 
 def make_trainer(cfg: DictConfig, accelerator: str, run_dir: Path, loggers, callbacks) -> L.Trainer:
+    from lightning.pytorch.callbacks import ProgressBar
+
     from pipeline.runtime.callbacks import build_callbacks, trainer_kwargs
+    from pipeline.runtime.progress_bar import BudgetProgressBar
 
     built = build_callbacks(cfg, run_dir, own=callbacks)
     kwargs = trainer_kwargs(cfg)
+    if kwargs.get("enable_progress_bar", True) and not any(isinstance(c, ProgressBar) for c in built):
+        built.append(BudgetProgressBar())  # RL tasks count env steps against their budget, not epochs
     if any(isinstance(c, Checkpoint) for c in built):  # Lightning refuses a Checkpoint callback with its switch off
         kwargs["enable_checkpointing"] = True
+    # One process, one device: the cluster environment is named, not detected. Detection warns "`srun` is
+    # available but not used" on every run of a SLURM login node, and inside a SLURM job it picks
+    # SLURMEnvironment, whose auto-requeue would requeue the job a second time on top of ours (runtime.job:
+    # SIGUSR2 -> checkpoint -> submitit requeues once).
+    kwargs.setdefault("plugins", [LightningEnvironment()])
     return L.Trainer(
         accelerator=accelerator,
         devices=1,
@@ -265,6 +277,9 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
         else:
             loggers.insert(0, CurveLogger(curves[0]))
         _attach_trial(task, cfg)
+        from pipeline.runtime.replay import training_video_hook
+
+        task.video_hook = training_video_hook(cfg, dirs, seeds, device.type, loggers)  # called only if the task records
         policy = _policy(cfg)
         saves = {"count": 0, "seconds": 0.0}
 
@@ -287,16 +302,20 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
                 c.flush()
 
         callbacks: list = [ValidationTimer()]
+        epochs = None
         if task.checkpointing == "state":
             task.checkpoint_hook = state_checkpointer(task, ckpt_file, policy, stop, note_save)
         else:
-            callbacks.append(EpochCheckpointer(ckpt_file, policy, stop, note_save, saved_epoch=resume_step))
+            epochs = EpochCheckpointer(ckpt_file, policy, stop, note_save, saved_epoch=resume_step)
+            callbacks.append(epochs)
         policy.start(resume_step or 0)
         trainer = make_trainer(cfg, device.type, run_dir, loggers, callbacks)
         lightning_ckpt = str(ckpt) if ckpt is not None and task.checkpointing == "lightning" else None
         per_agent = task.fit_and_evaluate(trainer, datamodule, lightning_ckpt)
         if stop.requested:  # the fit ended on a stop request after its last safe point
-            raise Interrupted(task.resume_step)
+            if epochs is not None:
+                epochs.save_last_finished_epoch()
+            raise Interrupted(task.resume_step if epochs is None else epochs.saved_epoch)
         for i, (r, d) in enumerate(zip(records, dirs)):
             save_model(task.agent_state_dict(i), d)
             extras = task.agent_record(i)
@@ -440,10 +459,11 @@ def _end_unfinished(records, t_start, stop, loggers, curves, task, end: str, **f
                 r.update(**task.agent_record(i))
             except Exception:  # noqa: BLE001 - a half-built task may not know; the failure itself is what matters
                 pass
-    for c in curves:
-        c.flush()
-    for r in records:
-        r.write()
+    for item in (*curves, *records):  # a full disk may refuse these too: say so once each, lose nothing else
+        try:
+            item.flush() if isinstance(item, CurveLog) else item.write()
+        except StoreWriteError as exc:
+            log.error(str(exc))
     finish_loggers(loggers, "failed")
     stop.uninstall()
     return [r.to_dict() for r in records]
@@ -452,8 +472,13 @@ def _end_unfinished(records, t_start, stop, loggers, curves, task, end: str, **f
 def _fail(records, exc, run_dir, t_start, stop, loggers, curves, task=None) -> list[dict]:
     trace = traceback.format_exc()
     for d in {Path(run_dir), *(Path(r.run_dir) for r in records)}:
-        error_log_path(d).write_text(trace)
-    return _end_unfinished(records, t_start, stop, loggers, curves, task, "failed", error=one_line(exc))
+        try:
+            error_log_path(d).write_text(trace)
+        except OSError as log_exc:  # the disk that failed the run may refuse the log too: the record says why
+            error_log_path(d).unlink(missing_ok=True)
+            log.error(f"traceback not saved: {write_error(error_log_path(d), log_exc)}")
+    error = str(exc) if isinstance(exc, StoreWriteError) else one_line(exc)
+    return _end_unfinished(records, t_start, stop, loggers, curves, task, "failed", error=error)
 
 
 def _interrupted(records, exc: Interrupted, stop, ctx: JobContext, t_start, loggers, curves, task) -> list[dict]:

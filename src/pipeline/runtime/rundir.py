@@ -3,7 +3,7 @@
 `RunDirLock` holds an exclusive `flock` on `<run dir>/.lock` for the life of the run: a second
 process on the same dir is refused at once with one line naming the owner. The kernel releases the
 lock when its owner dies, however it dies, so a stale lock (owner killed) is simply taken over, with
-a note in run.log naming the previous owner.
+a note in run.log naming the previous owner. An owner that ends normally removes the file.
 
 `StopRequests` turns SIGINT and SIGTERM into a flag the training loop polls at a safe point (the end
 of a round or a batch): the run then saves a checkpoint, records `status: interrupted` and exits
@@ -21,9 +21,10 @@ import socket
 import time
 from pathlib import Path
 
+from pipeline.store.layout import lock_path
+
 log = logging.getLogger("pipeline")
 
-LOCK = ".lock"
 EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGUSR2: 140}
 
 
@@ -33,21 +34,27 @@ class RunDirBusy(RuntimeError):
 
 class RunDirLock:
     def __init__(self, run_dir: Path):
-        self.path = Path(run_dir) / LOCK
+        self.path = lock_path(run_dir)
         self._fd: int | None = None
 
     def acquire(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            owner = _read_owner(fd)
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                owner = _read_owner(fd)
+                os.close(fd)
+                who = f"process {owner.get('pid')} on {owner.get('host')}" if owner else "another process"
+                raise RunDirBusy(
+                    f"run dir {self.path.parent} is in use by {who}; wait for it, or choose another dir with hydra.run.dir=<dir>"
+                ) from None
+            if _same_file(fd, self.path):
+                break
+            # The owner we waited on removed the file as it released it: our lock is on a file nobody else will
+            # open again, so take the one the path names now.
             os.close(fd)
-            who = f"process {owner.get('pid')} on {owner.get('host')}" if owner else "another process"
-            raise RunDirBusy(
-                f"run dir {self.path.parent} is in use by {who}; wait for it, or choose another dir with hydra.run.dir=<dir>"
-            ) from None
         previous = _read_owner(fd)
         if previous and previous.get("pid") != os.getpid():
             log.info(f"took over {self.path.parent} from process {previous.get('pid')} on {previous.get('host')}, which is gone")
@@ -56,7 +63,12 @@ class RunDirLock:
         self._fd = fd
 
     def release(self) -> None:
+        """Remove the lock file, then let go: a finished run dir keeps no stale `.lock`. Removed only while this
+        process holds the lock, so a lock another live process holds is never removed (`acquire` checks that the
+        file it locked is still the one the path names)."""
         if self._fd is not None:
+            if _same_file(self._fd, self.path):
+                self.path.unlink(missing_ok=True)
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
@@ -71,7 +83,7 @@ class RunDirLock:
 
 def probe_owner(run_dir: Path) -> None:
     """RunDirBusy if a live process owns `run_dir`; writes nothing (a dir without a lock file has no owner)."""
-    path = Path(run_dir) / LOCK
+    path = lock_path(run_dir)
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
@@ -84,6 +96,14 @@ def probe_owner(run_dir: Path) -> None:
         raise RunDirBusy(f"run dir {path.parent} is in use by {who}; wait for it, or choose another dir with hydra.run.dir=<dir>") from None
     finally:
         os.close(fd)
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        a, b = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 def _read_owner(fd: int) -> dict | None:
@@ -132,6 +152,29 @@ class StopRequests:
     @property
     def name(self) -> str:
         return signal.Signals(self.signal).name if self.signal else ""
+
+
+class StoppedBeforeStart(BaseException):
+    """SIGINT/SIGTERM before the run owned its dir: nothing was written yet, so the process just ends."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.exit_code = EXIT_CODES.get(signum, 1)
+
+
+def honour_stop_signals_from_now() -> None:
+    """SIGINT and SIGTERM stop the process from its first line on, whatever it inherited: a shell starts
+    background jobs with SIGINT ignored, and Python keeps an ignored SIGINT ignored, so a `kill -INT` in the
+    seconds before the run installs its own handler (StopRequests) was lost and the run trained to the end."""
+
+    def stop(signum, frame):
+        raise StoppedBeforeStart(signum)
+
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, stop)
+    except ValueError:  # not the main thread
+        pass
 
 
 class Interrupted(Exception):

@@ -7,7 +7,6 @@ checkpoint usable) and read back with `weights_only=True` (no pickled code ever 
 
 from __future__ import annotations
 
-import os
 import random
 import zipfile
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from pipeline.store.atomic import write_atomically
 from pipeline.store.layout import model_path
 
 
@@ -24,15 +24,7 @@ class CheckpointError(RuntimeError):
 
 def save_atomic(state: dict, path: Path) -> int:
     """Write `state` to `path` via a temp file, fsync and rename. Returns the size in bytes."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("wb") as f:
-        torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    return path.stat().st_size
+    return write_atomically(Path(path), lambda f: torch.save(state, f))
 
 
 def load_safely(path: Path, what: str = "checkpoint", map_location="cpu") -> dict:

@@ -15,12 +15,13 @@ run kept only its last segment. Here
 from __future__ import annotations
 
 import csv
+import io
 import math
-import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from pipeline.store.atomic import write_atomically
 from pipeline.store.layout import metrics_path
 
 
@@ -83,14 +84,14 @@ class CurveLog:
         return max(self.rows) if self.rows else None
 
     def flush(self) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with tmp.open("w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow([self.step_key, *self.columns])
-            for step in sorted(self.rows):
-                row = self.rows[step]
-                writer.writerow([step, *(_cell(row.get(c)) for c in self.columns)])
-        os.replace(tmp, self.path)
+        text = io.StringIO(newline="")
+        writer = csv.writer(text)
+        writer.writerow([self.step_key, *self.columns])
+        for step in sorted(self.rows):
+            row = self.rows[step]
+            writer.writerow([step, *(_cell(row.get(c)) for c in self.columns)])
+        data = text.getvalue().encode()
+        write_atomically(self.path, lambda f: f.write(data), fsync=False)
         self._last_flush = time.monotonic()
 
 

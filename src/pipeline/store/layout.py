@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -20,6 +21,8 @@ MODEL = "model.pt"
 CHECKPOINTS = "checkpoints"
 LAST = "last.ckpt"
 ERROR_LOG = "error.log"
+# The run dir's owner: an flock held for the life of the run (runtime/rundir.py), naming {pid, host, since}.
+LOCK = ".lock"
 # What `python -m pipeline.eval` writes: the replay's returns and seeds.
 EVAL_FILE = "eval.json"
 # The composed config a run was made with: Hydra's copy, or (a sweep job's own process) the pipeline's.
@@ -47,6 +50,19 @@ def model_path(run_dir: Path) -> Path:
 
 def checkpoint_path(run_dir: Path) -> Path:
     return Path(run_dir) / CHECKPOINTS / LAST
+
+
+def lock_path(run_dir: Path) -> Path:
+    return Path(run_dir) / LOCK
+
+
+def read_owner(run_dir: Path) -> dict | None:
+    """The run dir's owner as its lock file names it ({pid, host, since}), or None (no lock, or unreadable)."""
+    try:
+        owner = json.loads(lock_path(run_dir).read_text(encoding="utf-8") or "null")
+    except (OSError, ValueError):
+        return None
+    return owner if isinstance(owner, dict) and isinstance(owner.get("pid"), int) else None
 
 
 def error_log_path(run_dir: Path) -> Path:

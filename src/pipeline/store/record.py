@@ -13,13 +13,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import platform
 import subprocess
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from pipeline.store.atomic import write_atomically
 from pipeline.store.layout import RESULT, record_dirs, result_path
 
 SCHEMA_VERSION = 2
@@ -71,10 +71,8 @@ def _clean(value: Any) -> Any:
 
 def write_json(path: Path, data: dict) -> None:
     """Write via a temporary file and rename, so a reader never sees half a record."""
-    path = Path(path)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(_clean(data), indent=2, allow_nan=False) + "\n")
-    os.replace(tmp, path)
+    text = (json.dumps(_clean(data), indent=2, allow_nan=False) + "\n").encode()
+    write_atomically(Path(path), lambda f: f.write(text), fsync=False)
 
 
 def read_result(run_dir: Path) -> dict | None:

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, NamedTuple
 
 import lightning as L
 import torch
@@ -90,6 +90,15 @@ class TaskParts:
         return value
 
 
+class Progress(NamedTuple):
+    """What the training progress bar shows: `done` of `total` in `unit`, and the latest values beside it."""
+
+    done: int
+    total: int
+    unit: str
+    shown: dict[str, float]
+
+
 class Task(L.LightningModule):
     """The base of every task. Class attributes are the declarations; methods are the hooks, with their defaults."""
 
@@ -131,6 +140,9 @@ class Task(L.LightningModule):
         self.checkpoint_hook: Callable[..., None] | None = None
         #: Set when the run is an Optuna trial: `trial_reporter.report(step, values)` -> True when pruned.
         self.trial_reporter = None
+        #: RL tasks: `video_hook(agent, step, state_dict)` records one greedy episode of agent `agent`'s policy (the
+        #: plain network's state_dict) as an MP4 and logs it to the run's TensorBoard / W&B at `step`.
+        self.video_hook: Callable[[int, int, dict], None] | None = None
 
     @classmethod
     def create(cls, **values: Any) -> Task:
@@ -187,6 +199,11 @@ class Task(L.LightningModule):
         here only the epoch is read.
         """
         return int(state.get("epoch", 0))
+
+    def progress(self) -> Progress | None:
+        """For a task whose budget is not epochs x batches (RL: env steps against task.total_steps, with the last
+        episode return and evaluation beside it): what the training progress bar counts. None: Lightning's bar."""
+        return None
 
     @property
     def resume_step(self) -> int | None:

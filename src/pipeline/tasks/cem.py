@@ -9,7 +9,6 @@ cross-entropy. Training stops when a batch's mean return reaches `stop_at_return
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
@@ -20,21 +19,9 @@ from torch.utils.data import DataLoader
 from pipeline.nets.factory import make_net
 from pipeline.rl.envs import env_threshold, evaluate_greedy, obs_to_tensor
 from pipeline.tasks.base import Task, TaskParts, check_finite
+from pipeline.tasks.configs import CEMConfig
 
 FINAL_EVAL_SEED_OFFSET = 20_000
-
-
-@dataclass
-class CEMConfig:
-    """CEM's hyperparameters: the keys of conf/task/cem.yaml."""
-
-    episodes_per_batch: int = 16
-    elite_percentile: float = 70.0  # keep episodes at or above this percentile of the batch's returns
-    fit_epochs: int = 1
-    max_iterations: int = 200
-    stop_at_return: float | None = 475.0
-    final_eval_episodes: int = 20
-    threshold: float | None = None
 
 
 class CEMTask(Task):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -18,30 +17,18 @@ from pipeline.games.asymmetric import ESTIMATED, NOT_ESTIMATED, asymmetric_bound
 from pipeline.games.auction import default_rules, parse_rule, reserve_top
 from pipeline.games.plots import plot_revenue_vs_reserve
 from pipeline.games.rmac import (
-    PREFIX,
     choose_value_scale,
     known_value_scale,
     predict_counterfactuals,
     realised_regret,
     truth_table,
 )
+from pipeline.games.rules import PREFIX
 from pipeline.games.symmetry import symmetry_test
 from pipeline.tasks.base import Task, TaskParts
+from pipeline.tasks.configs import CounterfactualConfig
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class CounterfactualConfig:
-    """The counterfactual task's settings: the keys of conf/task/counterfactual.yaml (which says what each one does)."""
-
-    rules: list[str] | None = None
-    epsilons: list[float] = field(default_factory=lambda: [0.001, 0.005, 0.02])
-    statistics: list[str] = field(default_factory=lambda: ["revenue", "welfare"])
-    n_iters: int = 200
-    point_iters: int = 1000
-    grid: float = 0.01
-    value_top: float | None = None
 
 
 class CounterfactualTask(Task):

@@ -26,8 +26,7 @@ import copy
 import functools
 import math
 import time
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 import torch
@@ -43,11 +42,13 @@ from pipeline.rl.targets import freeze, hard_update, soft_update
 from pipeline.rl.vector import GymVectorEnv, evaluate_agents, make_vector_env
 from pipeline.store.checkpoint import rng_state, set_rng_state
 from pipeline.tasks.base import Task, TaskParts, check_finite
+from pipeline.tasks.configs import DQNConfig
+from pipeline.tasks.rl_agents import RLAgents
 
 # Evaluation envs are seeded away from the training envs' streams.
 EVAL_SEED_OFFSET = 10_000
 FINAL_EVAL_SEED_OFFSET = 20_000
-CHECKPOINT_FORMAT = "pipeline.dqn/2"
+CHECKPOINT_FORMAT = "pipeline.dqn/3"  # 3: progress as one dict (DQNProgress)
 
 
 @torch.no_grad()
@@ -82,40 +83,51 @@ def elementwise(loss: nn.Module) -> nn.Module:
     return loss
 
 
+class GreedyPolicy(nn.Module):
+    """The greedy actions of a Q-network (argmax over its last axis); its train/eval mode is the network's."""
+
+    def __init__(self, q_net: nn.Module):
+        super().__init__()
+        self.q_net = q_net
+        self.train(q_net.training)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.q_net(obs).argmax(-1)
+
+
 @dataclass
-class DQNConfig:
-    """DQN's hyperparameters: the keys of conf/task/dqn.yaml (which says what each one does)."""
+class DQNProgress:
+    """What a DQN run counts as it trains (per agent where a list), declared once: the task starts from
+    `DQNProgress.start(K)` (each field becomes an attribute of the task), `checkpoint_state` saves these
+    attributes as they are and `load_checkpoint_state` sets them back."""
 
-    total_steps: int = 50_000  # env steps per agent
-    envs_per_agent: int = 1
-    buffer_size: int = 100_000
-    batch_size: int = 64
-    gamma: float = 0.99
-    learning_starts: int = 1_000
-    train_frequency: int = 256
-    gradient_steps: int = 128
-    target_update: str = "hard"  # hard | soft
-    target_update_interval: int = 10
-    tau: float = 0.005
-    double_dqn: bool = False
-    max_grad_norm: float | None = 10.0
-    eps_start: float = 1.0
-    eps_end: float = 0.04
-    eps_duration: int = 8_000
-    eval_every: int = 2_500
-    eval_episodes: int = 10
-    final_eval_episodes: int = 20
-    stop_at_return: float | None = None
-    log_every: int = 1_000
-    threshold: float | None = None
-    fast_acting: bool = True
-    hand_gradients: bool = True
-    save_replay: Any = "auto"  # true | false | auto
-    replay_save_max_mb: float = 512.0
-    capture_video: bool = False
+    env_steps: int = 0  # shared: the agents step in lockstep
+    updates: list[int] = field(default_factory=list)
+    episode_returns: list[list[float]] = field(default_factory=list)
+    evaluations: list[list[tuple[int, float, float]]] = field(default_factory=list)  # (env_step, mean, std)
+    time_to_threshold_s: list[float | None] = field(default_factory=list)
+    early_stop: list[dict | None] = field(default_factory=list)
+    stop_step: list[int | None] = field(default_factory=list)
+    stop_time_s: list[float | None] = field(default_factory=list)
+    recent: list[dict[str, list[float]]] = field(default_factory=list)  # losses and Q-values since the last log row
+    last_log_step: int = 0
+    last_target_copy: int = -1
+
+    @classmethod
+    def start(cls, n_agents: int) -> DQNProgress:
+        K = n_agents
+        return cls(
+            updates=[0] * K, episode_returns=[[] for _ in range(K)], evaluations=[[] for _ in range(K)],
+            time_to_threshold_s=[None] * K, early_stop=[None] * K, stop_step=[None] * K, stop_time_s=[None] * K,
+            recent=[{"loss": [], "q": []} for _ in range(K)],
+        )
 
 
-class DQNTask(Task):
+# The networks a checkpoint holds (state_dicts); with every agent stopped only agents_net is used again.
+CHECKPOINTED_NETS = ("net", "target_net", "agents_net")
+
+
+class DQNTask(RLAgents, Task):
     Config = DQNConfig
     uses = frozenset({"model", "loss", "optimizer", "scheduler", "env"})
     trains_seeds_together = True
@@ -154,7 +166,7 @@ class DQNTask(Task):
         obs_space, act_space = probe.observation_space, probe.action_space
         probe.close()
         if not hasattr(act_space, "n"):
-            raise ValueError(f"DQN needs a discrete action space; {self.env_id} has {act_space}")
+            raise ValueError(f"DQN needs a discrete action space; {self.env_id} has {act_space}: use task=ppo for continuous actions")
         self.obs_shape = tuple(obs_space.shape)
         self.obs_dtype = torch.uint8 if obs_space.dtype == np.uint8 else torch.float32
         self.n_actions = int(act_space.n)
@@ -177,23 +189,13 @@ class DQNTask(Task):
         self.capture_video = bool(hp.capture_video)
         self.replay_bytes_per_transition = ReplayBuffer.bytes_per_transition(self.obs_shape, self.obs_dtype)
         self.return_bounds: tuple[float, float] | None = None
-        K = self.n_agents
-        # Progress: shared (lockstep) and each agent's own; all of it goes into checkpoints.
-        self.env_steps = 0
-        self.stop_step: list[int | None] = [None] * K
-        self.stop_time_s: list[float | None] = [None] * K
-        self.updates = [0] * K
-        self.episode_returns: list[list[float]] = [[] for _ in range(K)]
-        self.evaluations: list[list[tuple[int, float, float]]] = [[] for _ in range(K)]
-        self.time_to_threshold_s: list[float | None] = [None] * K
-        self.early_stop: list[dict | None] = [None] * K
+        # Progress (DQNProgress's fields as attributes: env_steps, updates, evaluations, ...); all of it is checkpointed.
+        for name, value in vars(DQNProgress.start(self.n_agents)).items():
+            setattr(self, name, value)
         self.final_metrics: list[dict[str, float]] = []
-        self._recent: list[dict[str, list[float]]] = [{"loss": [], "q": []} for _ in range(K)]
         self._elapsed_before = 0.0  # training seconds of earlier segments (a resumed run)
         self._t_train_start: float | None = None
         self._train_seconds = 0.0
-        self._last_log_step = 0
-        self._last_target_copy = -1
         self._resume: dict | None = None
         self.replay_restored: bool | None = None
         self.fast_greedy = None
@@ -242,11 +244,6 @@ class DQNTask(Task):
             return 0.0
         hp = self.config
         return epsilon_at(self.env_steps if env_steps is None else env_steps, hp.eps_start, hp.eps_end, hp.eps_duration)
-
-    def elapsed_s(self) -> float:
-        """Training seconds so far, over every segment of the run."""
-        running = time.perf_counter() - self._t_train_start if self._t_train_start is not None else 0.0
-        return self._elapsed_before + running
 
     def draw_exploration(self, n_steps: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Each learning agent's coin flips and random actions for the round, from its own generator: [n_steps, slots * E]."""
@@ -382,9 +379,9 @@ class DQNTask(Task):
         hp = self.config
         if hp.target_update == "hard":
             copies = self.env_steps // hp.target_update_interval
-            if copies != self._last_target_copy:
+            if copies != self.last_target_copy:
                 hard_update(self.target_net, self.net)
-                self._last_target_copy = copies
+                self.last_target_copy = copies
         # The torch optimizer itself: Lightning's manual_backward and LightningOptimizer.step wrap every
         # update in hooks that cost as much as a small network's update, and a round has dozens of them.
         opt = self.optimizers().optimizer
@@ -447,8 +444,8 @@ class DQNTask(Task):
         for slot, (loss, q) in enumerate(zip(round_loss.tolist(), q_round.mean((0, 2)).tolist())):
             agent = self.slots[slot]
             self.updates[agent] += G
-            self._recent[agent]["loss"].append(loss)
-            self._recent[agent]["q"].append(q)
+            self.recent[agent]["loss"].append(loss)
+            self.recent[agent]["q"].append(q)
 
     def stop_agents(self, stopping: list[int], reason: dict[int, str]) -> None:
         """Agents at slots `stopping` stop learning: their weights go to the record and they leave the batch.
@@ -503,7 +500,7 @@ class DQNTask(Task):
             scheduler = self.lr_schedulers()
             if scheduler is not None:
                 scheduler.step()
-        if self.env_steps - self._last_log_step >= hp.log_every:
+        if self.env_steps - self.last_log_step >= hp.log_every:
             self.log_progress()
         if self.env_steps // hp.eval_every != before // hp.eval_every:
             self.evaluate_now()
@@ -511,15 +508,18 @@ class DQNTask(Task):
             self.trainer.should_stop = True
         if self.checkpoint_hook is not None:
             self.checkpoint_hook()  # saves when due, and stops the fit when a stop was requested
-        self.log("env_step", float(self.env_steps), prog_bar=True, logger=False, on_step=True)
         return None
+
+    def learning_agents(self) -> list[int]:
+        return list(self.slots)
 
     # ---- evaluation --------------------------------------------------------------------------
     def greedy_returns(self, net: nn.Module, agents: list[int], n_episodes: int, seed_offset: int) -> np.ndarray:
         """[len(agents), n_episodes] greedy returns of `net`'s members (member m plays for `agents[m]`)."""
+        # A Module, so evaluate_agents runs the net in eval mode (noisy nets on their mean weights, no dropout)
+        # under inference_mode, and puts it back in the mode it was in.
         returns = evaluate_agents(
-            lambda obs: net(obs).argmax(-1), self.env_cfg, [self.agent_seeds[i] for i in agents], n_episodes,
-            seed_offset, device=self.device,
+            GreedyPolicy(net), self.env_cfg, [self.agent_seeds[i] for i in agents], n_episodes, seed_offset, device=self.device,
         )
         return returns.double().cpu().numpy()
 
@@ -533,15 +533,13 @@ class DQNTask(Task):
         for slot, agent in enumerate(self.slots):
             mean, std = float(returns[slot].mean()), float(returns[slot].std())
             means.append(mean)
-            self.evaluations[agent].append((self.env_steps, mean, std))
-            self._agent_row(agent, {"eval/return_mean": mean, "eval/return_std": std})
-            if self.threshold is not None and mean >= self.threshold and self.time_to_threshold_s[agent] is None:
-                self.time_to_threshold_s[agent] = elapsed
+            self.note_evaluation(agent, mean, std, elapsed)
             if stop is not None and mean >= stop:
                 stopping.append(slot)
                 reasons[slot] = f"greedy evaluation mean {mean:.1f} >= stop_at_return {stop}"
         if self.n_agents > 1:
             self._log_shared({"batch/eval_return_mean": float(np.mean(means)), "batch/agents_learning": float(len(self.slots))})
+        self.record_training_videos(self.net.member_state_dict)
         # The tuner sees every agent: one that stopped early holds its last evaluation (dropping it would
         # leave only the slow seeds in the trial's value and prune good trials).
         if self.trial_reporter is not None and self.slots:
@@ -559,29 +557,16 @@ class DQNTask(Task):
             row = {"train/epsilon": self.epsilon(), "perf/env_steps_per_s": self.env_steps / elapsed}
             if self.episode_returns[agent]:
                 row["train/episodic_return"] = float(np.mean(self.episode_returns[agent][-10:]))
-            recent = self._recent[agent]
+            recent = self.recent[agent]
             if recent["loss"]:
                 row["train/loss"] = float(np.mean(recent["loss"]))
                 row["train/q_mean"] = float(np.mean(recent["q"]))
-            self._recent[agent] = {"loss": [], "q": []}
+            self.recent[agent] = {"loss": [], "q": []}
             self._agent_row(agent, row)
         if self.n_agents > 1:
             self._log_shared({"batch/env_steps_per_s": self.total_env_steps() / elapsed})
-        self._last_log_step = self.env_steps
+        self.last_log_step = self.env_steps
         self.add_time("log", time.perf_counter() - t0)
-
-    def _agent_row(self, agent: int, row: dict[str, float], step: int | None = None) -> None:
-        step = self.env_steps if step is None else step
-        if self.curves:
-            self.curves[agent].log(step, row)
-        if self.n_agents == 1:  # one agent: its curves also go to TensorBoard / W&B as they happen
-            self._log_shared(row, step)
-
-    def _log_shared(self, metrics: dict[str, float], step: int | None = None) -> None:
-        # Straight to the loggers with env steps as the x axis: self.log per step is expensive.
-        step = self.env_steps if step is None else step
-        for logger in self.loggers:
-            logger.log_metrics({"env_step": step, **metrics}, step=step)
 
     def on_train_end(self) -> None:
         self._train_seconds = self.elapsed_s()
@@ -607,14 +592,10 @@ class DQNTask(Task):
         return {
             "format": CHECKPOINT_FORMAT,
             "n_agents": self.n_agents, "agent_seeds": self.agent_seeds, "slots": list(self.slots),
-            "env_steps": self.env_steps, "updates": list(self.updates),
-            "episode_returns": [list(r) for r in self.episode_returns],
-            "evaluations": [[list(e) for e in ev] for ev in self.evaluations],
-            "time_to_threshold_s": list(self.time_to_threshold_s), "early_stop": list(self.early_stop),
-            "stop_step": list(self.stop_step), "stop_time_s": list(self.stop_time_s),
-            "elapsed_s": self.elapsed_s(), "last_log_step": self._last_log_step, "last_target_copy": self._last_target_copy,
-            "recent": [dict(r) for r in self._recent], "time_breakdown_s": dict(self.time_breakdown_s),
-            "net": self.net.state_dict(), "target_net": self.target_net.state_dict(), "agents_net": self.agents_net.state_dict(),
+            "progress": copy.deepcopy({f.name: getattr(self, f.name) for f in fields(DQNProgress)}),
+            "elapsed_s": self.elapsed_s(), "time_breakdown_s": dict(self.time_breakdown_s),
+            **{name: getattr(self, name).state_dict() for name in CHECKPOINTED_NETS},
+            # The training loop's objects (they exist from train start on: restored by _restore_training_state).
             "optimizer": opt.state_dict(), "scheduler": scheduler.state_dict() if scheduler is not None else None,
             "generators": [g.get_state() for g in self.generators], "rng": rng_state(),
             "env": self.env.state_dict(), "obs": self.obs, "episode_return": self.episode_return,
@@ -627,33 +608,20 @@ class DQNTask(Task):
 
     def load_checkpoint_state(self, state: dict) -> int:
         """Before fit: the structure (which agents still learn) and the weights. The rest at train start."""
-        if state.get("format") != CHECKPOINT_FORMAT:
-            raise ValueError(f"checkpoint format {state.get('format')!r} is not {CHECKPOINT_FORMAT!r} (made by another version?)")
-        if list(state["agent_seeds"]) != self.agent_seeds:
-            raise ValueError(
-                f"checkpoint holds seeds {state['agent_seeds'][0]}..{state['agent_seeds'][-1]} ({state['n_agents']} agents), "
-                f"this run has {self.agent_seeds[0]}..{self.agent_seeds[-1]}; resume with the same seed and seeds_per_process"
-            )
+        self.check_checkpoint(state, CHECKPOINT_FORMAT)
         slots = [int(s) for s in state["slots"]]
         if slots and slots != self.slots:
             self._keep_slots([self.slots.index(s) for s in slots], optimizer=False)
         self.slots = slots
         # With every agent stopped, only the record's weights matter (the learning nets are not used again).
-        for name in ("net", "target_net", "agents_net") if slots else ("agents_net",):
+        for name in CHECKPOINTED_NETS if slots else ("agents_net",):
             try:
                 getattr(self, name).load_state_dict(state[name])
             except RuntimeError as exc:
                 raise ValueError(f"checkpoint weights do not fit this model (changed model.* since?): {str(exc).splitlines()[0]}") from None
-        self.env_steps = int(state["env_steps"])
-        self.updates = [int(u) for u in state["updates"]]
-        self.episode_returns = [list(r) for r in state["episode_returns"]]
-        self.evaluations = [[tuple(e) for e in ev] for ev in state["evaluations"]]
-        self.time_to_threshold_s = list(state["time_to_threshold_s"])
-        self.early_stop = list(state["early_stop"])
-        self.stop_step, self.stop_time_s = list(state["stop_step"]), list(state["stop_time_s"])
+        for f in fields(DQNProgress):
+            setattr(self, f.name, copy.deepcopy(state["progress"][f.name]))
         self._elapsed_before = float(state["elapsed_s"])
-        self._last_log_step, self._last_target_copy = int(state["last_log_step"]), int(state["last_target_copy"])
-        self._recent = [dict(r) for r in state["recent"]]
         self.time_breakdown_s = dict(state.get("time_breakdown_s") or {})
         self._resume = state
         return self.env_steps
@@ -710,19 +678,8 @@ class DQNTask(Task):
 
     def agent_record(self, i: int) -> dict:
         seconds = self.stop_time_s[i] if self.stop_time_s[i] is not None else self._train_seconds
-        extras = {
-            "env_id": self.env_id,
-            "env_steps": self.agent_env_steps(i),
-            "env_steps_per_s": round(self.agent_env_steps(i) / seconds, 1) if seconds else None,
-            "threshold": self.threshold,
-            "time_to_threshold_s": None if self.time_to_threshold_s[i] is None else round(self.time_to_threshold_s[i], 3),
-            "early_stop": self.early_stop[i],
-            "evaluations": [{"env_step": s, "return_mean": m, "return_std": sd} for s, m, sd in self.evaluations[i]],
-            "replay_bytes_per_transition": self.replay_bytes_per_transition,
-        }
-        if self.return_bounds is not None:
-            lo, hi = self.return_bounds
-            extras["metric_bounds"] = {"eval/return_mean": [lo, hi], "train/episodic_return": [lo, hi]}
+        extras = self.rl_record(i, self.agent_env_steps(i), seconds)
+        extras.update(early_stop=self.early_stop[i], replay_bytes_per_transition=self.replay_bytes_per_transition)
         if self.n_agents > 1:
             extras["batch_env_steps_per_s"] = round(self.total_env_steps() / self._train_seconds, 1) if self._train_seconds else None
         if self.replay_restored is not None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +26,9 @@ import torch
 from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger
 from torch import nn
 
+from pipeline.store.checkpoint import rng_state, set_rng_state
 from pipeline.tasks.base import Task, TaskParts, check_finite
+from pipeline.tasks.configs import GANConfig
 from pipeline.tasks.gan_metrics import build_quality
 
 QUALITIES = ("auto", "classifier", "frames")
@@ -61,50 +63,6 @@ def save_png(grid: np.ndarray, path: Path, min_side: int = 256) -> np.ndarray:
     path.parent.mkdir(parents=True, exist_ok=True)
     mpimg.imsave(path, big, cmap="gray" if big.ndim == 2 else None, vmin=0.0, vmax=1.0)
     return big
-
-
-@dataclass
-class ClassifierSettings:
-    """The quality classifier: a supervised run's model.pt (`path`), or one trained on the fly and cached."""
-
-    path: str | None = None
-    hidden: list[int] = field(default_factory=lambda: [128, 64])
-    act: str = "relu"
-    dropout: float = 0.2
-    epochs: int = 60
-    lr: float = 0.002
-    weight_decay: float = 0.0001
-    batch_size: int = 64
-    seed: int = 0
-
-
-@dataclass
-class FrameFeatureSettings:
-    """The fixed random-conv feature space that frames without labels are scored in."""
-
-    feature_seed: int = 0
-    channels: list[int] = field(default_factory=lambda: [16, 32, 64])
-    pooled_size: int = 8
-
-
-@dataclass
-class GANConfig:
-    """The GAN task's hyperparameters: the keys of conf/task/gan.yaml (which says what each one does)."""
-
-    d_steps_per_g_step: int = 1
-    label_smoothing: float = 0.0
-    quality: str = "auto"  # auto | classifier | frames
-    classifier: ClassifierSettings = field(default_factory=ClassifierSettings)
-    frame_features: FrameFeatureSettings = field(default_factory=FrameFeatureSettings)
-    n_eval_samples: int = 1000
-    coverage_threshold: float = 0.25
-    cache_dir: str | None = None
-    eval_every_n_epochs: int = 10
-    sample_every_n_epochs: int = 10
-    n_grid_samples: int = 64
-    log_every_n_steps: int = 50
-    histogram_every_n_steps: int = 500
-    log_graph: bool = True
 
 
 class GANTask(Task):
@@ -167,6 +125,7 @@ class GANTask(Task):
         self._last_logged: dict[str, float] = {}
         self._graph_logged = False
         self._last_eval: tuple[int, dict[str, float]] | None = None
+        self._resume_rng: dict | None = None
 
     # ---- Lightning plumbing ------------------------------------------------------------------------
     def configure_optimizers(self):
@@ -183,6 +142,12 @@ class GANTask(Task):
             t0 = time.perf_counter()
             self.prepare_quality(self.trainer.datamodule)
             self.add_time("quality_setup", time.perf_counter() - t0)
+        if self._resume_rng is not None:
+            # The generator's noise, the discriminator's dropout and the data order draw from the global RNG.
+            # Restored here, before the resumed fit creates its first data iterator (the straight run creates
+            # it after the checkpoint, at the epoch's start); the sanity check in between runs under isolate_rng.
+            set_rng_state(self._resume_rng)
+            self._resume_rng = None
 
     def on_train_start(self) -> None:
         self._log_graph_once()
@@ -192,6 +157,7 @@ class GANTask(Task):
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["gan_progress"] = {
             "iterations": self.iterations, "generator_steps": self.generator_steps, "start_scores": self.start_scores,
+            "rng": rng_state(),
         }
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
@@ -199,6 +165,7 @@ class GANTask(Task):
         self.iterations = int(progress.get("iterations", 0))
         self.generator_steps = int(progress.get("generator_steps", 0))
         self.start_scores = dict(progress.get("start_scores", {}))
+        self._resume_rng = progress.get("rng")
 
     # ---- the algorithm -----------------------------------------------------------------------------
     def noise(self, n: int) -> torch.Tensor:

@@ -39,6 +39,7 @@ from torch import nn
 
 from pipeline.data.atari_frames import cache_root
 from pipeline.nets.mlp import MLP
+from pipeline.store.layout import MODEL
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +163,7 @@ def load_state_dict_file(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     """A state_dict from `path`, weights-only; any bad file becomes one ValueError naming the file and what is wrong."""
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"{path}: no such file; pass the model.pt of a supervised run (task.classifier.path)")
+        raise ValueError(f"{path}: no such file; pass the {MODEL} of a supervised run (task.classifier.path)")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -26,6 +25,7 @@ from torch.utils.data import DataLoader
 from pipeline.nets.ensemble import clip_grad_norm_per_member_, make_ensemble
 from pipeline.store.checkpoint import rng_state, set_rng_state
 from pipeline.tasks.base import Task, TaskParts, check_finite
+from pipeline.tasks.configs import SupervisedConfig
 from pipeline.tasks.dqn import elementwise
 
 
@@ -46,13 +46,6 @@ def split_tensors(loader: DataLoader) -> tuple[torch.Tensor, torch.Tensor]:
     """
     xs, ys = zip(*(tuple(batch) for batch in DataLoader(loader.dataset, batch_size=1024, shuffle=False)))
     return torch.cat(xs), torch.cat(ys)
-
-
-@dataclass
-class SupervisedConfig:
-    """The supervised task's hyperparameters: the keys of conf/task/supervised.yaml."""
-
-    scheduler_interval: str = "epoch"  # epoch | step: when the scheduler steps
 
 
 class SupervisedTask(Task):
@@ -115,9 +108,10 @@ class SupervisedTask(Task):
     def on_fit_start(self) -> None:
         self.splits = {k: (x.to(self.device), y.to(self.device)) for k, (x, y) in self.splits.items()}
         self.generators = [torch.Generator().manual_seed(s) for s in self.agent_seeds]
-
-    def on_train_start(self) -> None:
         if self._resume_extra is not None:
+            # Here, not in on_train_start: a resumed fit creates its first data iterator (which draws a base seed
+            # from the global RNG, as the straight run does at each epoch start) between the two, and dropout
+            # draws from the same RNG. (The sanity check in between runs under Lightning's isolate_rng.)
             for g, s in zip(self.generators, self._resume_extra["generators"]):
                 g.set_state(s)
             set_rng_state(self._resume_extra["rng"])

@@ -1,13 +1,13 @@
 """A trial's value from its seeds' run records on disk: one number over a seed distribution.
 
-Records are read from disk, never from a job's return value: `<dir>/result.json` (one seed per job) or
-`<dir>/seed<n>/result.json` (`seeds_per_process=K`). A seed whose record is missing or not ok counts as
-failed, and a trial with a failed seed gets the worst possible value (it loses; it is not dropped).
+Records are read from disk through the store (pipeline.store), never from a job's return value: one record per
+seed, in the trial's dir (one seed per job) or in its `seed<n>/` dirs (`seeds_per_process=K`). A seed whose
+record is missing or not ok counts as failed, and a trial with a failed seed gets the worst possible value (it
+loses; it is not dropped).
 """
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.report.collect import PRUNED_REASON
+from pipeline.store.layout import record_dirs
+from pipeline.store.record import read_result
 from pipeline.tune.space import TuneError
 
 OBJECTIVES = ("iqm", "ci_low", "mean", "time_to_threshold", "steps_to_threshold", "auc")
@@ -27,16 +29,11 @@ TIE_DIGITS = 12
 
 
 def read_records(run_dir: Path) -> dict[int, dict]:
-    """{seed: record} for every run record under `run_dir` (both layouts; batch.json is not a record)."""
+    """{seed: record} for every run record under `run_dir` (both layouts), read through the store."""
     out: dict[int, dict] = {}
-    for path in [Path(run_dir) / "result.json", *sorted(Path(run_dir).glob("*/result.json"))]:
-        if not path.is_file():
-            continue
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
-            continue
-        if isinstance(record.get("seed"), int):
+    for d in record_dirs(Path(run_dir)):
+        record = read_result(d)
+        if record is not None and isinstance(record.get("seed"), int):
             out[record["seed"]] = record
     return out
 

@@ -8,10 +8,12 @@ from pathlib import Path
 def _save(ax_or_fig, path: Path) -> None:
     import warnings
 
+    from pipeline.report.plots import fit_to_text
+
     fig = ax_or_fig.figure if hasattr(ax_or_fig, "figure") and not hasattr(ax_or_fig, "savefig") else ax_or_fig
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # tight_layout on Optuna's figures warns about axes it cannot fit
-        fig.tight_layout()
+        fit_to_text(fig)  # labels, titles and legends inside the picture, however long
     fig.savefig(path, dpi=100)
     import matplotlib.pyplot as plt
 
@@ -28,8 +30,14 @@ def write_plots(study, candidates: list[dict], preset: dict | None, out: Path, w
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from optuna.trial import TrialState
     from optuna.visualization import matplotlib as ovm
+
+    with matplotlib.rc_context():  # Optuna's plots switch the process to the ggplot style: not beyond this call
+        return _draw(study, candidates, preset, out, warnings, plt, ovm)
+
+
+def _draw(study, candidates: list[dict], preset: dict | None, out: Path, warnings: list[str], plt, ovm) -> dict[str, str]:
+    from optuna.trial import TrialState
 
     made: dict[str, str] = {}
     finished = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))

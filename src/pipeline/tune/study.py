@@ -18,6 +18,8 @@ def quiet_optuna() -> None:
 
     optuna.logging.set_verbosity(logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    # The tuner asks and tells itself and records heartbeats in its own thread (hydra_plugins' _Heartbeat).
+    warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
 
 
 def make_pruner(name: str, n_startup_trials: int = 5, n_warmup_steps: int = 0):
@@ -42,14 +44,18 @@ def make_sampler(name: str, seed: int | None, space: Sequence[Param]):
     raise TuneError(f"hydra.sweeper.sampler={name}: unknown sampler; choose one of: {', '.join(SAMPLERS)}")
 
 
-def open_storage(url: str, attempts: int = 4):
+def open_storage(url: str, attempts: int = 4, **heartbeat):
+    """Optuna's RDBStorage at `url`; `heartbeat`: heartbeat_interval, grace_period, heartbeat_stale_trial_callback."""
     import time
 
     import optuna
 
+    if "://" not in url:
+        raise TuneError(f"hydra.sweeper.storage={url}: not a database URL; give e.g. sqlite:///path/optuna.db "
+                        "or postgresql://user:pass@host/db")
     for attempt in range(attempts):
         try:
-            return optuna.storages.RDBStorage(url)
+            return optuna.storages.RDBStorage(url, **heartbeat, engine_kwargs=_engine_kwargs(url))
         except Exception as exc:  # SQLAlchemy's errors differ per database; the user needs the URL and the cause
             # Workers that start together race to create the schema of a new database: the loser retries.
             if attempt < attempts - 1:
@@ -60,6 +66,11 @@ def open_storage(url: str, attempts: int = 4):
                 f"hydra.sweeper.storage={url}: cannot open it ({cause}); give a SQLAlchemy URL that this machine can "
                 "reach, e.g. sqlite:///path/optuna.db or postgresql://user:pass@host/db"
             ) from None
+
+
+def _engine_kwargs(url: str) -> dict:
+    # An unreachable server fails in seconds, not after the OS's TCP timeout.
+    return {"connect_args": {"connect_timeout": 10}} if url.startswith("postgresql") else {}
 
 
 def load_trial(storage_url: str, study_name: str, number: int, pruner_name: str, n_startup_trials: int, n_warmup_steps: int):

@@ -1,0 +1,53 @@
+"""Preemption and time limits on SLURM lose nothing: a DQN job sent SIGUSR2 (what SLURM sends before
+preemption or the time limit, as submitit asks for it with --signal=USR2@<delay>) writes its checkpoint,
+records `interrupted`, is requeued once (by submitit, not also by Lightning) and continues to its budget."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from slurm_testing import SLURM_SMALL, read_steps, squeue_states, wait_until
+
+BUDGET = 24000
+
+
+def test_dqn_job_signalled_before_preemption_is_requeued_and_continues_to_its_budget(tmp_path, cluster, start_cli):
+    sweep = tmp_path / "sweep"
+    cli = start_cli(["-m", "experiment=dqn_cartpole", "seed=0", f"task.total_steps={BUDGET}", "task.stop_at_return=null",
+               "checkpoint.every_steps=2000", "hydra/launcher=slurm", f"hydra.launcher.partition={cluster['partition']}",
+               *SLURM_SMALL, f"hydra.sweep.dir={sweep}"], tmp_path)
+    job = wait_until(cli.job_ids, 120, "the sweep to submit its job")[0]  # one job: no array
+    run_dir = next(iter(wait_until(lambda: list(sweep.glob("0_*")), 240, "the job's run dir")))
+    curve = run_dir / "metrics.csv"
+    wait_until(lambda: curve.exists() and len(read_steps(curve, "step")) >= 2, 240, "training to log two rows")
+    subprocess.run(["scancel", "--signal=USR2", job], check=True)
+    interrupted = wait_until(
+        lambda: (r := json.loads((run_dir / "result.json").read_text())).get("interrupted") and r, 120,
+        "the run to record its interruption")
+    assert interrupted["status"] == "interrupted" and interrupted["interrupted"]["signal"] == "SIGUSR2"
+    stopped_at = interrupted["interrupted"]["step"]
+    assert 0 < stopped_at < BUDGET
+    rows_before = [s for s in read_steps(curve, "step") if s <= stopped_at]
+    # SLURM 22.05 holds a requeued job for about two minutes (EligibleTime); let it start now to keep CI short.
+    wait_until(lambda: squeue_states(job).get(job) == "PENDING", 120, "the job to be requeued")
+    subprocess.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], check=True)
+
+    rc, out = cli.wait(timeout=400)
+    assert rc == 0, out
+    record = json.loads((run_dir / "result.json").read_text())
+    assert record["status"] == "ok", record
+    assert record["env_steps"] == BUDGET
+    steps = read_steps(curve, "step")
+    assert steps == sorted(set(steps)), steps  # unique and increasing: no piece ran twice
+    assert [s for s in steps if s <= stopped_at] == rows_before  # every row from before the signal kept
+    segments = record["segments"]
+    assert [s.get("end") for s in segments] == ["interrupted", "ok"], segments
+    assert segments[0]["to_step"] == stopped_at and segments[1]["from_step"] == stopped_at
+    assert abs(record["wall_time_s"] - sum(s["wall_time_s"] for s in segments)) < 0.01
+    # SLURM requeued the job exactly once (one requeue, not one by submitit and one by Lightning).
+    runs = subprocess.run(["sacct", "-n", "-X", "-D", "-j", job, "-o", "State"], capture_output=True,
+                          text=True).stdout.split()
+    assert runs == ["REQUEUED", "COMPLETED"], runs
+    logs = "".join(p.read_text() for p in sweep.glob(".submitit/*/*_log.*"))
+    assert "SLURM auto-requeueing enabled" not in logs

@@ -1,0 +1,178 @@
+"""The actor-critic: shapes, CleanRL's orthogonal initialisation, separate or shared torso, its ensemble form
+(member i is the ordinary network of seed i: same outputs, same gradients), and the policy distributions
+against torch.distributions."""
+
+import functools
+import math
+
+import pytest
+import torch
+from torch import distributions as D
+
+from pipeline.nets.actor_critic import (
+    ActorCritic,
+    categorical_entropy,
+    categorical_log_prob,
+    categorical_sample,
+    gaussian_entropy,
+    gaussian_log_prob,
+    gaussian_sample,
+    orthogonal_linear,
+)
+from pipeline.nets.ensemble import EnsembleActorCritic, make_ensemble
+
+
+def linears(seq):
+    return [m for m in seq if isinstance(m, torch.nn.Linear)]
+
+
+def assert_orthogonal(layer: torch.nn.Linear, gain: float):
+    """Rows (or columns, whichever are fewer) orthonormal up to `gain`, bias zero."""
+    w = layer.weight.detach().double()
+    gram = w @ w.t() if w.shape[0] <= w.shape[1] else w.t() @ w
+    assert torch.allclose(gram, gain**2 * torch.eye(gram.shape[0], dtype=torch.float64), atol=1e-5 * max(gain**2, 1e-3))
+    assert torch.equal(layer.bias, torch.zeros_like(layer.bias))
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_shapes_and_cleanrls_orthogonal_gains(shared):
+    torch.manual_seed(0)
+    net = ActorCritic(4, 2, hidden=(64, 64), shared_torso=shared)
+    logits, value = net(torch.randn(7, 4))
+    assert logits.shape == (7, 2) and value.shape == (7,) and net.log_std is None
+    hidden = linears(net.torso) if shared else linears(net.actor)[:-1] + linears(net.critic)[:-1]
+    assert len(hidden) == (2 if shared else 4)
+    for layer in hidden:
+        assert_orthogonal(layer, math.sqrt(2))
+    assert_orthogonal(linears(net.actor)[-1], 0.01)
+    assert_orthogonal(linears(net.critic)[-1], 1.0)
+    assert all(isinstance(m, torch.nn.Tanh) for m in (net.torso if shared else net.actor) if not isinstance(m, torch.nn.Linear))
+    # Separate torsos: the actor's parameters do not move the value, and the other way round.
+    if not shared:
+        assert not set(map(id, net.actor.parameters())) & set(map(id, net.critic.parameters()))
+
+
+def test_a_shared_torso_feeds_both_heads():
+    torch.manual_seed(1)
+    net = ActorCritic(3, 2, hidden=(8,), shared_torso=True)
+    x = torch.randn(5, 3)
+    _, value = net(x)
+    value.sum().backward()
+    assert net.torso[0].weight.grad.abs().sum() > 0 and net.actor[0].weight.grad is None
+    with pytest.raises(ValueError, match="shared_torso=true needs at least one hidden layer"):
+        ActorCritic(3, 2, hidden=(), shared_torso=True)
+
+
+def test_a_continuous_policy_has_a_state_independent_log_std():
+    net = ActorCritic(3, 2, continuous=True, log_std_init=-0.5)
+    mean, value = net(torch.randn(6, 3))
+    assert mean.shape == (6, 2) and value.shape == (6,)
+    assert net.log_std.value.tolist() == [-0.5, -0.5] and net.log_std.value.requires_grad
+    assert "log_std.value" in net.state_dict()
+
+
+def test_orthogonal_linear_for_wide_and_tall_layers():
+    torch.manual_seed(2)
+    assert_orthogonal(orthogonal_linear(3, 16, 2.0), 2.0)
+    assert_orthogonal(orthogonal_linear(16, 3, 0.5), 0.5)
+
+
+@pytest.mark.parametrize("continuous", [False, True])
+@pytest.mark.parametrize("shared", [False, True])
+def test_the_ensemble_is_k_seeded_networks_same_outputs_and_gradients(continuous, shared):
+    factory = functools.partial(ActorCritic, continuous=continuous, hidden=(16, 8), shared_torso=shared, log_std_init=0.3)
+    seeds = [5, 6, 7]
+    ens = make_ensemble(factory, seeds, (3,), 2)
+    assert isinstance(ens, EnsembleActorCritic) and ens.n_members == 3
+    singles = []
+    for s in seeds:
+        torch.manual_seed(s)
+        singles.append(factory(in_features=3, out_features=2))
+    x = torch.randn(3, 10, 3)
+    out, value = ens(x)
+    assert out.shape == (3, 10, 2) and value.shape == (3, 10)
+    loss = (out**2).mean((1, 2)) + value.pow(2).mean(1)
+    if continuous:
+        assert ens.log_std.value.shape == (3, 1, 2)
+        loss = loss + ens.log_std.value.pow(2).sum((1, 2))
+    loss.sum().backward()
+    for k, single in enumerate(singles):
+        assert {n: t.shape for n, t in ens.member_state_dict(k).items()} == {n: t.shape for n, t in single.state_dict().items()}
+        for name, t in single.state_dict().items():
+            assert torch.equal(ens.member_state_dict(k)[name], t), name
+        o, v = single(x[k])
+        assert torch.allclose(out[k], o, atol=1e-6) and torch.allclose(value[k], v, atol=1e-6)
+        single_loss = (o**2).mean() + v.pow(2).mean()
+        if continuous:
+            single_loss = single_loss + single.log_std.value.pow(2).sum()
+        single_loss.backward()
+        last_actor = linears(single.actor)[-1]
+        ens_actor = [m for m in ens.actor if hasattr(m, "weight")][-1]
+        assert torch.allclose(ens_actor.weight.grad[k], last_actor.weight.grad.t(), atol=1e-6)
+        if continuous:
+            assert torch.allclose(ens.log_std.value.grad[k, 0], single.log_std.value.grad, atol=1e-6)
+
+
+def test_an_ensemble_member_loads_back_into_the_ordinary_network():
+    factory = functools.partial(ActorCritic, continuous=True, hidden=(8,))
+    ens = make_ensemble(factory, [0, 1], (4,), 1)
+    with torch.no_grad():
+        ens.log_std.value.fill_(-1.25)
+    single = factory(in_features=4, out_features=1)
+    single.load_state_dict(ens.member_state_dict(1))
+    assert single.log_std.value.item() == -1.25
+    fresh = make_ensemble(factory, [9, 9], (4,), 1)
+    fresh.load_member_state_dict(0, single.state_dict())
+    x = torch.randn(1, 5, 4).expand(2, 5, 4)
+    (mean_fresh, value_fresh), (mean, value) = fresh(x), ens(x)
+    assert torch.allclose(mean_fresh[0], mean[1], atol=1e-6) and torch.allclose(value_fresh[0], value[1], atol=1e-6)
+    assert not torch.allclose(mean_fresh[1], mean[1], atol=1e-6)  # member 1 of `fresh` was not loaded
+
+
+def test_categorical_functions_are_torch_distributions():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 5, 4, generator=g, dtype=torch.float64) * 3
+    actions = torch.randint(0, 4, (3, 5), generator=g)
+    dist = D.Categorical(logits=logits)
+    assert torch.allclose(categorical_log_prob(logits, actions), dist.log_prob(actions), atol=1e-12)
+    assert torch.allclose(categorical_entropy(logits), dist.entropy(), atol=1e-12)
+
+
+def test_categorical_samples_follow_the_softmax():
+    logits = torch.tensor([[0.0, 1.0, -1.0, 2.0]], dtype=torch.float64).expand(200_000, 4)
+    draws = categorical_sample(logits, torch.Generator().manual_seed(1))
+    freq = torch.bincount(draws, minlength=4).double() / draws.numel()
+    p = torch.softmax(logits[0], 0)
+    # 5 standard errors of a frequency from 200k draws.
+    assert torch.all((freq - p).abs() < 5 * torch.sqrt(p * (1 - p) / draws.numel()))
+    again = categorical_sample(logits[:10], torch.Generator().manual_seed(1))
+    assert torch.equal(again, draws[:10])
+
+
+def test_gaussian_functions_are_torch_distributions():
+    g = torch.Generator().manual_seed(2)
+    mean = torch.randn(3, 6, 2, generator=g, dtype=torch.float64)
+    log_std = torch.tensor([[[-0.7, 0.4]]], dtype=torch.float64).expand(3, 1, 2)
+    actions = torch.randn(3, 6, 2, generator=g, dtype=torch.float64) * 2
+    dist = D.Independent(D.Normal(mean, log_std.exp()), 1)
+    assert torch.allclose(gaussian_log_prob(mean, log_std, actions), dist.log_prob(actions), atol=1e-12)
+    assert torch.allclose(gaussian_entropy(mean, log_std), dist.entropy(), atol=1e-12)
+    assert gaussian_entropy(mean, log_std).shape == (3, 6)
+
+
+def test_gaussian_samples_have_the_mean_and_std_asked_for():
+    mean = torch.tensor([[1.0, -2.0]], dtype=torch.float64).expand(100_000, 2)
+    log_std = torch.log(torch.tensor([0.5, 3.0], dtype=torch.float64))
+    draws = gaussian_sample(mean, log_std, torch.Generator().manual_seed(3))
+    n = draws.shape[0]
+    assert torch.all((draws.mean(0) - mean[0]).abs() < 5 * log_std.exp() / math.sqrt(n))
+    # The sample std's standard error is about std / sqrt(2n).
+    assert torch.all((draws.std(0) - log_std.exp()).abs() < 5 * log_std.exp() / math.sqrt(2 * n))
+
+
+def test_a_sample_beyond_the_bounds_keeps_its_own_log_probability():
+    """The policy's density is of the unclipped sample: clipping to the action bounds is for the env only."""
+    mean, log_std = torch.zeros(1, 1), torch.zeros(1)
+    far = torch.tensor([[3.0]])
+    assert gaussian_log_prob(mean, log_std, far).item() == pytest.approx(-4.5 - 0.5 * math.log(2 * math.pi), abs=1e-6)
+    assert gaussian_log_prob(mean, log_std, far) < gaussian_log_prob(mean, log_std, far.clamp(-2, 2))

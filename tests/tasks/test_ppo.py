@@ -1,0 +1,163 @@
+"""PPO for K agents through the lifecycle: bad input refused in one line before training, both presets for K = 1 and
+K > 1 (records, curves, model.pt that loads into the plain ActorCritic), the deterministic evaluation replayed from
+model.pt, and proof that it learns."""
+
+import functools
+
+import gymnasium as gym
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from pipeline.nets.actor_critic import ActorCritic
+from pipeline.nets.mlp import MLP
+from pipeline.rl.vector import evaluate_agents
+from pipeline.runtime.run import run
+from pipeline.tasks.ppo import FINAL_EVAL_SEED_OFFSET, PPOTask
+
+ADAM = functools.partial(torch.optim.Adam, lr=1e-3)
+AC = functools.partial(ActorCritic, hidden=(16,))
+
+
+def make(env, net=AC, **hp):
+    return PPOTask.create(net=net, optimizer=ADAM, env=env, **hp)
+
+
+def unbounded_pendulum(**kwargs):
+    env = gym.make("Pendulum-v1", **kwargs)
+    env.action_space = gym.spaces.Box(-np.inf, np.inf, (1,), np.float32)
+    return env
+
+
+gym.register("UnboundedTorquePendulum-v0", entry_point=unbounded_pendulum, max_episode_steps=200)
+
+
+@pytest.mark.parametrize(
+    ("env", "hp", "message"),
+    [
+        ({"id": "UnboundedTorquePendulum-v0"}, {},
+         r"^task=ppo clips Gaussian actions to the action bounds, and UnboundedTorquePendulum-v0's are not finite \(Box\(-inf, inf"),
+        ({"id": "CartPole-v1"}, {"num_steps": 100, "envs_per_agent": 3, "num_minibatches": 8},
+         r"^task.num_steps \* task.envs_per_agent = 100 \* 3 = 300 samples do not split into task.num_minibatches=8 equal "
+         r"minibatches; choose a num_minibatches that divides 300$"),
+        ({"id": "CartPole-v1"}, {"total_steps": 100}, r"^task.total_steps=100 is less than one rollout \(512 = "),
+        ({"id": "CartPole-v1"}, {"update_epochs": 0}, r"^task.update_epochs=0 must be positive$"),
+        ({"id": "CartPole-v1"}, {"gae_lambda": 1.5}, r"^task.gamma=0.99 and task.gae_lambda=1.5 must lie in \[0, 1\]$"),
+    ],
+)
+def test_bad_input_is_refused_in_one_line_before_training(env, hp, message):
+    with pytest.raises(ValueError, match=message):
+        make(env, **hp)
+
+
+def test_a_network_without_an_actor_and_a_critic_is_refused():
+    with pytest.raises(ValueError, match=r"^task=ppo needs model=actor_critic \(an actor and a critic\); got <class 'pipeline.nets.mlp.MLP'>$"):
+        make({"id": "CartPole-v1"}, net=functools.partial(MLP, hidden=(8,)))
+
+
+def test_dqn_refuses_a_continuous_env_in_one_line_before_training(make_cfg, tmp_path):
+    cfg = make_cfg("experiment=dqn_cartpole", "env=pendulum", "trainer.enable_progress_bar=false")
+    (record,) = run(cfg, tmp_path)
+    assert record["status"] == "failed" and "\n" not in record["error"]
+    assert record["error"].endswith(
+        "DQN needs a discrete action space; Pendulum-v1 has Box(-2.0, 2.0, (1,), float32): use task=ppo for continuous actions"
+    )
+    assert not (tmp_path / "metrics.csv").exists()  # refused while the task was built, before any training
+
+
+def test_the_policy_kind_follows_the_action_space():
+    discrete = make({"id": "CartPole-v1"}, n_agents=2)
+    continuous = make({"id": "Pendulum-v1"}, n_agents=2)
+    assert not discrete.continuous and discrete.net.log_std is None
+    assert continuous.continuous and continuous.net.log_std.value.shape == (2, 1, 1)
+    # Agent i starts from the single run's weights of its seed.
+    single = make({"id": "Pendulum-v1"}, seed=1)
+    assert all(torch.equal(single.net.member_state_dict(0)[k], v) for k, v in continuous.net.member_state_dict(1).items())
+
+
+def test_gaussian_samples_are_clipped_for_the_env_but_not_in_the_log_probability():
+    task = make({"id": "Pendulum-v1"})
+    with torch.no_grad():
+        task.net.log_std.value.fill_(2.0)  # std e^2: most samples fall outside [-2, 2]
+    params = torch.zeros(1, 2000, 1)
+    actions, log_probs = task.sample(params)
+    sent = task.env_actions(actions)
+    assert actions.abs().max() > 2 and sent.abs().max() == 2.0
+    assert torch.equal(sent, actions.clamp(-2, 2))
+    expected = -0.5 * (actions[..., 0] / np.e**2) ** 2 - 2.0 - 0.5 * np.log(2 * np.pi)
+    assert torch.allclose(log_probs, expected, atol=1e-5)
+
+
+PRESETS = {
+    "ppo_cartpole": ("task.num_steps=32", "task.envs_per_agent=2", "task.total_steps=256", "task.eval_every=128"),
+    "ppo_pendulum": ("task.num_steps=32", "task.envs_per_agent=2", "task.total_steps=256", "task.eval_every=128",
+                     "task.num_minibatches=4"),
+}
+
+
+@pytest.mark.parametrize("k", [1, 3])
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_each_preset_runs_for_any_k_and_writes_ordinary_records(make_cfg, tmp_path, preset, k):
+    cfg = make_cfg(f"experiment={preset}", "trainer.enable_progress_bar=false", "task.eval_episodes=2",
+                   "task.final_eval_episodes=2", "model.hidden=[16]", f"seeds_per_process={k}", "seed=4", *PRESETS[preset])
+    records = run(cfg, tmp_path)
+    assert [r["seed"] for r in records] == list(range(4, 4 + k))
+    continuous = preset == "ppo_pendulum"
+    for record in records:
+        assert record["status"] == "ok", record["error"]
+        assert record["env_steps"] == 256 and record["metrics"]["train/updates"] == 4
+        assert {"act", "env", "learn", "eval", "final_eval"} <= set(record["time_breakdown_s"])
+        net = ActorCritic(3 if continuous else 4, 1 if continuous else 2, continuous=continuous, hidden=(16,))
+        net.load_state_dict(torch.load(f"{record['run_dir']}/model.pt", weights_only=True))
+        curve = pd.read_csv(f"{record['run_dir']}/metrics.csv")
+        assert {"eval/return_mean", "train/policy_loss", "train/value_loss", "train/entropy", "train/approx_kl",
+                "train/clipfrac", "train/lr", "final_eval/return_mean"} <= set(curve.columns)
+        assert curve["step"].is_monotonic_increasing and curve["step"].max() == 256
+        assert [e["env_step"] for e in record["evaluations"]] == [128, 256]
+        lo, hi = record["metric_bounds"]["eval/return_mean"]
+        assert hi == 0.0 and lo == pytest.approx(-16.2736044 * 200) if continuous else (lo, hi) == (0.0, 500.0)
+    # The learning rate falls from optimizer.lr towards lr / iterations (anneal_lr).
+    lrs = pd.read_csv(f"{records[0]['run_dir']}/metrics.csv")["train/lr"].dropna().tolist()
+    assert lrs == sorted(lrs, reverse=True) and len(set(lrs)) == len(lrs)
+
+
+def test_model_pt_replays_the_final_deterministic_return(make_cfg, tmp_path):
+    cfg = make_cfg("experiment=ppo_pendulum", "trainer.enable_progress_bar=false", "model.hidden=[16]", "seeds_per_process=2",
+                   "task.final_eval_episodes=3", *PRESETS["ppo_pendulum"])
+    records = run(cfg, tmp_path)
+    for record in records:
+        net = ActorCritic(3, 1, continuous=True, hidden=(16,))
+        net.load_state_dict(torch.load(f"{record['run_dir']}/model.pt", weights_only=True))
+
+        def policy(obs, net=net):
+            return net(obs[0])[0].clamp(-2, 2).unsqueeze(0)
+
+        returns = evaluate_agents(policy, dict(cfg.env), [record["seed"]], 3, FINAL_EVAL_SEED_OFFSET)
+        assert returns.mean().item() == pytest.approx(record["metrics"]["eval/return_mean"], rel=1e-6)
+
+
+@pytest.mark.slow
+def test_ppo_cartpole_learns_on_most_seeds(make_cfg, tmp_path):
+    """4 seeds in one process, a quarter of the preset's budget: most seeds well past a random policy (~22)."""
+    cfg = make_cfg("experiment=ppo_cartpole", "trainer.enable_progress_bar=false", "seeds_per_process=4",
+                   "task.total_steps=25600", "task.eval_every=6400", "task.final_eval_episodes=10")
+    records = run(cfg, tmp_path)
+    finals = [r["metrics"]["eval/return_mean"] for r in records]
+    assert all(r["status"] == "ok" for r in records)
+    assert sum(f >= 200 for f in finals) >= 3, finals
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_pipeline_eval_replays_a_ppo_agent(make_cfg, tmp_path, preset):
+    """The replay engine of `python -m pipeline.eval` plays the actor's deterministic policy from model.pt."""
+    from pipeline.runtime.replay import Options, play
+
+    cfg = make_cfg(f"experiment={preset}", "trainer.enable_progress_bar=false", "model.hidden=[16]", "task.final_eval_episodes=2",
+                   *PRESETS[preset])
+    (record,) = run(cfg, tmp_path)
+    assert record["status"] == "ok", record["error"]
+    result = play(Options(run_dir=tmp_path, episodes=2), cfg, 0)
+    lo, hi = record["metric_bounds"]["eval/return_mean"]
+    assert result["episodes"] == 2 and all(lo <= r <= hi for r in result["returns"])
+    assert result["lengths"] == [200, 200] if preset == "ppo_pendulum" else all(1 <= n <= 500 for n in result["lengths"])

@@ -1,0 +1,75 @@
+"""The run dir's owner lock: a finished run leaves no `.lock` behind, and a lock a live process holds is never removed."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from pipeline.runtime.rundir import RunDirBusy, RunDirLock, probe_owner
+
+# Holds the lock in another process; releases it (as a finished run does) when its stdin closes, or is killed.
+OWNER = """
+import sys
+from pipeline.runtime.rundir import RunDirLock
+lock = RunDirLock(sys.argv[1])
+lock.acquire()
+print("locked", flush=True)
+sys.stdin.read()
+lock.release()
+print("released", flush=True)
+"""
+
+
+def _owner(run_dir) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", OWNER, str(run_dir)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "locked"
+    return proc
+
+
+def test_a_released_lock_leaves_no_file_and_the_dir_can_be_owned_again(tmp_path):
+    lock = RunDirLock(tmp_path)
+    lock.acquire()
+    assert (tmp_path / ".lock").is_file()
+    lock.release()
+    assert not (tmp_path / ".lock").exists()
+    with RunDirLock(tmp_path):
+        with pytest.raises(RunDirBusy):
+            probe_owner(tmp_path)
+    assert not (tmp_path / ".lock").exists()
+    probe_owner(tmp_path)  # no owner now
+
+
+def test_a_lock_held_by_a_live_process_is_never_removed(tmp_path):
+    proc = _owner(tmp_path)
+    try:
+        with pytest.raises(RunDirBusy, match=str(proc.pid)):
+            RunDirLock(tmp_path).acquire()
+        assert (tmp_path / ".lock").is_file()  # the refused process took nothing away
+        with pytest.raises(RunDirBusy):
+            probe_owner(tmp_path)
+    finally:
+        proc.stdin.close()
+    assert proc.stdout.readline().strip() == "released" and proc.wait() == 0
+    assert not (tmp_path / ".lock").exists()
+
+
+def test_a_killed_owner_leaves_its_lock_to_be_taken_over_then_removed(tmp_path):
+    proc = _owner(tmp_path)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert (tmp_path / ".lock").is_file()  # nothing could remove it: the report reads the owner from it
+    lock = RunDirLock(tmp_path)
+    lock.acquire()  # the kernel let go of the dead owner's lock
+    lock.release()
+    assert not (tmp_path / ".lock").exists()
+
+
+def test_a_finished_run_leaves_no_lock_file(make_cfg, tmp_path):
+    from pipeline.runtime.run import run
+
+    (record,) = run(make_cfg("experiment=dqn_cartpole", "trainer=debug", "trainer.enable_progress_bar=false"), tmp_path)
+    assert record["status"] == "ok", record["error"]
+    assert not (tmp_path / ".lock").exists()
