@@ -188,3 +188,19 @@ def test_installed_wheel_runs_from_another_directory(tmp_path):
     record = read_result(tmp_path / "run")
     assert record["status"] == "ok"
     assert record["run_dir"] == str(tmp_path / "run")
+
+
+def test_a_run_dir_that_cannot_be_made_is_one_line_before_anything(tmp_path):
+    """An immutable parent dir (chattr +i: refused even to root): one line, exit 1, no Hydra traceback."""
+    parent = tmp_path / "locked"
+    parent.mkdir()
+    if subprocess.run(["chattr", "+i", str(parent)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i needs root and a file system that supports it")
+    try:
+        proc = run_cli("experiment=dqn_cartpole", "trainer=debug", f"hydra.run.dir={parent / 'run'}")
+    finally:
+        subprocess.run(["chattr", "-i", str(parent)], check=False)
+    err = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(err) == 1 and "Traceback" not in proc.stdout + proc.stderr, proc.stderr[-2000:]
+    assert f"cannot create the run dir {parent / 'run'}" in err[0] and "hydra.run.dir=<dir>" in err[0]
+    assert list(parent.iterdir()) == []

@@ -408,3 +408,20 @@ def test_a_killed_sweep_leaves_no_orphan_training(tmp_path):
     record = read_result(job_dir)
     assert record["status"] == "interrupted" and record["interrupted"]["signal"] == "SIGTERM", record.get("error")
     assert record["interrupted"]["resume"].endswith("resume=true") and record["checkpoint"]["step"] >= 2048
+
+
+def test_a_resumed_sweep_leaves_a_job_still_running_alone_in_one_line(tmp_path):
+    sweep = tmp_path / "sweep"
+    args = ("-m", *DQN, "seed=0", "task.total_steps=400000", "checkpoint.every_steps=2048", f"hydra.sweep.dir={sweep}")
+    first = start(*args)
+    wait_for(lambda: any((checkpoint_step(d) or 0) >= 2048 for d in sweep.glob("0_*")), proc=first, timeout=400)
+    try:
+        again = run_cli(*args, "resume=true")
+    finally:
+        first.send_signal(signal.SIGINT)
+        first.communicate(timeout=120)
+    busy = [line for line in again.stdout.splitlines() if "still running in another process" in line]
+    assert len(busy) == 1 and "not started again" in busy[0], again.stdout[-2000:]
+    assert "Traceback" not in again.stdout + again.stderr and "RunRefused" not in again.stdout + again.stderr
+    (job_dir,) = sweep.glob("0_*")
+    assert read_result(job_dir)["status"] == "interrupted"  # the first process's record, untouched by the resume

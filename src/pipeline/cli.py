@@ -7,6 +7,7 @@ import logging
 import os
 import re
 import sys
+import tempfile
 from pathlib import Path
 
 import hydra
@@ -20,6 +21,7 @@ from pipeline.config.grouping import start_sweep_id
 from pipeline.runtime import quiet
 from pipeline.runtime.context import exit_status
 from pipeline.runtime.rundir import StoppedBeforeStart, honour_stop_signals_from_now
+from pipeline.store.atomic import cause_of
 from pipeline.store.layout import error_log_path, result_path
 from pipeline.store.record import summary_line
 
@@ -121,12 +123,28 @@ def _check_single_run_first(argv: list[str]) -> None:
     with open_dict(cfg):
         del cfg["hydra"]  # the job's config, as the run gets it (Hydra's node still has sweep-only values unset)
     _check_before_running(cfg, choices)
+    _check_writable(run_dir)
     if any(a.startswith("hydra.run.dir=") for a in argv):
         try:
             preflight(cfg, run_dir)
         except RunRefused as exc:
             print(f"error: {exc}", file=sys.stderr)
             sys.exit(1)
+
+
+def _check_writable(run_dir: Path) -> None:
+    """A run dir that cannot be made (a read-only or immutable parent, a full disk): one line now, before Hydra's
+    own traceback from its mkdir. Probed with a temporary file in the nearest existing parent, removed at once."""
+    parent = run_dir.absolute()
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    try:
+        with tempfile.TemporaryFile(dir=parent):
+            pass
+    except OSError as exc:
+        print(f"error: cannot create the run dir {run_dir}: {cause_of(exc)} in {parent}; choose a writable dir with "
+              "hydra.run.dir=<dir>", file=sys.stderr)
+        sys.exit(1)
 
 
 def _unknown_key_line(message: str, argv: list[str]) -> str | None:

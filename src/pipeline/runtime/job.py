@@ -32,6 +32,8 @@ from pipeline.store.record import RunRecord, read_record
 log = logging.getLogger("pipeline")
 
 JOB_DIR = ".pipeline"
+# A job process that found its run dir owned by another live process (exit code of the child).
+BUSY_EXIT = 75
 # Set by a sweep showing a live progress line on its terminal: the job process's output then comes through this
 # process (whose stdout the live display owns), so it prints above the line instead of through it.
 RELAY_ENV = "PIPELINE_RELAY_JOB_OUTPUT"
@@ -95,6 +97,10 @@ def run_in_child(cfg: DictConfig, ctx: JobContext) -> list[dict]:
         log.info(f"[job {ctx.job_num}] seed={cfg.seed}: checkpoint saved after SIGUSR2 (exit {rc}); requeueing")
         requeue(signal.SIGUSR2, None)
     records = read_job_records(Path(ctx.run_dir), _agents(cfg), int(cfg.seed))
+    if rc == BUSY_EXIT:  # another live process still trains this job (a sweep resumed too soon): leave it be
+        print(f"[job {ctx.job_num}] seed={cfg.seed}: still running in another process ({ctx.run_dir} is locked); "
+              "not started again: resume the sweep when it has ended", flush=True)
+        return [r.to_dict() for r in records]
     if rc not in (0, 1, 130, 143, 2) or len(records) < _agents(cfg):
         how = (f"killed by {signal.Signals(-rc).name}" if rc < 0 else
                f"stopped by {'SIGINT' if rc == 130 else 'SIGTERM'} before it started" if rc in (130, 143) else
@@ -207,9 +213,15 @@ def child_main(job_dir: str) -> int:
     from pipeline.runtime.quiet import install
 
     install()  # a sweep's job process never goes through cli.main
+    from pipeline.runtime.preflight import RunRefused
     from pipeline.runtime.run import exit_code_of, run_job
+    from pipeline.runtime.rundir import RunDirBusy
 
-    records = run_job(cfg, ctx)
+    try:
+        records = run_job(cfg, ctx)
+    except RunRefused as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return BUSY_EXIT if isinstance(exc.__context__, RunDirBusy) or "is in use by" in str(exc) else 2
     return exit_code_of(records)
 
 
