@@ -134,10 +134,16 @@ class TensorEnv(ABC):
     def observation_of(self, rows: torch.Tensor) -> torch.Tensor:
         """[B, *observation_shape] float32 observations of states `rows`."""
 
+    def __init_subclass__(cls, **kwargs) -> None:
+        """An env must say what a step pays: refused when the class is made, not at its first step."""
+        super().__init_subclass__(**kwargs)
+        if cls.reward is TensorEnv.reward and cls.step_reward is TensorEnv.step_reward:
+            raise TypeError(f"{cls.__name__} defines neither reward(terminated) nor step_reward(rows, actions, terminated)")
+
     def reward(self, terminated: torch.Tensor) -> torch.Tensor:
         """[B] float32 rewards of a step whose termination flags are `terminated`: the reward of envs
         whose reward depends on termination only (CartPole, Acrobot). Others define `step_reward`."""
-        raise NotImplementedError(f"{type(self).__name__} defines neither reward(terminated) nor step_reward(rows, actions, terminated)")
+        raise TypeError(f"{type(self).__name__} defines neither reward(terminated) nor step_reward(rows, actions, terminated)")
 
     def step_reward(self, rows: torch.Tensor, actions: torch.Tensor, terminated: torch.Tensor) -> torch.Tensor:
         """[B] float32 rewards of the step from states `rows` under `actions` that ended with `terminated`."""

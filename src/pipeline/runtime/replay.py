@@ -1,11 +1,7 @@
 """Replaying a trained agent (the engine of `python -m pipeline.eval` and of `task.capture_video`).
 
 
-Loads `<run dir>/model.pt` (weights only) into the network the run's own config describes, plays N greedy
-episodes on fresh start states (seeds the run never trained or was scored on), and writes
-`<run dir>/eval.json` (per-episode returns and lengths, mean, std, seeds); with `video=true` an MP4 per
-episode under `<run dir>/videos/`. When the run logged to W&B or TensorBoard, the replay goes there too.
-A seed of a seed-batched run is `<batch dir>/seed<n>` (its config is the batch's).
+What it does and writes: see `pipeline/eval.py`, its command line.
 
 No Lightning here: a replay starts in about the time torch and gymnasium take to import.
 """

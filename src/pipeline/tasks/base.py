@@ -188,9 +188,16 @@ class Task(L.LightningModule):
         net = self.net if isinstance(getattr(self, "net", None), nn.Module) else self
         return {k: v.detach().cpu() for k, v in net.state_dict().items()}
 
+    def __init_subclass__(cls, **kwargs) -> None:
+        """A task that keeps its own state must say how to save and restore it: refused when the class is made."""
+        super().__init_subclass__(**kwargs)
+        if cls.checkpointing == "state" and (cls.checkpoint_state is Task.checkpoint_state
+                                             or cls.load_checkpoint_state is Task.load_checkpoint_state):
+            raise TypeError(f"{cls.__name__} declares checkpointing='state': define checkpoint_state and load_checkpoint_state")
+
     def checkpoint_state(self) -> dict:
         """checkpointing="state" tasks: everything needed to continue in distribution, as plain values."""
-        raise NotImplementedError(f"{type(self).__name__} declares checkpointing={self.checkpointing!r}")
+        raise TypeError(f"{type(self).__name__} declares checkpointing={self.checkpointing!r} without checkpoint_state")
 
     def load_checkpoint_state(self, state: dict) -> int:
         """Take a loaded checkpoint before fit; return the step it holds (metrics.csv keeps rows up to it).
