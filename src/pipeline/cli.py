@@ -20,7 +20,7 @@ from pipeline.config.checks import ConfigError, check_group_overrides
 from pipeline.config.grouping import start_sweep_id
 from pipeline.runtime import quiet
 from pipeline.runtime.context import exit_status
-from pipeline.runtime.rundir import StoppedBeforeStart, honour_stop_signals_from_now
+from pipeline.runtime.rundir import honour_stop_signals_from_now
 from pipeline.store.atomic import cause_of
 from pipeline.store.layout import error_log_path, result_path
 from pipeline.store.record import summary_line
@@ -175,11 +175,7 @@ def _user_config_dirs(argv: list[str]) -> bool:
 
 def main(argv: list[str] | None = None) -> None:
     honour_stop_signals_from_now()
-    try:
-        _main(argv)
-    except StoppedBeforeStart as exc:
-        print(f"stopped by {exc} before the run started: no run record was written, nothing to resume", file=sys.stderr)
-        sys.exit(exc.exit_code)
+    _main(argv)
 
 
 def _main(argv: list[str] | None) -> None:

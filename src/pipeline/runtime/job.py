@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from pipeline.config.grouping import group_name, semantic_config
 from pipeline.runtime.context import JobContext
-from pipeline.runtime.rundir import StoppedBeforeStart, honour_stop_signals_from_now
+from pipeline.runtime.rundir import honour_stop_signals_from_now
 from pipeline.store.layout import agent_dirs
 from pipeline.store.record import RunRecord, read_record
 
@@ -238,7 +238,4 @@ def _log_to(path: Path) -> None:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(child_main(sys.argv[1]))
-    except StoppedBeforeStart as exc:
-        sys.exit(exc.exit_code)
+    sys.exit(child_main(sys.argv[1]))

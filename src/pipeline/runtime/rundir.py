@@ -154,21 +154,22 @@ class StopRequests:
         return signal.Signals(self.signal).name if self.signal else ""
 
 
-class StoppedBeforeStart(BaseException):
-    """SIGINT/SIGTERM before the run owned its dir: nothing was written yet, so the process just ends."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.exit_code = EXIT_CODES.get(signum, 1)
-
-
 def honour_stop_signals_from_now() -> None:
     """SIGINT and SIGTERM stop the process from its first line on, whatever it inherited: a shell starts
     background jobs with SIGINT ignored, and Python keeps an ignored SIGINT ignored, so a `kill -INT` in the
-    seconds before the run installs its own handler (StopRequests) was lost and the run trained to the end."""
+    seconds before the run installs its own handler (StopRequests) was lost and the run trained to the end.
+
+    Until then nothing of the run was written, so the process ends at once (`os._exit`). Raising an
+    exception instead would land in whatever import is running: a library that catches it there leaves a
+    half-imported module behind (numpy.dtypes, in a CI run) and the process failed with a RecursionError."""
 
     def stop(signum, frame):
-        raise StoppedBeforeStart(signum)
+        name = signal.Signals(signum).name
+        try:
+            os.write(2, f"stopped by {name} before the run started: no run record was written, nothing to resume\n".encode())
+        except OSError:
+            pass
+        os._exit(EXIT_CODES.get(signum, 1))
 
     try:
         for sig in (signal.SIGINT, signal.SIGTERM):
