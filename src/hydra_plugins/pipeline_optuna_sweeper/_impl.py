@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -110,7 +111,7 @@ class SeedDistributionSearch:
 
     # ---------------------------------------------------------------- the search
     def sweep(self, arguments: list[str]) -> Any:
-        from pipeline.tune.study import make_pruner, make_sampler, open_storage, quiet_optuna
+        from pipeline.tune.study import make_pruner, make_sampler, open_storage, quiet_optuna, sampler_seed
 
         self._check_settings()
         self.sweep_dir.mkdir(parents=True, exist_ok=True)
@@ -141,8 +142,8 @@ class SeedDistributionSearch:
         # Workers on one shared study must not draw the same parameters from equally seeded samplers, and a
         # resumed study must not redraw the parameters it already tried: the seed moves on with its history.
         tried = len(study.get_trials(deepcopy=False))
-        study.sampler = make_sampler(str(self.s.sampler), int(self.s.seed) + tried + (os.getpid() if self.s.storage else 0),
-                                     self.space)
+        worker = (socket.gethostname(), os.getpid()) if self.s.storage else None
+        study.sampler = make_sampler(str(self.s.sampler), sampler_seed(int(self.s.seed), tried, worker), self.space)
         if study.direction != (optuna.study.StudyDirection.MAXIMIZE if self.maximize else optuna.study.StudyDirection.MINIMIZE):
             raise TuneError(f"study {name!r} in {url} has direction {study.direction.name.lower()}; set hydra.sweeper.direction to match or pick another study_name")
         self.study, self.url, self.name = study, url, name

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import logging
+import zlib
 from collections.abc import Sequence
+
+import numpy as np
 
 from pipeline.tune.space import Param, TuneError
 
@@ -30,6 +33,19 @@ def make_pruner(name: str, n_startup_trials: int = 5, n_warmup_steps: int = 0):
     if name == "none":
         return optuna.pruners.NopPruner()
     raise TuneError(f"hydra.sweeper.pruner={name}: unknown pruner; choose one of: {', '.join(PRUNERS)}")
+
+
+def sampler_seed(seed: int, tried: int, worker: tuple[str, int] | None = None) -> int:
+    """The sampler's seed for a search that starts with `tried` trials in its study. It moves on with the
+    history, so a resumed study does not redraw what it tried. On a shared study each `worker`
+    (host, pid) gets its own stream: a sum such as seed + tried + pid collides (a worker that saw one
+    trial, pid p, and one that saw none, pid p + 1, drew the same parameters), so the parts are hashed
+    together by numpy's SeedSequence."""
+    if worker is None:
+        return seed + tried
+    host, pid = worker
+    entropy = [seed, tried, pid, zlib.crc32(host.encode())]
+    return int(np.random.SeedSequence(entropy).generate_state(1)[0])
 
 
 def make_sampler(name: str, seed: int | None, space: Sequence[Param]):
