@@ -139,13 +139,18 @@ def test_model_pt_replays_the_final_deterministic_return(make_cfg, tmp_path):
 
 @pytest.mark.slow
 def test_ppo_cartpole_learns_on_most_seeds(make_cfg, tmp_path):
-    """4 seeds in one process, a quarter of the preset's budget: most seeds well past a random policy (~22)."""
+    """4 seeds in one process, a quarter of the preset's budget: well past a random policy (~22). Which seed
+    ends where depends on the CPU's float kernels (CI's machine gave 125, 454, 287, 165 where this one gave
+    123, 500, 416, 368), so the bounds come from the distribution: over seeds 0-19 here the finals ranged
+    122.7-500, mean 327 (sd 149), 14 of 20 >= 200 (">= 3 of 4 seeds >= 200" failed about one time in three). A
+    learner that does not learn stays near 22-40."""
     cfg = make_cfg("experiment=ppo_cartpole", "trainer.enable_progress_bar=false", "seeds_per_process=4",
                    "task.total_steps=25600", "task.eval_every=6400", "task.final_eval_episodes=10")
     records = run(cfg, tmp_path)
     finals = [r["metrics"]["eval/return_mean"] for r in records]
     assert all(r["status"] == "ok" for r in records)
-    assert sum(f >= 200 for f in finals) >= 3, finals
+    assert sum(f >= 100 for f in finals) >= 3, finals
+    assert sum(finals) / len(finals) >= 150, finals
 
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))
