@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+import os
 import signal
 import subprocess
 import sys
 
 import pytest
 
-from pipeline.runtime.rundir import RunDirBusy, RunDirLock, probe_owner
+from pipeline.runtime.rundir import RunDirBusy, RunDirLock, StopRequests, probe_owner
 
 # Holds the lock in another process; releases it (as a finished run does) when its stdin closes, or is killed.
 OWNER = """
@@ -73,3 +75,22 @@ def test_a_finished_run_leaves_no_lock_file(make_cfg, tmp_path):
     (record,) = run(make_cfg("experiment=dqn_cartpole", "trainer=debug", "trainer.enable_progress_bar=false"), tmp_path)
     assert record["status"] == "ok", record["error"]
     assert not (tmp_path / ".lock").exists()
+
+
+def test_a_signal_delivered_twice_is_one_stop_announced_once_and_never_logged_inside_the_handler(caplog):
+    """SLURM signals every process of a step and the job's parent forwards the signal too: the run gets it twice.
+    The handler only records it (logging inside a handler re-enters a stream being written: 'Logging error');
+    the first poll at a safe point says it once."""
+    stops = StopRequests((signal.SIGUSR2,)).install()
+    try:
+        with caplog.at_level(logging.WARNING, logger="pipeline"):
+            os.kill(os.getpid(), signal.SIGUSR2)
+            os.kill(os.getpid(), signal.SIGUSR2)
+            assert stops.signal == signal.SIGUSR2
+            assert not caplog.records  # nothing logged from the handler
+            assert stops.requested and stops.requested
+        said = [r.getMessage() for r in caplog.records]
+        assert said == ["SIGUSR2 received: saving a checkpoint and stopping at the next safe point"], said
+        assert stops.exit_code == 140
+    finally:
+        stops.uninstall()

@@ -62,6 +62,22 @@ def squeue_states(job: str) -> dict[str, str]:
     return dict(line.split() for line in out.splitlines() if line.strip())
 
 
+def node_settled() -> bool:
+    """No node of the cluster is still completing a job: SLURM has killed the old instance's processes and run
+    its epilog, so a requeued job forced to start now (`scontrol update StartTime=now`) cannot be hit by the
+    old instance's clean-up (same job id, same node)."""
+    out = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], capture_output=True, text=True).stdout.split()
+    return bool(out) and not any("comp" in state or "drain" in state for state in out)
+
+
+def slurm_story(job: str, sweep: Path) -> str:
+    """What SLURM and submitit saw of `job`, for an assertion message: sacct's rows and the job's logs."""
+    acct = subprocess.run(["sacct", "-D", "-j", job, "-o", "JobID,State,ExitCode,Start,End"], capture_output=True,
+                          text=True).stdout
+    logs = "\n".join(f"--- {p.name}\n" + p.read_text()[-3000:] for p in sorted(sweep.glob(".submitit/*/*_log.*")))
+    return f"sacct:\n{acct}\n{logs}"
+
+
 def wait_until(predicate, timeout: float, what: str, every: float = 0.5):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

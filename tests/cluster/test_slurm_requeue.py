@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 
-from slurm_testing import SLURM_SMALL, read_steps, squeue_states, wait_until
+from slurm_testing import SLURM_SMALL, node_settled, read_steps, slurm_story, squeue_states, wait_until
 
 BUDGET = 24000
 
@@ -29,14 +30,18 @@ def test_dqn_job_signalled_before_preemption_is_requeued_and_continues_to_its_bu
     stopped_at = interrupted["interrupted"]["step"]
     assert 0 < stopped_at < BUDGET
     rows_before = [s for s in read_steps(curve, "step") if s <= stopped_at]
-    # SLURM 22.05 holds a requeued job for about two minutes (EligibleTime); let it start now to keep CI short.
-    wait_until(lambda: squeue_states(job).get(job) == "PENDING", 120, "the job to be requeued")
+    # SLURM 22.05 holds a requeued job for about two minutes (EligibleTime); let it start now to keep CI short,
+    # but not within the second the old instance was killed: slurmd compares credential times in whole seconds,
+    # so a restart then reads "Job credential revoked" and SLURM fails the job (seen: the start forced 0.2 s
+    # after the requeue; slurmd.log "Job 9 already killed, do not launch batch job"). SLURM's hold exists for this.
+    wait_until(lambda: squeue_states(job).get(job) == "PENDING" and node_settled(), 120, "the job to be requeued")
+    time.sleep(2.5)
     subprocess.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], check=True)
 
     rc, out = cli.wait(timeout=400)
-    assert rc == 0, out
+    assert rc == 0, f"{out}\n{slurm_story(job, sweep)}"
     record = json.loads((run_dir / "result.json").read_text())
-    assert record["status"] == "ok", record
+    assert record["status"] == "ok", f"{record}\n{slurm_story(job, sweep)}"
     assert record["env_steps"] == BUDGET
     steps = read_steps(curve, "step")
     assert steps == sorted(set(steps)), steps  # unique and increasing: no piece ran twice

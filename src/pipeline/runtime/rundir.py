@@ -121,16 +121,22 @@ class StopRequests:
         self.signal: int | None = None
         self.signals = signals
         self._previous: dict[int, object] = {}
+        self._announced: int | None = None
 
     @property
     def requested(self) -> bool:
+        """Polled at safe points; the first poll after a signal says so in the log. Not the handler: logging
+        there re-enters a stream the main thread may be writing (a second delivery of the same signal, as
+        SLURM signals every process of a step and the job's parent forwards it too, printed 'Logging error')."""
+        if self.signal is not None and self._announced != self.signal:
+            self._announced = self.signal
+            log.warning(f"{signal.Signals(self.signal).name} received: saving a checkpoint and stopping at the next safe point")
         return self.signal is not None
 
     def _handle(self, signum, frame) -> None:
         if self.signal is not None and signum == signal.SIGINT:
             raise KeyboardInterrupt  # a second Ctrl-C: stop now
         self.signal = signum
-        log.warning(f"{signal.Signals(signum).name} received: saving a checkpoint and stopping at the next safe point")
 
     def install(self) -> StopRequests:
         try:
