@@ -57,6 +57,26 @@ def test_bad_value_is_one_line_and_no_record(tmp_path, override, names, fix):
     assert not run_dir.exists()  # nothing is created before the config is valid
 
 
+@pytest.mark.parametrize(
+    ("override", "names", "fix"),
+    [
+        ("data.path={tmp}", "a directory, not a file", "data.path=<dir>/<file>.csv"),
+        ("data.path={tmp}/none.csv", "file not found", "CSV of logged bids"),
+        ("data.n_bidders=0", "data.n_bidders=0", "data.n_bidders=2 or more"),
+        ("data.n_bidders=1", "data.n_bidders=1", "data.n_bidders=2 or more"),
+        ("data.n_bidders=5000", "data.n_bidders=5000", "2 to 100 bidders"),
+        ("data.n_bidders=2.5", "data.n_bidders=2.5", "data.n_bidders=2 or more"),
+    ],
+)
+def test_bad_auction_data_is_one_line_before_a_run_dir_exists(tmp_path, override, names, fix):
+    """The fault probe saw these fail only once the data loaded: a run dir made and a failed record written."""
+    proc = run_cli("experiment=rmac_auction", override.format(tmp=tmp_path), cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout[-1000:] + proc.stderr[-1000:]
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1 and names in err[0] and fix in err[0], proc.stderr
+    assert not (tmp_path / "outputs").exists()
+
+
 def test_a_config_error_leaves_no_run_dir_in_outputs(tmp_path):
     proc = run_cli("experiment=supervised_digits", "trainer=debug", "optimizer.lr=abc", cwd=tmp_path)
     assert proc.returncode == 2 and "optimizer.lr" in proc.stderr

@@ -187,6 +187,31 @@ def _check_numbers(cfg: DictConfig) -> None:
             raise ConfigError(f"model.{key}={list(widths)}: layer widths are whole numbers >= 1; e.g. model.{key}=[128,128]")
 
 
+def _check_auction_data(cfg: DictConfig) -> None:
+    """The auction data's file and bidder count, before a run dir exists (the data module checks them again
+    when it loads, for callers that skip these checks)."""
+    data = cfg.get("data") or {}
+    if not isinstance(data, DictConfig) or not str(data.get("_target_", "")).endswith("AuctionBidsData"):
+        return
+    path = data.get("path")
+    if path not in (None, ""):
+        where = Path(str(path)).expanduser()
+        if where.is_dir():
+            raise ConfigError(f"data.path={path}: a directory, not a file; pass the path of the CSV file itself "
+                              f"(data.path=<dir>/<file>.csv)")
+        if not where.exists():
+            raise ConfigError(f"data.path={path}: file not found; pass the path of a CSV of logged bids "
+                              f"('bid' or 'bid_0..bid_{{n-1}}' columns)")
+    n = data.get("n_bidders")
+    if n is not None:
+        from pipeline.games.bids_csv import MAX_BIDDERS  # imports torch: only when a count is given
+
+        if not _is_int(n) or not 2 <= n <= MAX_BIDDERS:
+            raise ConfigError(f"data.n_bidders={n}: an auction has 2 to {MAX_BIDDERS} bidders here (fewer is no auction; "
+                              "the estimator's cost grows with the count); set data.n_bidders=2 or more, or null to read "
+                              "it from the file")
+
+
 def _check_closed_groups(cfg: DictConfig, choices: Mapping[str, str | None]) -> None:
     root = conf_root()
     for group in CLOSED_GROUPS:
@@ -238,12 +263,14 @@ def _check_built_groups(cfg: DictConfig) -> None:
 def check_values(cfg: DictConfig, choices: Mapping[str, str | None] | None = None) -> None:
     """Refuse, with one line naming the key and the fix, values no run could use: a seed that is not a whole
     number in [0, 2^32), seeds_per_process < 1, task.gamma outside [0, 1], a layer width < 1, a negative checkpoint
-    interval, device.num_threads < 1, a key a group would silently ignore (`+device.x=1`, `+callbacks.x=1`), a trainer key the pipeline sets from another group.
+    interval, device.num_threads < 1, an auction data path that is a directory or missing or a bidder count
+    outside [2, MAX_BIDDERS], a key a group would silently ignore (`+device.x=1`, `+callbacks.x=1`), a trainer key the pipeline sets from another group.
     Also fills a removed optional group (`~scheduler`) with its `none` option."""
     choices = runtime_choices(cfg) if choices is None else choices
     _check_seed(cfg)
     fill_removed_groups(cfg)
     _check_numbers(cfg)
+    _check_auction_data(cfg)
     _check_closed_groups(cfg, choices)
     _check_built_groups(cfg)
     check_callback_entries(cfg)
