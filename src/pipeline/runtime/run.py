@@ -92,6 +92,7 @@ def check_task(cfg: DictConfig, n_agents: int) -> type[Task]:
                 f"task {cls.__name__} does not use a {group}; drop it with {group}=none (got {group}={_choice_hint(cfg, group)})"
             )
     task_config(cls, cfg.task)  # a wrong type or an unknown key of the task's Config
+    config_checks.check_monitors(cfg, cls)  # an EarlyStopping/ModelCheckpoint monitor names a metric the task logs
     return cls
 
 
