@@ -39,6 +39,7 @@ from omegaconf.errors import OmegaConfBaseException
 from pipeline.config import checks as config_checks
 from pipeline.config.checks import one_line
 from pipeline.config.grouping import group_name, semantic_config
+from pipeline.runtime.callbacks import early_stop_of
 from pipeline.runtime.checkpointing import (
     CheckpointPolicy,
     EpochCheckpointer,
@@ -317,9 +318,12 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
             if epochs is not None:
                 epochs.save_last_finished_epoch()
             raise Interrupted(task.resume_step if epochs is None else epochs.saved_epoch)
+        stopped = early_stop_of(trainer)  # a configured EarlyStopping ended the fit: when and why
         for i, (r, d) in enumerate(zip(records, dirs)):
             save_model(task.agent_state_dict(i), d)
             extras = task.agent_record(i)
+            if stopped is not None and extras.get("early_stop") is None:  # the tuner's pruning, when both, is what it reads
+                extras["early_stop"] = stopped
             r.update(status="ok", error=None, metrics=per_agent[i], **extras)
             if r.primary_metric not in per_agent[i]:
                 raise RuntimeError(f"task did not report its primary metric {r.primary_metric!r}")
