@@ -430,16 +430,17 @@ def test_agent_state_dict_is_the_plain_network_of_that_member(tmp_path):
 
 
 def test_what_callbacks_and_the_progress_bar_see(tmp_path):
-    """`train_loss` is the members' mean epoch loss, `val_acc` their mean validation accuracy (what a monitor reads)."""
+    """Callbacks see metrics.csv's names (the members' means): exactly what the task declares a monitor may name."""
     task = make_task(lr=0.0, k=3)
     tr = trainer(2)
     task.curves = [CurveLog(tmp_path / f"a{i}.csv") for i in range(3)]
     task.attach_data(TinyData())
     tr.fit(task)  # (fit_and_evaluate's test afterwards starts Lightning's metrics afresh)
-    assert set(tr.progress_bar_metrics) == {"train_loss", "val_acc"}
+    assert set(tr.progress_bar_metrics) == {"train/loss", "val/acc"}
+    assert set(tr.callback_metrics) == {"train/loss", "val/acc", "val/loss"} == set(SupervisedTask.monitorable_metrics)
     rows = [task.curves[i].rows[1] for i in range(3)]
-    assert float(tr.callback_metrics["train_loss"]) == pytest.approx(sum(r["train/loss"] for r in rows) / 3, rel=1e-6)
-    assert float(tr.callback_metrics["val_acc"]) == pytest.approx(sum(r["val/acc"] for r in rows) / 3, rel=1e-6)
+    for key in ("train/loss", "val/acc", "val/loss"):
+        assert float(tr.callback_metrics[key]) == pytest.approx(sum(r[key] for r in rows) / 3, rel=1e-6), key
 
 
 def test_a_sanity_validation_before_training_changes_nothing(tmp_path):

@@ -80,6 +80,7 @@ def _check_before_running(cfg: DictConfig, choices: dict | None = None) -> None:
         choices = config_checks.runtime_choices(cfg) if choices is None else choices
         config_checks.check_types(cfg, choices)
         config_checks.check_values(cfg, choices)
+        config_checks.check_monitors(cfg)  # imports the task (and Lightning) only when a callback monitors a metric
         _check_device(cfg)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)

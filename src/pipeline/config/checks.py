@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import importlib.resources
 import re
 from collections.abc import Iterable, Mapping
@@ -293,6 +295,59 @@ def check_callback_entries(cfg: DictConfig) -> None:
                 f"callbacks.{name}: expected a callback config with a _target_, got {entry!r}; "
                 f"e.g. +callbacks.{name}._target_=lightning.pytorch.callbacks.EarlyStopping"
             )
+
+
+def _monitoring_entries(cfg: DictConfig) -> list[tuple[str, str]]:
+    """(name, monitor) of each configured EarlyStopping or ModelCheckpoint (or subclass) that monitors a metric."""
+    entries = [(str(name), entry) for name, entry in callback_entries(cfg)
+               if isinstance(entry, DictConfig) and "_target_" in entry and entry.get("monitor") is not None]
+    if not entries:
+        return []  # Lightning is imported only to check a callback that names a metric
+    from hydra.utils import get_class
+    from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
+
+    found = []
+    for name, entry in entries:
+        try:
+            cls = get_class(str(entry._target_))
+        except Exception:  # noqa: BLE001 - building the callbacks reports a bad _target_ in one line
+            continue
+        if isinstance(cls, type) and issubclass(cls, EarlyStopping | ModelCheckpoint):
+            found.append((name, str(entry.monitor), issubclass(cls, EarlyStopping)))
+    return found
+
+
+def check_monitors(cfg: DictConfig, task_cls: type | None = None) -> None:
+    """The `monitor` of a configured EarlyStopping or ModelCheckpoint must name a metric the task declares it logs
+    (`Task.monitorable_metrics`): `val_acc` for `val/acc` is one line at start-up, not a RuntimeError after the
+    first epoch. A task that declares nothing (None) is not checked. `task_cls` None: the class of task._target_."""
+    entries = _monitoring_entries(cfg)
+    if not entries:
+        return
+    if task_cls is None:
+        from hydra.utils import get_class
+
+        try:
+            task_cls = get_class(str(OmegaConf.select(cfg, "task._target_")))
+        except Exception:  # noqa: BLE001 - the task's own check reports a bad task._target_ in one line
+            return
+    logged = getattr(task_cls, "monitorable_metrics", None)
+    if logged is None:
+        return
+    task = task_cls.__name__
+    for name, monitor, stops in entries:
+        if monitor in logged:
+            continue
+        key = f"callbacks.{name}.monitor"
+        if logged:
+            close = difflib.get_close_matches(monitor, logged, n=1)
+            fix = f"did you mean {key}={close[0]}?" if close else f"e.g. {key}={logged[0]}"
+            raise ConfigError(f"{key}={monitor}: {task} logs no metric {monitor!r} for callbacks (it logs {', '.join(logged)}); {fix}")
+        config = getattr(task_cls, "Config", None)
+        own = dataclasses.is_dataclass(config) and "stop_at_return" in {f.name for f in dataclasses.fields(config)}
+        why = " (it stops early by itself with task.stop_at_return)" if own else ""
+        fix = f"drop the callback with ~callbacks.{name}" if stops else f"keep the latest checkpoint with {key}=null"
+        raise ConfigError(f"{key}={monitor}: {task} logs no metric a callback can monitor{why}; {fix}")
 
 
 def one_line(exc: BaseException) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import math
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -94,3 +95,44 @@ def build_callbacks(cfg: DictConfig, run_dir: Path | str | None = None, own: Ite
     replaced = {type(c) for c in built}
     return [c for c in own if type(c) not in replaced] + built
 
+
+
+def early_stop_of(trainer) -> dict | None:
+    """What result.json's `early_stop` says when a configured EarlyStopping ended the fit: when (the epoch whose
+    validation decided, metrics.csv's last step, and the global step) and why (Lightning's reason, the monitored
+    metric, its best value, the patience). None when no EarlyStopping stopped it, or it stopped at the last epoch
+    the budget allowed anyway."""
+    from lightning.pytorch.callbacks import EarlyStopping
+    from lightning.pytorch.callbacks.early_stopping import EarlyStoppingReason
+
+    for callback in trainer.callbacks:
+        if not isinstance(callback, EarlyStopping) or callback.stopping_reason == EarlyStoppingReason.NOT_STOPPED:
+            continue
+        epoch = int(callback.stopped_epoch)
+        # A stop restored from the checkpoint of an earlier segment is not this fit's (the fit ends in the epoch it stops).
+        if epoch not in (trainer.current_epoch - 1, trainer.current_epoch):
+            continue
+        max_epochs = trainer.max_epochs
+        if max_epochs is not None and max_epochs >= 0 and epoch + 1 >= max_epochs:
+            continue  # patience ran out in the last epoch of the budget: the budget ended the run
+        best = float(callback.best_score)
+        rule = callback.stopping_reason.name.lower()
+        if callback.stopping_reason == EarlyStoppingReason.PATIENCE_EXHAUSTED:
+            message = (f"{callback.monitor} did not improve on its best {best:.4g} by more than min_delta "
+                       f"{abs(float(callback.min_delta)):g} in {callback.wait_count} validation(s) (patience {callback.patience})")
+        else:  # a threshold reached, or a non-finite value: Lightning's words
+            message = (callback.stopping_reason_message or rule).replace(" Signaling Trainer to stop.", "").strip()
+        return {
+            "epoch": epoch,
+            "step": int(trainer.global_step),
+            "reason": message,
+            "by": "EarlyStopping",
+            "rule": rule,
+            "monitor": callback.monitor,
+            "mode": callback.mode,
+            "best": best if math.isfinite(best) else None,
+            "min_delta": abs(float(callback.min_delta)),
+            "patience": int(callback.patience),
+            "wait_count": int(callback.wait_count),
+        }
+    return None

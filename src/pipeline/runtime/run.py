@@ -39,6 +39,7 @@ from omegaconf.errors import OmegaConfBaseException
 from pipeline.config import checks as config_checks
 from pipeline.config.checks import one_line
 from pipeline.config.grouping import group_name, semantic_config
+from pipeline.runtime.callbacks import early_stop_of
 from pipeline.runtime.checkpointing import (
     CheckpointPolicy,
     EpochCheckpointer,
@@ -92,6 +93,7 @@ def check_task(cfg: DictConfig, n_agents: int) -> type[Task]:
                 f"task {cls.__name__} does not use a {group}; drop it with {group}=none (got {group}={_choice_hint(cfg, group)})"
             )
     task_config(cls, cfg.task)  # a wrong type or an unknown key of the task's Config
+    config_checks.check_monitors(cfg, cls)  # an EarlyStopping/ModelCheckpoint monitor names a metric the task logs
     return cls
 
 
@@ -316,9 +318,12 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
             if epochs is not None:
                 epochs.save_last_finished_epoch()
             raise Interrupted(task.resume_step if epochs is None else epochs.saved_epoch)
+        stopped = early_stop_of(trainer)  # a configured EarlyStopping ended the fit: when and why
         for i, (r, d) in enumerate(zip(records, dirs)):
             save_model(task.agent_state_dict(i), d)
             extras = task.agent_record(i)
+            if stopped is not None and extras.get("early_stop") is None:  # the tuner's pruning, when both, is what it reads
+                extras["early_stop"] = stopped
             r.update(status="ok", error=None, metrics=per_agent[i], **extras)
             if r.primary_metric not in per_agent[i]:
                 raise RuntimeError(f"task did not report its primary metric {r.primary_metric!r}")

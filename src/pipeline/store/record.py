@@ -124,6 +124,8 @@ class RunRecord:
     env_steps_per_s: float | None = None
     threshold: float | None = None
     time_to_threshold_s: float | None = None
+    # When and why training stopped before its budget (null: it did not): a configured EarlyStopping
+    # ({epoch, step, reason, monitor, best, ...}), the tuner's pruning, RL's task.stop_at_return.
     early_stop: dict | None = None
     evaluations: list[dict] | None = None
     metric_bounds: dict[str, list[float]] | None = None

@@ -120,6 +120,10 @@ class Task(L.LightningModule):
     #: The metrics.csv column drawn as the learning curve (None: no curve).
     primary_curve: str | None = None
     higher_is_better: bool = True
+    #: The metrics the task logs with `self.log` for callbacks (what `trainer.callback_metrics` holds): the names
+    #: the `monitor` of a configured EarlyStopping or ModelCheckpoint may use, checked at start-up (a typo is one
+    #: line, not a crash after the first epoch). () : none to monitor; None: not declared, not checked.
+    monitorable_metrics: ClassVar[tuple[str, ...] | None] = None
     #: After a run ends ok, the lifecycle records one greedy episode of each agent as an MP4 (RL tasks).
     capture_video: bool = False
 

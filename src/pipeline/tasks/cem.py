@@ -29,6 +29,7 @@ class CEMTask(Task):
     uses = frozenset({"model", "optimizer", "loss", "env"})
     primary_metric = "eval/return_mean"
     primary_curve = "train/batch_return_mean"
+    monitorable_metrics = ()  # it stops early by itself: task.stop_at_return
 
     def __init__(self, config: CEMConfig, parts: TaskParts):
         super().__init__(config, parts)

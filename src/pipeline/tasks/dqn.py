@@ -133,6 +133,7 @@ class DQNTask(RLAgents, Task):
     trains_seeds_together = True
     primary_metric = "eval/return_mean"
     primary_curve = "eval/return_mean"
+    monitorable_metrics = ()  # it stops early by itself: task.stop_at_return
     # run.py hands this task one CurveLog per agent (its metrics.csv) instead of a CSV logger.
     writes_curves = True
     checkpointing = "state"

@@ -70,6 +70,9 @@ class GANTask(Task):
     uses = frozenset({"model", "loss", "optimizer", "scheduler", "data"})
     primary_metric = "eval/inception_score"
     primary_curve = "eval/inception_score"
+    # Nothing for EarlyStopping or ModelCheckpoint: the losses are adversarial (no measure of progress), and
+    # sample quality is scored every task.eval_every_n_epochs, outside Lightning's metrics.
+    monitorable_metrics = ()
 
     def __init__(self, config: GANConfig, parts: TaskParts):
         super().__init__(config, parts)

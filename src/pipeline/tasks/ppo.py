@@ -115,6 +115,7 @@ class PPOTask(RLAgents, Task):
     checkpointing = "state"
     primary_metric = "eval/return_mean"
     primary_curve = "eval/return_mean"
+    monitorable_metrics = ()  # its curves go to metrics.csv, not to Lightning's callback metrics
 
     def __init__(self, config: PPOConfig, parts: TaskParts):
         super().__init__(config, parts)

@@ -55,6 +55,9 @@ class SupervisedTask(Task):
     primary_metric = "test/acc"
     primary_curve = "val/acc"
     writes_curves = True
+    # Logged for callbacks under metrics.csv's names (the members' means when K > 1): EarlyStopping and
+    # ModelCheckpoint monitor one of these (conf/callbacks/early_stopping.yaml: val/acc, mode max).
+    monitorable_metrics = ("val/acc", "val/loss", "train/loss")
     # Lightning owns the loop state here: run.py resumes through trainer.fit(ckpt_path=...).
     checkpointing = "lightning"
 
@@ -176,7 +179,7 @@ class SupervisedTask(Task):
         total = loss.sum()
         check_finite(total, self.global_step)
         self._accumulate("train", loss.detach(), acc, mae, n)
-        self.log("train_loss", total.detach() / K, prog_bar=True, logger=False, on_step=False, on_epoch=True, batch_size=n)
+        self.log("train/loss", total.detach() / K, prog_bar=True, logger=False, on_step=False, on_epoch=True, batch_size=n)
         return total
 
     def _accumulate(self, split: str, loss: torch.Tensor, acc: torch.Tensor, mae: torch.Tensor | None, n: int) -> None:
@@ -220,7 +223,8 @@ class SupervisedTask(Task):
     def validation_step(self, batch, batch_idx):
         loss, acc, mae = self.evaluate_split("val")
         self._accumulate("val", loss, acc, mae, 1)
-        self.log("val_acc", acc.mean(), prog_bar=True, logger=False, on_step=False, on_epoch=True, batch_size=1)
+        self.log("val/acc", acc.mean(), prog_bar=True, logger=False, on_step=False, on_epoch=True, batch_size=1)
+        self.log("val/loss", loss.mean(), logger=False, on_step=False, on_epoch=True, batch_size=1)
 
     def on_validation_epoch_end(self) -> None:
         self._write_epoch("val", self.current_epoch)
