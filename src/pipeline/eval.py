@@ -1,12 +1,22 @@
-"""Replay a trained agent: `python -m pipeline.eval <run dir> [episodes=N] [video=true] [device=cpu] [seed=S]`.
+"""Evaluate a trained run from its `model.pt`: `python -m pipeline.eval <run dir> [options]`.
 
-Loads `<run dir>/model.pt` (weights only) into the network the run's own config describes, plays N greedy
-episodes on fresh start states (seeds the run never trained or was scored on), and writes
-`<run dir>/eval.json` (per-episode returns and lengths, mean, std, seeds); with `video=true` an MP4 per
-episode under `<run dir>/videos/`. When the run logged to W&B or TensorBoard, the replay goes there too.
-A seed of a seed-batched run is `<batch dir>/seed<n>` (its config is the batch's).
+Loads `<run dir>/model.pt` (weights only) into the network the run's own config describes and writes
+`<run dir>/eval.json`. A seed of a seed-batched run is `<batch dir>/seed<n>` (its config is the batch's).
 
-No Lightning here: a replay starts in about the time torch and gymnasium take to import.
+- An RL run (DQN, PPO, CEM: its config has an env) plays `episodes=N` (10) greedy episodes on fresh start
+  states (seeds the run never trained or was scored on; `seed=S`: the first episode's), with `video=true`
+  an MP4 per episode under `<run dir>/videos/`; eval.json holds per-episode returns and lengths, mean, std,
+  seeds. When the run logged to W&B or TensorBoard, the replay goes there too.
+- A supervised run is scored on `split=test` (default), `val` or `train` of its own data, with the task's
+  own metric code and no Trainer: eval.json's `metrics` has the names the run's record uses (`test/acc`,
+  `test/loss`, ...) and, on the run's data and split, the run's own numbers. `data.<key>=<value>` changes
+  the run's `data:` node first (e.g. `data.split_seed=1`; a key its data module lacks is refused, naming
+  those it has).
+- A GAN run's generator is scored by the run's own judge (the classifier, or frame features) against the
+  real test split: `eval/inception_score`, ... as in the record, equal to the run's final score (the same
+  noise); `seed=S` draws other noise.
+
+No Lightning for an RL replay: it starts in about the time torch and gymnasium take to import.
 """
 
 from __future__ import annotations
@@ -18,7 +28,8 @@ from pathlib import Path
 from pipeline.runtime.replay import EvalError, Options, evaluate_run
 from pipeline.store.layout import EVAL_FILE
 
-USAGE = "usage: python -m pipeline.eval <run dir> [episodes=10] [video=false] [device=cpu] [seed=<first episode seed>]"
+USAGE = ("usage: python -m pipeline.eval <run dir> [device=cpu]  RL: [episodes=10] [video=false] [seed=<first episode>]  "
+         "supervised: [split=test|val|train] [data.<key>=<value>]  GAN: [seed=<noise seed>] [data.<key>=<value>]")
 
 
 def _device(requested: str) -> str:
@@ -42,8 +53,15 @@ def parse_args(argv: list[str]) -> Options:
     options = Options(run_dir=Path(paths[0]))
     for item in (a for a in argv if "=" in a):
         key, value = item.split("=", 1)
+        options.given.add(key.split(".")[0])
         try:
-            if key == "episodes":
+            if key.startswith("data.") and len(key) > len("data."):
+                options.data[key[len("data."):]] = value
+            elif key == "split":
+                if not value:
+                    raise EvalError(f"split= needs a value: test, val or train; {USAGE}")
+                options.split = value
+            elif key == "episodes":
                 options.episodes = int(value)
                 if options.episodes < 1:
                     raise ValueError
@@ -76,6 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     except EvalError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if "metrics" in result:  # a scored model, not a replay
+        from pipeline.runtime.model_eval import summary
+
+        print(summary(result, Path(options_path(result))))
+        return 0
     spread = "" if math.isnan(result["std"]) else f" ± {result['std']:.1f}"
     seeds = result["seeds"]
     print(f"{result['episodes']} episodes of {result['env_id']}: return {result['mean']:.1f}{spread} "

@@ -48,3 +48,18 @@ def test_what_a_task_declares_is_checked_before_it_is_built(make_cfg):
     assert check_task(make_cfg("experiment=dqn_cartpole"), 3).trains_seeds_together
     with pytest.raises(ConfigError, match="is not a pipeline.tasks.base.Task subclass"):
         check_task(make_cfg("experiment=dqn_cartpole", "task._target_=pipeline.nets.mlp.MLP"), 1)
+
+
+def test_a_task_declaring_eval_splits_must_say_how_it_scores_them():
+    with pytest.raises(TypeError, match="declares eval_splits: define evaluate_model"):
+
+        class Unscored(Task):
+            eval_splits = ("test",)
+
+    class Scored(Task):
+        eval_splits = ("test",)
+
+        def evaluate_model(self, datamodule, split, seed=None):
+            return {f"{split}/x": 1.0}
+
+    assert Scored().evaluate_model(None, "test") == {"test/x": 1.0}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +38,11 @@ class Options:
     video: bool = False
     device: str = "cpu"
     seed: int | None = None
+    # Runs without an env (supervised, GAN): the split to score (None: the task's default) and data.<key>= overrides.
+    split: str | None = None
+    data: dict[str, str] = field(default_factory=dict)
+    # The option names given on the command line (an option that does not apply to the run is refused).
+    given: set[str] = field(default_factory=set)
 
 
 def find_config(run_dir: Path) -> tuple[DictConfig, int]:
@@ -292,11 +297,26 @@ def log_to_run_loggers(cfg: DictConfig, result: dict, run_dir: Path) -> list[str
     return used
 
 
+def has_env(cfg: DictConfig) -> bool:
+    env = OmegaConf.select(cfg, "env", default=None)
+    return bool(env and env.get("id"))
+
+
 def evaluate_run(options: Options) -> dict:
-    """Replay the run in `options.run_dir`, write eval.json (and videos), log to the run's loggers."""
+    """Replay the RL run in `options.run_dir` (eval.json, videos, the run's loggers), or score the model.pt of a run
+    without an env on a data split (`model_eval`, eval.json)."""
     cfg, run_seed = find_config(options.run_dir)
-    result = play(options, cfg, run_seed)
-    result["logged_to"] = log_to_run_loggers(cfg, result, options.run_dir)
+    if has_env(cfg):
+        task_only = sorted(options.given & {"split", "data"})
+        if task_only:
+            raise EvalError(f"{'= and '.join(f'{k}.<key>' if k == 'data' else k for k in task_only)}= score supervised and "
+                            "GAN runs; an RL run is replayed in its env: episodes=, video=, seed=")
+        result = play(options, cfg, run_seed)
+        result["logged_to"] = log_to_run_loggers(cfg, result, options.run_dir)
+    else:
+        from pipeline.runtime.model_eval import score_run
+
+        result = score_run(options, cfg, run_seed)
     write_json(options.run_dir / EVAL_FILE, result)
     return result
 

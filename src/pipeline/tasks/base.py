@@ -19,6 +19,9 @@ Then the lifecycle only ever touches what this class declares, in this order:
 4. `agent_state_dict(i)` -> `model.pt`, `agent_record(i)` -> extra record fields, `time_breakdown_s`;
 5. `resume_step` when a stop request ended the fit (the step the record says it reached).
 
+`python -m pipeline.eval` builds the task the same way (one agent, the run's seed) and, for a task with
+`eval_splits`, calls `load_agent_state_dict(model.pt)` then `evaluate_model(datamodule, split)`.
+
 Every hook has a default here, so a new algorithm overrides only what it does differently.
 `docs/add_an_algorithm.md` walks through one.
 """
@@ -126,6 +129,9 @@ class Task(L.LightningModule):
     monitorable_metrics: ClassVar[tuple[str, ...] | None] = None
     #: After a run ends ok, the lifecycle records one greedy episode of each agent as an MP4 (RL tasks).
     capture_video: bool = False
+    #: The data splits `python -m pipeline.eval` can score a saved model.pt on, the default first (it calls
+    #: `load_agent_state_dict` then `evaluate_model`). Empty: it cannot (RL agents are replayed in their env instead).
+    eval_splits: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, config: Any = None, parts: TaskParts | None = None) -> None:
         super().__init__()
@@ -192,12 +198,29 @@ class Task(L.LightningModule):
         net = self.net if isinstance(getattr(self, "net", None), nn.Module) else self
         return {k: v.detach().cpu() for k, v in net.state_dict().items()}
 
+    def load_agent_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:
+        """Agent 0 from a model.pt (the inverse of `agent_state_dict`); weights that do not fit raise.
+
+        Default: into the `net` attribute (the task itself when it has none), as `agent_state_dict` reads it.
+        """
+        net = self.net if isinstance(getattr(self, "net", None), nn.Module) else self
+        net.load_state_dict(state_dict)
+
+    def evaluate_model(self, datamodule, split: str, seed: int | None = None) -> dict[str, float]:
+        """Tasks with `eval_splits`: score agent 0 as loaded on `split` (one of `eval_splits`) of `datamodule`, without
+        training or a Trainer. The keys are `fit_and_evaluate`'s, and so are the values for the run's own model.pt and
+        data. `seed`: the seed of any randomness the score draws (None: the stream the run's own score used)."""
+        raise TypeError(f"{type(self).__name__} declares no eval_splits: python -m pipeline.eval cannot score it")
+
     def __init_subclass__(cls, **kwargs) -> None:
-        """A task that keeps its own state must say how to save and restore it: refused when the class is made."""
+        """A task that keeps its own state must say how to save and restore it: refused when the class is made.
+        So must a task that declares `eval_splits` say how it scores them."""
         super().__init_subclass__(**kwargs)
         if cls.checkpointing == "state" and (cls.checkpoint_state is Task.checkpoint_state
                                              or cls.load_checkpoint_state is Task.load_checkpoint_state):
             raise TypeError(f"{cls.__name__} declares checkpointing='state': define checkpoint_state and load_checkpoint_state")
+        if cls.eval_splits and cls.evaluate_model is Task.evaluate_model:
+            raise TypeError(f"{cls.__name__} declares eval_splits: define evaluate_model")
 
     def checkpoint_state(self) -> dict:
         """checkpointing="state" tasks: everything needed to continue in distribution, as plain values."""

@@ -73,6 +73,8 @@ class GANTask(Task):
     # Nothing for EarlyStopping or ModelCheckpoint: the losses are adversarial (no measure of progress), and
     # sample quality is scored every task.eval_every_n_epochs, outside Lightning's metrics.
     monitorable_metrics = ()
+    # The real split the scores are measured against (prepare_quality's reference).
+    eval_splits = ("test",)
 
     def __init__(self, config: GANConfig, parts: TaskParts):
         super().__init__(config, parts)
@@ -264,8 +266,10 @@ class GANTask(Task):
         finally:
             self.gan.train(was_training)
 
-    def score(self) -> dict[str, float]:
-        z = torch.randn(self.quality.n_needed, self.gan.latent_dim, generator=torch.Generator().manual_seed(self.seed + EVAL_NOISE_OFFSET))
+    def score(self, seed: int | None = None) -> dict[str, float]:
+        """The scores of G on noise from `seed` (None: seed + EVAL_NOISE_OFFSET, the noise of every evaluation)."""
+        seed = self.seed + EVAL_NOISE_OFFSET if seed is None else int(seed)
+        z = torch.randn(self.quality.n_needed, self.gan.latent_dim, generator=torch.Generator().manual_seed(seed))
         return self.quality.score(self.generate(z))
 
     def evaluate_now(self) -> dict[str, float]:
@@ -354,11 +358,26 @@ class GANTask(Task):
         self.save_samples(self._out_dir() / "samples.png", tag="samples_final")
         metrics = {f"eval/{k}": v for k, v in final.items()}
         metrics.update({f"eval/{k}_start": v for k, v in self.start_scores.items()})
-        metrics.update({f"eval/{k}": v for k, v in self.reference_scores.items()})
-        if self.quality_kind == "classifier":
-            metrics["eval/inception_score_ratio"] = final["inception_score"] / self.reference_scores["inception_score_real"]
+        metrics.update(self.final_metrics(final))
         metrics.update(self._last_logged)
         return [metrics]
+
+    def final_metrics(self, scores: dict[str, float]) -> dict[str, float]:
+        """The record's `eval/...` metrics of a score: the score, the real data's reference and (classifier) their ratio."""
+        metrics = {f"eval/{k}": v for k, v in scores.items()}
+        metrics.update({f"eval/{k}": v for k, v in self.reference_scores.items()})
+        if self.quality_kind == "classifier":
+            metrics["eval/inception_score_ratio"] = scores["inception_score"] / self.reference_scores["inception_score_real"]
+        return metrics
+
+    def load_agent_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:
+        self.gan.load_state_dict(state_dict)
+
+    def evaluate_model(self, datamodule, split: str, seed: int | None = None) -> dict[str, float]:
+        """The saved generator scored as the run's final evaluation scores it: the same judge (the cached classifier or
+        fixed frame features), the same real test reference, and by default the same noise (`seed`: other noise)."""
+        self.prepare_quality(datamodule)
+        return self.final_metrics(self.score(seed))
 
     def agent_record(self, i: int) -> dict:
         return {

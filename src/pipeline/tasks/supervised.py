@@ -60,6 +60,7 @@ class SupervisedTask(Task):
     monitorable_metrics = ("val/acc", "val/loss", "train/loss")
     # Lightning owns the loop state here: run.py resumes through trainer.fit(ckpt_path=...).
     checkpointing = "lightning"
+    eval_splits = ("test", "val", "train")
 
     def __init__(self, config: SupervisedConfig, parts: TaskParts):
         super().__init__(config, parts)
@@ -229,12 +230,17 @@ class SupervisedTask(Task):
     def on_validation_epoch_end(self) -> None:
         self._write_epoch("val", self.current_epoch)
 
-    def test_step(self, batch, batch_idx):
-        loss, acc, mae = self.evaluate_split("test")
-        self.final_metrics = [{"test/acc": a, "test/loss": v} for v, a in zip(loss.tolist(), acc.tolist())]
+    def split_metrics(self, split: str) -> list[dict[str, float]]:
+        """Each member's `<split>/acc`, `<split>/loss` (and `<split>/mae` for regression) on the whole split."""
+        loss, acc, mae = self.evaluate_split(split)
+        metrics = [{f"{split}/acc": a, f"{split}/loss": v} for v, a in zip(loss.tolist(), acc.tolist())]
         if mae is not None:
-            for metrics, m in zip(self.final_metrics, mae.tolist()):
-                metrics["test/mae"] = m
+            for row, m in zip(metrics, mae.tolist()):
+                row[f"{split}/mae"] = m
+        return metrics
+
+    def test_step(self, batch, batch_idx):
+        self.final_metrics = self.split_metrics("test")
 
     def configure_optimizers(self):
         optimizer = self.optimizer_factory(self.net.parameters())
@@ -275,3 +281,16 @@ class SupervisedTask(Task):
     def agent_state_dict(self, i: int) -> dict[str, torch.Tensor]:
         """Member i as the plain network's state_dict (what model.pt holds)."""
         return {k: v.detach().cpu() for k, v in self.net.member_state_dict(i).items()}
+
+    def load_agent_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:
+        self.net.load_member_state_dict(0, state_dict)
+
+    def evaluate_model(self, datamodule, split: str, seed: int | None = None) -> dict[str, float]:
+        """Member 0 on the whole split, as `trainer.test` scores the test split (eval mode, no gradients)."""
+        if seed is not None:
+            raise ValueError(f"seed={seed}: a supervised score draws nothing at random; drop seed=")
+        self.attach_data(datamodule)
+        self.on_test_start()
+        self.eval()
+        with torch.inference_mode():
+            return self.split_metrics(split)[0]
