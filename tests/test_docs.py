@@ -126,7 +126,7 @@ def test_the_docs_have_commands_to_check():
 
 
 @pytest.mark.parametrize(("page", "command"), COMMANDS, ids=[f"{p}:{c[19:60]}" for p, c in COMMANDS])
-def test_documented_command_composes(page, command):
+def test_documented_command_composes(page, command, tmp_path, monkeypatch):
     # `hydra.run.dir=<its run dir>`: any folder name composes the same.
     argv = shlex.split(re.sub(r"<[^>]*>", "some_dir", command), comments=True)[3:]
     if any(a.startswith("-") and a != "-m" for a in argv) or any("searchpath" in a for a in argv):
@@ -142,4 +142,10 @@ def test_documented_command_composes(page, command):
         del cfg["hydra"]  # the CLI's checks see the job's config, without Hydra's own node
     config_checks.check_missing(cfg)
     config_checks.check_types(cfg, choices)
+    # A user's own file (`data.path=bids.csv`): the start-up checks look for it, so one stands in for it.
+    monkeypatch.chdir(tmp_path)
+    for name in [a.split("=", 1)[1] for a in overrides if a.startswith("data.path=") and not a.endswith("=null")
+                 and not a.split("=", 1)[1].startswith(("/", "~"))]:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).touch()
     config_checks.check_values(cfg, choices)
