@@ -448,3 +448,23 @@ def test_a_resumed_sweep_leaves_a_job_still_running_alone_in_one_line(tmp_path):
     assert "Traceback" not in again.stdout + again.stderr and "RunRefused" not in again.stdout + again.stderr
     (job_dir,) = sweep.glob("0_*")
     assert read_result(job_dir)["status"] == "interrupted"  # the first process's record, untouched by the resume
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_sweep_training_in_its_own_process_stops_on_a_signal_instead_of_starting_the_next_job(tmp_path, sig):
+    """isolate_jobs=false: the job trains in the sweep's process and takes the signal itself (saves, records
+    `interrupted`). The sweep then stopped only that job and went on to the next one; a tuner worker cancelled
+    by SLURM (SIGTERM) kept asking for trials. It stops now, with the resume command, as with child processes."""
+    sweep = tmp_path / "sweep"
+    proc = start("-m", *DQN, "seed=0,1", "task.total_steps=400000", "checkpoint.every_steps=2048", "isolate_jobs=false",
+                 f"hydra.sweep.dir={sweep}")
+    wait_for(lambda: any((checkpoint_step(d) or 0) >= 2048 for d in sweep.glob("0_*")), proc=proc)
+    proc.send_signal(sig)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == (130 if sig == signal.SIGINT else 143), out[-2000:]
+    (first,) = sweep.glob("0_*")
+    assert read_result(first)["status"] == "interrupted"
+    assert not list(sweep.glob("1_*")), "the second job started after the stop"
+    said = [line for line in out.splitlines() if line.startswith(f"sweep stopped by {sig.name}; finish it with: ")]
+    assert len(said) == 1 and "resume=true" in said[0], out[-2000:]
+    assert "Traceback" not in out

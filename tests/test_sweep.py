@@ -50,7 +50,9 @@ def test_joblib_sweep_with_wandb_writes_report_and_offline_runs(tmp_path):
 
 @pytest.mark.slow
 def test_failed_run_is_reported_and_resume_reruns_only_it(tmp_path):
-    args = ["-m", "experiment=supervised_digits", "trainer=debug", "seed=0,1", "optimizer=sgd", "optimizer.lr=0.05,1e30"]
+    # isolate_jobs=false: the jobs train in the sweep's process (a fresh Python per job is not what this tests)
+    args = ["-m", "experiment=supervised_digits", "trainer=debug", "seed=0,1", "optimizer=sgd", "optimizer.lr=0.05,1e30",
+            "isolate_jobs=false"]
     proc = run_cli(*args, cwd=tmp_path)
     sweep = sweep_dir(tmp_path)
     results = {p.parent.name: json.loads(p.read_text()) for p in sweep.glob("*/result.json")}
