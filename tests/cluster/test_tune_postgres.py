@@ -47,9 +47,9 @@ def test_two_tuner_workers_on_postgres_one_cancelled_mid_trial(tmp_path, cluster
                 return None
             number = int(dirs[0].name)
             running = optuna.load_study(study_name=study_name, storage=cluster["pg_url"]).trials[number].state
-            return number if running == optuna.trial.TrialState.RUNNING else None
+            return [number] if running == optuna.trial.TrialState.RUNNING else None  # a list: trial 0 is falsy
 
-        killed = wait_until(b_trial, 240, "worker b to start a trial")
+        (killed,) = wait_until(b_trial, 240, "worker b to start a trial")
         subprocess.run(["scancel", jobs["b"]], check=True)
         wait_until(lambda: not squeue_states(jobs["a"]), 420, "worker a to finish the study", every=2)
     finally:
