@@ -88,6 +88,9 @@ STABLE = [
     "tasks/supervised.py",
     "tasks/dqn.py",
     "games/rmac.py",
+    "rl/ppo.py",
+    "rl/pendulum_tensor.py",
+    "nets/actor_critic.py",
 ]
 
 STATUS = {

@@ -11,6 +11,7 @@ from torch import distributions as D
 
 from pipeline.nets.actor_critic import (
     ActorCritic,
+    LogStd,
     categorical_entropy,
     categorical_log_prob,
     categorical_sample,
@@ -176,3 +177,63 @@ def test_a_sample_beyond_the_bounds_keeps_its_own_log_probability():
     far = torch.tensor([[3.0]])
     assert gaussian_log_prob(mean, log_std, far).item() == pytest.approx(-4.5 - 0.5 * math.log(2 * math.pi), abs=1e-6)
     assert gaussian_log_prob(mean, log_std, far) < gaussian_log_prob(mean, log_std, far.clamp(-2, 2))
+
+
+# ---- pinned from the outside: CleanRL's defaults, the reparameterised draws, any leading axes ------------
+
+
+def test_defaults_are_cleanrls_separate_torsos_and_a_log_std_of_zero():
+    net = ActorCritic(3, 2, continuous=True)
+    assert net.shared_torso is False and len(net.torso) == 0  # separate actor and critic torsos
+    assert torch.equal(net.log_std.value.detach(), torch.zeros(2))
+    assert ActorCritic(3, 2, shared_torso=True).shared_torso is True
+    assert torch.equal(LogStd(3).value.detach(), torch.zeros(3))
+
+
+def test_no_hidden_layers_gives_linear_heads_on_the_observation():
+    net = ActorCritic(5, 2, hidden=())
+    assert [tuple(m.weight.shape) for m in linears(net.actor)] == [(2, 5)]
+    assert [tuple(m.weight.shape) for m in linears(net.critic)] == [(1, 5)]
+    logits, value = net(torch.randn(4, 5))
+    assert logits.shape == (4, 2) and value.shape == (4,)
+    with pytest.raises(ValueError, match=r"^model\.shared_torso=true needs at least one hidden layer \(model\.hidden\)$"):
+        ActorCritic(5, 2, hidden=(), shared_torso=True)
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_observations_with_more_axes_are_flattened_per_sample(shared):
+    net = ActorCritic(12, 3, hidden=(8,), shared_torso=shared)
+    obs = torch.randn(4, 3, 4)
+    logits, value = net(obs)
+    flat_logits, flat_value = net(obs.reshape(4, 12))
+    assert torch.equal(logits, flat_logits) and torch.equal(value, flat_value)
+    assert net(torch.randn(2, 3, 2, 2))[0].shape == (2, 3)
+
+
+def test_categorical_samples_over_leading_axes_pick_along_the_last():
+    logits = torch.zeros(2, 5, 3)
+    best = torch.tensor([[0, 1, 2, 1, 0], [2, 2, 0, 1, 1]])
+    logits.scatter_(-1, best.unsqueeze(-1), 1e4)  # one action certain per (agent, env)
+    assert torch.equal(categorical_sample(logits, torch.Generator().manual_seed(0)), best)
+
+
+def test_categorical_draws_come_from_the_given_generator():
+    logits = torch.zeros(3, 1000, 4, dtype=torch.float64)
+    a = categorical_sample(logits, torch.Generator().manual_seed(5))
+    assert torch.equal(a, categorical_sample(logits, torch.Generator().manual_seed(5)))
+    assert not torch.equal(a, categorical_sample(logits, torch.Generator().manual_seed(6)))
+    # Gumbel-max over the generator's next uniforms, drawn in the logits' dtype.
+    u = torch.rand(logits.shape, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    assert torch.equal(a, (logits - torch.log(-torch.log(u))).argmax(-1))
+
+
+def test_a_gaussian_sample_is_mean_plus_std_times_the_generators_next_normals():
+    """The reparameterised draw: a = mean + exp(log_std) * eps, eps the generator's next standard normals in
+    the mean's dtype (what makes agent i's actions its own stream's)."""
+    mean = torch.tensor([[0.5, -1.0], [2.0, 0.0], [0.0, 3.0]], dtype=torch.float64)
+    log_std = torch.tensor([0.0, math.log(2.0)], dtype=torch.float64)
+    eps = torch.randn(mean.shape, generator=torch.Generator().manual_seed(11), dtype=torch.float64)
+    drawn = gaussian_sample(mean, log_std, torch.Generator().manual_seed(11))
+    assert drawn.dtype == torch.float64
+    assert torch.allclose(drawn, mean + torch.tensor([1.0, 2.0], dtype=torch.float64) * eps, atol=1e-12, rtol=0)
+    assert not torch.equal(drawn, gaussian_sample(mean, log_std, torch.Generator().manual_seed(12)))

@@ -150,3 +150,13 @@ def test_episode_returns_of_doing_nothing_and_of_a_swing_up_controller():
     assert idle.shape == (32,) and (idle <= 0).all() and (idle >= 200 * TensorPendulum.step_reward_bounds[0]).all()
     # Measured on these seeds: idle median -1176 (none above -600), controlled median -123.
     assert idle.max() < -600 and controlled.median() > -250
+
+
+def test_a_float32_env_keeps_its_state_in_float32_through_reset_and_auto_reset():
+    env = TensorPendulum(3, dtype=torch.float32, max_episode_steps=2)
+    env.reset([0, 1, 2])
+    assert env.rows.dtype == torch.float32
+    for _ in range(3):  # the second step truncates and auto-resets
+        env.step(torch.zeros(3, 1))
+        assert env.rows.dtype == torch.float32
+    assert env.episodes.tolist() == [1, 1, 1]
