@@ -62,6 +62,12 @@ MODULES: dict[str, list[str]] = {
     "tasks/dqn.py": ["tests/tasks/test_dqn_units.py"],
     "tasks/supervised.py": ["tests/test_supervised_units.py"],
     "games/rmac.py": ["tests/games/test_rmac_units.py"],
+    # Not in STABLE: measured once against their fast unit tests alone (2026-12-04): objective 156/385 (142 mutants
+    # in functions those tests never call: seed_score, rank_trials, tie_breaker, collect; the tuner's e2e tests do),
+    # space 196/265, study 35/133. Below the 90% bar: more unit tests first.
+    "tune/objective.py": ["tests/tune/test_objective.py"],
+    "tune/space.py": ["tests/tune/test_space.py"],
+    "tune/study.py": ["tests/tune/test_study.py", "tests/tune/test_space.py"],
     # Not in STABLE yet: its equivalents (42 listed for the same code in rmac.py before the move) are to be re-identified.
     "games/solver.py": ["tests/games/test_rmac_units.py"],
 }
