@@ -190,28 +190,23 @@ def _check_numbers(cfg: DictConfig) -> None:
 
 
 def _check_auction_data(cfg: DictConfig) -> None:
-    """The auction data's file and bidder count, before a run dir exists (the data module checks them again
-    when it loads, for callers that skip these checks)."""
+    """The auction data's file and bidder count, before a run dir exists: the data module's own checks, run early
+    (they import torch, so only when the run reads auction data)."""
     data = cfg.get("data") or {}
     if not isinstance(data, DictConfig) or not str(data.get("_target_", "")).endswith("AuctionBidsData"):
         return
-    path = data.get("path")
-    if path not in (None, ""):
-        where = Path(str(path)).expanduser()
-        if where.is_dir():
-            raise ConfigError(f"data.path={path}: a directory, not a file; pass the path of the CSV file itself "
-                              f"(data.path=<dir>/<file>.csv)")
-        if not where.exists():
-            raise ConfigError(f"data.path={path}: file not found; pass the path of a CSV of logged bids "
-                              f"('bid' or 'bid_0..bid_{{n-1}}' columns)")
-    n = data.get("n_bidders")
-    if n is not None:
-        from pipeline.games.bids_csv import MAX_BIDDERS  # imports torch: only when a count is given
+    from pipeline.games.bids_csv import BidDataError, check_bids_file, check_n_bidders
 
-        if not _is_int(n) or not 2 <= n <= MAX_BIDDERS:
-            raise ConfigError(f"data.n_bidders={n}: an auction has 2 to {MAX_BIDDERS} bidders here (fewer is no auction; "
-                              "the estimator's cost grows with the count); set data.n_bidders=2 or more, or null to read "
-                              "it from the file")
+    path = data.get("path")
+    try:
+        if path not in (None, ""):
+            check_bids_file(Path(str(path)).expanduser())
+        if data.get("n_bidders") is not None:
+            check_n_bidders(data.get("n_bidders"))
+    except BidDataError as exc:
+        raise ConfigError(f"data.path={exc}") from None
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _check_closed_groups(cfg: DictConfig, choices: Mapping[str, str | None]) -> None:
@@ -266,7 +261,7 @@ def check_values(cfg: DictConfig, choices: Mapping[str, str | None] | None = Non
     """Refuse, with one line naming the key and the fix, values no run could use: a seed that is not a whole
     number in [0, 2^32), seeds_per_process < 1, task.gamma outside [0, 1], a layer width < 1, a negative checkpoint
     interval, device.num_threads < 1, an auction data path that is a directory or missing or a bidder count
-    outside [2, MAX_BIDDERS], a key a group would silently ignore (`+device.x=1`, `+callbacks.x=1`), a trainer key the pipeline sets from another group.
+    outside [2, 100], a key a group would silently ignore (`+device.x=1`, `+callbacks.x=1`), a trainer key the pipeline sets from another group.
     Also fills a removed optional group (`~scheduler`) with its `none` option."""
     choices = runtime_choices(cfg) if choices is None else choices
     _check_seed(cfg)
@@ -350,9 +345,14 @@ def check_monitors(cfg: DictConfig, task_cls: type | None = None) -> None:
         raise ConfigError(f"{key}={monitor}: {task} logs no metric a callback can monitor{why}; {fix}")
 
 
-def one_line(exc: BaseException) -> str:
-    # Hydra wraps errors raised in a constructor; the user needs the original message.
+def root_cause(exc: BaseException) -> BaseException:
+    """Hydra wraps errors raised in a constructor; the user needs the original one."""
     while type(exc).__name__ == "InstantiationException" and exc.__cause__ is not None:
         exc = exc.__cause__
+    return exc
+
+
+def one_line(exc: BaseException) -> str:
+    exc = root_cause(exc)
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")

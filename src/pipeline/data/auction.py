@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from pipeline.games.auction import simulate_first_price_bids
-from pipeline.games.bids_csv import BAD_ROWS, MAX_BIDDERS, BidData, RowCounts, load_bids_csv
+from pipeline.games.bids_csv import BAD_ROWS, BidData, RowCounts, check_n_bidders, load_bids_csv
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +38,9 @@ class AuctionBidsData:
                  on_bad_rows: str = "error", symmetric: bool | None = None, symmetry_level: float = 0.01):
         self.path = None if path in (None, "") else Path(path).expanduser()
         self.n_bids, self.k, self.grid = int(n_bids), k, grid
+        if n_bidders is not None:
+            check_n_bidders(n_bidders)
         self.n_bidders = None if n_bidders is None else int(n_bidders)
-        if self.n_bidders is not None and not 2 <= self.n_bidders <= MAX_BIDDERS:
-            raise ValueError(f"data.n_bidders={n_bidders}: an auction has 2 to {MAX_BIDDERS} bidders here (fewer is no "
-                             "auction; the estimator's cost grows with the count); set data.n_bidders=2 or more, or "
-                             "null to read it from the file")
         self.value_scale = float(value_scale)
         if self.value_scale <= 0:
             raise ValueError(f"data.value_scale={value_scale}; values are U[0, value_scale], so it must be > 0")

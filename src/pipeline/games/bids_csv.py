@@ -139,12 +139,26 @@ def _wide_columns(path: Path, columns: list[str]) -> list[int] | None:
     return None
 
 
-def _read_text(path: Path) -> bytes:
-    """The file's bytes without a byte-order mark, checked to be UTF-8 text, quotes resolved."""
+def check_bids_file(path: Path) -> None:
+    """BidDataError unless `path` names a file (a directory, or nothing there)."""
     if path.is_dir():
         raise _fail(path, "a directory, not a file", "pass the path of the CSV file itself (data.path=<dir>/<file>.csv)")
     if not path.is_file():
         raise _fail(path, "file not found", "pass the path of a CSV of logged bids ('bid' or 'bid_0..bid_{n-1}' columns)")
+
+
+def check_n_bidders(n_bidders) -> None:
+    """ValueError unless `n_bidders` (data.n_bidders) is a whole number of bidders in [2, MAX_BIDDERS]."""
+    whole = not isinstance(n_bidders, bool) and isinstance(n_bidders, int | float) and float(n_bidders).is_integer()
+    if not whole or not 2 <= n_bidders <= MAX_BIDDERS:
+        raise ValueError(f"data.n_bidders={n_bidders}: an auction has 2 to {MAX_BIDDERS} bidders here (fewer is no "
+                         "auction; the estimator's cost grows with the count); set data.n_bidders=2 or more, or "
+                         "null to read it from the file")
+
+
+def _read_text(path: Path) -> bytes:
+    """The file's bytes without a byte-order mark, checked to be UTF-8 text, quotes resolved."""
+    check_bids_file(path)
     raw = path.read_bytes()
     if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
         raise _fail(path, "UTF-16 text", "save it as 'CSV UTF-8' (comma delimited)")

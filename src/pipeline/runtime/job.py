@@ -56,8 +56,8 @@ def hydra_job(cfg: DictConfig) -> list[dict]:
         # A job trained in the sweep's own process (isolate_jobs=false) took the sweep's SIGINT/SIGTERM: it saved
         # and recorded `interrupted`; the sweep stops too, as it does for a job in a child process (it went on
         # to the next job, and a tuner worker cancelled by SLURM kept asking for trials).
-        stop = next((str((r.get("interrupted") or {}).get("signal")) for r in records if r.get("status") == "interrupted"
-                     and (r.get("interrupted") or {}).get("signal") in ("SIGINT", "SIGTERM")), None)
+        signals = [(r.get("interrupted") or {}).get("signal") for r in records if r.get("status") == "interrupted"]
+        stop = next((s for s in signals if s in ("SIGINT", "SIGTERM")), None)
         if stop:
             print(f"sweep stopped by {stop}; finish it with: {ctx.resume_command()}", flush=True)
             raise SystemExit(130 if stop == "SIGINT" else 143)

@@ -21,8 +21,9 @@ from pipeline.store.layout import model_path
 
 def _one_line(exc: BaseException) -> str:
     """The first line of what went wrong; of the cause, where Hydra's instantiate wrapped it ("Error in call to ...")."""
-    while exc.__cause__ is not None and type(exc).__name__ == "InstantiationException":
-        exc = exc.__cause__
+    from pipeline.config.checks import root_cause
+
+    exc = root_cause(exc)
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 

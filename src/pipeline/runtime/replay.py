@@ -70,10 +70,10 @@ def _run_seed(run_dir: Path, cfg: DictConfig, seed_dir: re.Match | None) -> int:
 
 
 def env_of(cfg: DictConfig) -> tuple[str, dict]:
-    env = OmegaConf.select(cfg, "env", default=None)
-    if not env or not env.get("id"):
+    if not has_env(cfg):
         task = OmegaConf.select(cfg, "task._target_", default="?")
         raise EvalError(f"this run ({task}) has no environment: pipeline.eval replays reinforcement-learning agents")
+    env = cfg.env
     kwargs = env.get("kwargs")
     return str(env.id), dict(OmegaConf.to_container(kwargs, resolve=True) if kwargs else {})
 
