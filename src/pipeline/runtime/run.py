@@ -313,7 +313,16 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
         policy.start(resume_step or 0)
         trainer = make_trainer(cfg, device.type, run_dir, loggers, callbacks)
         lightning_ckpt = str(ckpt) if ckpt is not None and task.checkpointing == "lightning" else None
-        per_agent = task.fit_and_evaluate(trainer, datamodule, lightning_ckpt)
+        try:
+            per_agent = task.fit_and_evaluate(trainer, datamodule, lightning_ckpt)
+        except SystemExit:
+            # Lightning handles SIGTERM too (its handler chains to ours) and ends the fit with SIGTERMException,
+            # a SystemExit with no code, at points of its own between our safe points (after a batch's last
+            # callback, after an epoch). Uncaught, the process exited 0 and the record still said running.
+            if not stop.requested:
+                raise
+            if epochs is None:
+                task.checkpoint_hook()  # state tasks: between two steps, so the state is whole; saves, raises Interrupted
         if stop.requested:  # the fit ended on a stop request after its last safe point
             if epochs is not None:
                 epochs.save_last_finished_epoch()
