@@ -23,6 +23,8 @@ def pytest_collection_modifyitems(config, items):
         if here in Path(item.fspath).parents:
             item.add_marker(pytest.mark.cluster)
             item.add_marker(pytest.mark.slow)  # minutes of SLURM jobs: not in `make test-fast`
+            # One SLURM node and one PostgreSQL: under pytest-xdist these run one at a time, on one worker.
+            item.add_marker(pytest.mark.xdist_group("cluster"))
 
 
 def _env_file() -> dict[str, str]:
