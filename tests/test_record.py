@@ -149,3 +149,76 @@ def test_a_record_holding_an_extras_key_still_reads():
     # `extras` is the field holding the top-level extras, never a key of its own in result.json.
     r = RunRecord.from_dict({"experiment": "x", "seed": 2, "extras": {"coverage": 0.9}, "coverage": 0.8})
     assert (r.experiment, r.seed) == ("x", 2) and r.extras == {"coverage": 0.8}
+
+
+def test_a_record_of_an_unknown_schema_is_refused_naming_the_file(tmp_path):
+    import pytest
+
+    from pipeline.store.record import RecordError
+
+    (tmp_path / RESULT).write_text(json.dumps({"experiment": "x", "schema_version": 3}))
+    with pytest.raises(RecordError) as err:
+        read_record(tmp_path)
+    assert str(err.value) == (
+        f"{tmp_path / RESULT}: schema_version 3 is not one this pipeline reads (1..2); "
+        "read it with the pipeline version that wrote it (its `versions`), or upgrade"
+    )
+    # Not an int at all (a string, a bool that JSON would call true): refused too, never compared.
+    for bad in ("2", True, 2.0):
+        with pytest.raises(RecordError, match=r"schema_version .* is not one this pipeline reads"):
+            RunRecord.from_dict({"schema_version": bad})
+    assert RunRecord.from_dict({"schema_version": 1}).schema_version == 1
+    assert RunRecord.from_dict({"schema_version": 2}).schema_version == 2
+
+
+def test_a_record_that_does_not_parse_is_refused_naming_the_file(tmp_path, monkeypatch):
+    import pytest
+
+    from pipeline.store.record import RecordError
+
+    (tmp_path / RESULT).write_text(json.dumps({"experiment": "x"}))
+
+    def wrong_shape(data):
+        raise TypeError("bad field")
+
+    monkeypatch.setattr(RunRecord, "from_dict", wrong_shape)
+    with pytest.raises(RecordError) as err:
+        read_record(tmp_path)
+    assert str(err.value) == f"{tmp_path / RESULT}: not a run record (bad field)"
+
+
+def test_a_result_that_is_json_but_not_an_object_reads_as_none(tmp_path):
+    (tmp_path / RESULT).write_text("[1, 2]")
+    assert read_result(tmp_path) is None and read_record(tmp_path) is None
+
+
+def test_read_records_walks_a_sweep_in_path_order_and_skips_what_it_cannot_read(tmp_path):
+    from pipeline.store.record import read_records
+
+    for name, seed in (("b", 2), ("a", 1), ("c/deep", 3)):
+        (tmp_path / name).mkdir(parents=True)
+        _record(tmp_path / name).update(seed=seed).write()
+    (tmp_path / "a_newer").mkdir()
+    (tmp_path / "a_newer" / RESULT).write_text(json.dumps({"schema_version": 9}))
+    (tmp_path / "half").mkdir()
+    (tmp_path / "half" / RESULT).write_text("{half")
+    (tmp_path / "report").mkdir()  # outputs about runs, never a run
+    _record(tmp_path / "report").update(seed=7).write()
+    records = read_records(tmp_path)
+    assert [r.seed for r in records] == [1, 2, 3]
+    assert read_records(tmp_path / "empty_dir_that_does_not_exist") == []
+
+
+def test_summary_line_by_hand():
+    from pipeline.store.record import summary_line
+
+    record = {"seed": 3, "status": "ok", "primary_metric": "test/acc", "metrics": {"test/acc": 0.912345},
+              "wall_time_s": 12.5, "run_dir": "/runs/3"}
+    assert summary_line(record) == "seed=3 ok test/acc=0.9123 in 12.5 s -> /runs/3"
+    assert summary_line({**record, "metrics": {"test/acc": 7}}) == "seed=3 ok test/acc=7 in 12.5 s -> /runs/3"
+    assert summary_line({**record, "metrics": {"test/acc": 123456.0}}) == "seed=3 ok test/acc=1.235e+05 in 12.5 s -> /runs/3"
+    assert summary_line({"seed": 0, "status": "failed", "primary_metric": "test/acc", "metrics": None}) == (
+        "seed=0 failed no metric in None s -> None"
+    )
+    assert summary_line({"status": "failed", "metrics": {"x": 1.0}}) == "seed=None failed no metric in None s -> None"
+    assert summary_line({**record, "metrics": {"test/acc": "n/a"}}) == "seed=3 ok no metric in 12.5 s -> /runs/3"

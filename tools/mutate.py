@@ -58,9 +58,15 @@ MODULES: dict[str, list[str]] = {
     "nets/td_grad.py": ["tests/nets/test_td_grad.py"],
     "nets/factory.py": ["tests/nets/test_factory.py"],
     "report/stats.py": ["tests/report/test_report_stats.py", "tests/report/test_stats_properties.py"],
-    "record.py": ["tests/test_record.py"],
+    "report/curves.py": ["tests/report/test_curves_units.py"],
+    "store/record.py": ["tests/test_record.py"],
+    "store/curves.py": ["tests/test_store_units.py"],
+    "store/layout.py": ["tests/test_store_units.py"],
+    "store/checkpoint.py": ["tests/test_store_units.py"],
+    "store/atomic.py": ["tests/test_store_atomic.py", "tests/test_store_units.py"],
     "tasks/dqn.py": ["tests/tasks/test_dqn_units.py"],
     "tasks/supervised.py": ["tests/test_supervised_units.py"],
+    "tasks/cem.py": ["tests/tasks/test_cem_units.py", "tests/tasks/test_cem.py"],
     "games/rmac.py": ["tests/games/test_rmac_units.py"],
     # Measured 2026-12-04: objective 156/385 against test_objective alone; with test_summary and the tests that
     # run added (aggregate, seed_score, collect, maximize by hand), 349/385 (90.6%): in STABLE. Not in STABLE
@@ -78,7 +84,7 @@ STABLE = [
     "rl/replay.py",
     "rl/cartpole_tensor.py",
     "report/stats.py",
-    "record.py",
+    "store/record.py",
     "nets/heads.py",
     "nets/mlp.py",
     "nets/ensemble.py",
@@ -98,7 +104,24 @@ STABLE = [
     "rl/pendulum_tensor.py",
     "nets/actor_critic.py",
     "tune/objective.py",
+    # Measured 2026-12-04 (--max-children 1). store/record.py (was keyed "record.py", a file that moved): 172/231
+    # (74.5%, its equivalents listed under the old name) -> 216/216 with 15 equivalents, tests for the schema check,
+    # read_records and summary_line. The rest had no entry before; first run of the new unit tests -> final:
+    # report/curves.py 332/346 (96.0%) -> 337/337 + 9 equivalent; store/curves.py 119/134 -> 123/123 + 11;
+    # store/layout.py 62/66 -> 62/62 + 4; store/checkpoint.py 140/156 -> 140/140 + 16 (CUDA-only lines on a
+    # CPU machine); store/atomic.py 61/67 -> 63/63 + 4.
+    "report/curves.py",
+    "store/curves.py",
+    "store/layout.py",
+    "store/checkpoint.py",
+    "store/atomic.py",
 ]
+# Modules under src/pipeline/ that `make mutate` leaves out, and why; printed after every default run (the
+# summary's "left out" list). A module in MODULES but not in STABLE without an entry here is "not in STABLE yet".
+LEFT_OUT: dict[str, str] = {
+    "tasks/cem.py": "unit tests by hand in tests/tasks/test_cem_units.py (Lightning fits of 1-3 CartPole "
+    "iterations, ~5 s), not measured yet: a few seconds per mutant",
+}
 
 STATUS = {
     1: "killed",
@@ -269,6 +292,11 @@ def main(argv: list[str] | None = None) -> int:
             f"  tests/{EQUIVALENT_GLOB}: {len(summary['stale_equivalent'])} entries no longer survive "
             f"(killed, or renamed by an edit; recheck): {', '.join(summary['stale_equivalent'])}"
         )
+    left_out = {m: LEFT_OUT.get(m, "not in STABLE yet") for m in [*MODULES, *LEFT_OUT] if m not in results}
+    if left_out:
+        print("  left out of this run, and why:")
+        for module, why in left_out.items():
+            print(f"    {module}: {why}")
     pct = 100 * summary["score"] if summary["score"] is not None else 0.0
     print(f"summary: {OUT / 'summary.json'}")
     print(f"mutation score: {summary['killed_or_timed_out']}/{summary['non_equivalent']} killed ({pct:.1f}%)")
