@@ -9,7 +9,7 @@ TORCH := torch==2.13.0
 EXPERIMENT ?= dqn_cartpole
 ARGS ?=
 
-.PHONY: help setup run test test-fast mutate bench bench-tune lint clean cluster-up cluster-down
+.PHONY: help setup run test test-fast mutate bench bench-jax bench-tune lint clean cluster-up cluster-down
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -25,17 +25,25 @@ setup: $(STAMP) ## create .venv and install the project (once; again when pyproj
 run: $(STAMP) ## run the main job (EXPERIMENT=dqn_cartpole, ARGS="seed=1 ...")
 	$(PY) -m pipeline experiment=$(EXPERIMENT) $(ARGS)
 
-test: $(STAMP) ## run the test suite
-	$(PY) -m pytest -q $(ARGS)
+# Tests run in JOBS pytest-xdist workers (default 2, the cores of the machine we size the suite for; JOBS=1
+# runs them in one process). --dist loadgroup keeps the cluster tests on one worker, one at a time.
+JOBS ?= 2
+XDIST = $(if $(filter 1,$(JOBS)),,-n $(JOBS) --dist loadgroup)
+
+test: $(STAMP) ## run the test suite (JOBS=2 workers)
+	$(PY) -m pytest -q $(XDIST) $(ARGS)
 
 test-fast: $(STAMP) ## the suite without the tests marked slow (each over ~5 s)
-	$(PY) -m pytest -q -m "not slow" $(ARGS)
+	$(PY) -m pytest -q -m "not slow" $(XDIST) $(ARGS)
 
 mutate: $(STAMP) ## mutation score of the core modules (mutmut; ARGS="rl/replay.py" or "--all")
 	$(PY) tools/mutate.py $(ARGS)
 
 bench: $(STAMP) ## speed benchmarks, as ratios against a reference run in the same invocation
 	$(PY) benchmarks/run.py $(ARGS)
+
+bench-jax: $(STAMP) ## PPO CartPole, K=16 and 64 seeds on one core: the pipeline against PureJaxRL (own .venv-jax)
+	$(PY) benchmarks/bench_jax.py $(ARGS)
 
 bench-tune: $(STAMP) ## tune dqn_cartpole over seed distributions, then confirm on fresh seeds (~20 minutes on 2 cores)
 	$(PY) benchmarks/tune_dqn.py $(ARGS)
