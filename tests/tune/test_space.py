@@ -4,7 +4,7 @@ import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
 from pipeline.config.checks import group_options
-from pipeline.tune.space import TuneError, format_value, parse_space
+from pipeline.tune.space import Param, TuneError, format_value, parse_space
 from pipeline.tune.study import make_sampler, open_storage, tell
 
 
@@ -87,3 +87,124 @@ def test_grid_sampler_visits_every_point_once(make_cfg):
         tell(study, trial, 0.0)  # the last one ends the grid: Optuna's study.stop() must not escape
     assert sorted(seen) == [(g, b) for g in (16, 32) for b in (32, 64, 96)]
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
+
+
+# The rest build the composed config by hand: parse_space only reads it for the known keys.
+_CFG = {"optimizer": {"lr": 0.001, "momentum": 0.9}, "task": {"head": {"width": 64}, "gamma": 0.99}, "seed": 0}
+
+
+def _parse(*args, params=None, groups=None, cfg=None):
+    from omegaconf import OmegaConf
+
+    config = OmegaConf.create(_CFG if cfg is None else cfg)
+    return parse_space(list(args), params, config, groups or {})
+
+
+def _error(*args, **kwargs) -> str:
+    with pytest.raises(TuneError) as err:
+        _parse(*args, **kwargs)
+    assert "\n" not in str(err.value)
+    return str(err.value)
+
+
+def test_a_key_whose_value_is_mandatory_missing_can_be_searched():
+    # `lr: ???` is in the config, waiting for a value: it used to be called unknown ("did you mean optimizer.lr?").
+    _, space = _parse("optimizer.lr=interval(0.1, 1.0)", cfg={"optimizer": {"lr": "???"}})
+    assert [p.distribution() for p in space] == [FloatDistribution(0.1, 1.0)]
+
+
+def test_group_names_and_added_keys_need_not_be_in_the_config():
+    fixed, space = _parse("env=choice(cartpole,acrobot)", "+extra.knob=choice(1,2)", groups={"env": ["cartpole", "acrobot"]})
+    assert fixed == []
+    assert [(p.name, p.distribution()) for p in space] == [
+        ("env", CategoricalDistribution(("cartpole", "acrobot"))),
+        ("+extra.knob", CategoricalDistribution((1, 2))),
+    ]
+    # Without the group it is an unknown top-level name with nothing close to it.
+    assert _error("env=choice(cartpole,acrobot)").endswith("unknown parameter 'env' (not in the composed config); add it with +env=...")
+
+
+@pytest.mark.parametrize(
+    ("arg", "hint"),
+    [
+        ("optimzer=choice(1,2)", "unknown parameter 'optimzer' (not in the composed config); did you mean optimizer?"),
+        ("task.head.widht=choice(1,2)", "did you mean task.head.width?"),  # the parent is everything before the last dot
+        ("nothere.lr=choice(1,2)", "unknown parameter 'nothere.lr' (not in the composed config); add it with +nothere.lr=..."),
+        ("task.gamma.x=choice(1,2)", "add it with +task.gamma.x=..."),  # the parent is a value, not a node
+        ("zzzz=choice(1,2)", "add it with +zzzz=..."),
+        ("task.qqqqqqqqqqqqqqqqq=choice(1,2)", "add it with +task.qqqqqqqqqqqqqqqqq=..."),
+    ],
+)
+def test_an_unknown_key_is_named_with_the_closest_known_one_or_how_to_add_it(arg, hint):
+    message = _error(arg)
+    assert message.startswith("search space: unknown parameter ")
+    assert message.endswith(hint)
+
+
+def test_ranges_of_two_values_of_floats_and_on_a_log_scale():
+    _, space = _parse("optimizer.lr=range(1, 3)", "optimizer.momentum=range(0.5, 2.0, 0.5)", "task.gamma=tag(log, range(1, 10))")
+    lr, momentum, gamma = space
+    assert lr == Param("optimizer.lr", "int", low=1, high=2, step=1)
+    assert lr.distribution() == IntDistribution(1, 2)
+    assert momentum == Param("optimizer.momentum", "categorical", choices=(0.5, 1.0, 1.5))  # floats: Optuna's ints cannot hold them
+    assert gamma.distribution() == IntDistribution(1, 9, log=True)
+
+
+def test_hydra_intervals_are_continuous_even_between_integers():
+    # Hydra's interval() makes both bounds floats: interval(1, 10) samples floats.
+    _, space = _parse("optimizer.lr=interval(1, 10)")
+    assert [p.distribution() for p in space] == [FloatDistribution(1.0, 10.0)]
+
+
+@pytest.mark.parametrize(
+    ("arg", "message"),
+    [
+        ("optimizer.lr=range(1, 2)", "search space: optimizer.lr=range(1, 2, 1) holds 1 value; widen it"),
+        ("optimizer.lr=tag(log, range(1, 10, 2))",
+         "search space: optimizer.lr: tag(log, range(...)) needs step 1 (Optuna samples log-int with step 1)"),
+        ("optimizer.lr=tag(log, choice(1, 2))",
+         "search space: tag(log, ...) applies to interval(...) or range(...), not to optimizer.lr=choice(...)"),
+        ("optimizer=glob(*)", "search space: optimizer: unsupported sweep 'optimizer=glob(*)'; use interval, choice or range"),
+        ("seeds_per_process=choice(1, 2)",
+         "seeds_per_process is chosen by the tuner; set the number of seeds per trial with hydra.sweeper.seeds=<K>"),
+    ],
+)
+def test_each_bad_sweep_has_its_own_message(arg, message):
+    assert _error(arg) == message
+
+
+def test_params_from_the_config_one_value_or_overridden_by_a_fixed_value():
+    assert _error(params={"optimizer.momentum": "0.5"}) == (
+        "hydra.sweeper.params.optimizer.momentum=0.5 is one value; give a sweep such as choice(a,b) or interval(lo,hi)"
+    )
+    # A value fixed on the command line wins over the param's sweep.
+    fixed, space = _parse("optimizer.momentum=0.5", params={"optimizer.momentum": "interval(0.1, 0.9)", "optimizer.lr": "choice(1, 2)"})
+    assert fixed == ["optimizer.momentum=0.5"]
+    assert [p.name for p in space] == ["optimizer.lr"]
+    assert _error() == "nothing to tune: give a search space, e.g. 'optimizer.lr=tag(log, interval(1e-4, 1e-2))'"
+
+
+def test_seeds_per_process_is_dropped_and_the_rest_still_read():
+    fixed, space = _parse("seeds_per_process=2", "optimizer.momentum=0.5", "optimizer.lr=choice(1, 2)")
+    assert fixed == ["optimizer.momentum=0.5"]
+    assert [p.name for p in space] == ["optimizer.lr"]
+
+
+def test_int_params_to_optuna_and_to_a_grid():
+    assert Param("k", "int", low=1, high=8, log=True).distribution() == IntDistribution(1, 8, log=True)
+    assert Param("k", "int", low=1, high=3).distribution() == IntDistribution(1, 3, step=1)
+    assert Param("k", "int", low=1, high=3).grid_values() == [1, 2, 3]
+    assert Param("k", "int", low=2, high=8, step=3).grid_values() == [2, 5, 8]
+    with pytest.raises(TuneError, match="k is an interval"):
+        Param("k", "int", low=1, high=8, log=True).grid_values()
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (True, "true"), (False, "false"), (None, "null"), ("adam", "adam"), (16, "16"), (1e-05, "1e-05"), (0.1, "0.1"),
+        ([64, 64], "[64,64]"), ((1, "a"), "[1,a]"), ({"a": 1, "b": [None, 2.5]}, "{a:1,b:[null,2.5]}"), ({}, "{}"),
+    ],
+)
+def test_format_value_writes_override_text(value, text):
+    assert format_value(value) == text

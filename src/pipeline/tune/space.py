@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import MissingMandatoryValue
 
 
 class TuneError(ValueError):
@@ -103,8 +104,11 @@ def _param_from_override(override, config: DictConfig, groups: Mapping[str, list
 def _check_known(name: str, override, config: DictConfig, groups: Mapping[str, list[str]]) -> None:
     if name in groups or override.is_add():
         return
-    if OmegaConf.select(config, name, default=_MISSING, throw_on_missing=False) is not _MISSING:
-        return
+    try:
+        if OmegaConf.select(config, name, default=_MISSING, throw_on_missing=True) is not _MISSING:
+            return
+    except MissingMandatoryValue:
+        return  # a `???` value: the key is there, waiting for the value the sweep gives it
     parent, _, leaf = name.rpartition(".")
     node = OmegaConf.select(config, parent, default=None) if parent else config
     known = [f"{parent}.{k}" if parent else str(k) for k in node.keys()] if isinstance(node, DictConfig) else []
