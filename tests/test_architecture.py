@@ -4,6 +4,9 @@
 - No module imports another module's private name (`from pipeline.x import _y`).
 - One class named RunRecord; no `*batched*` twins of an algorithm.
 - The lifecycle (src/pipeline/runtime/) never probes a task: no hasattr/getattr aimed at it, no signature sniffing.
+- No import circles between modules, counting the imports inside functions (import-linter's layers see the
+  packages; a circle inside one package, closed by a function-level import, passed them: runtime's replay ->
+  model_eval -> run -> replay did).
 """
 
 from __future__ import annotations
@@ -75,6 +78,81 @@ def task_probes(path: Path) -> list[str]:
             if any(_mentions_task(a) or "cls" in ast.unparse(a) for a in node.args):
                 found.append(f"line {node.lineno}: inspect.signature({ast.unparse(node.args[0])})")
     return found
+
+
+def module_name(path: Path, root: Path = SRC) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path, known: set[str]) -> set[str]:
+    """The modules of `known` that `path` imports anywhere in it (top level or inside a function)."""
+    found = set()
+    for node in ast.walk(_tree(path)):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name in known}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                child = f"{node.module}.{alias.name}"
+                found.add(child if child in known else node.module)
+    return found & known
+
+
+def import_circles(paths: list[Path], root: Path = SRC) -> list[list[str]]:
+    """Each circle of imports among `paths` (a strongly connected component of more than one module), sorted.
+
+    A package's __init__ that only hands its modules' names on is left out: importing `pipeline.games` for a
+    name that lives in `pipeline.games.solver` is not a tie to every module of the package."""
+    modules = {module_name(p, root): p for p in paths}
+    known = set(modules)
+    graph = {m: imported_modules(p, known) - {m} for m, p in modules.items() if p.name != "__init__.py"}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles = []
+
+    def visit(m: str) -> None:  # Tarjan's strongly connected components
+        index[m] = low[m] = len(index)
+        stack.append(m)
+        for n in graph.get(m, ()):
+            if n not in graph:
+                continue
+            if n not in index:
+                visit(n)
+                low[m] = min(low[m], low[n])
+            elif n in stack:
+                low[m] = min(low[m], index[n])
+        if low[m] == index[m]:
+            component = []
+            while True:
+                n = stack.pop()
+                component.append(n)
+                if n == m:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for m in sorted(graph):
+        if m not in index:
+            visit(m)
+    return sorted(circles)
+
+
+def test_no_import_circles_even_through_imports_inside_functions():
+    assert import_circles(_sources()) == [], "break the circle: move the shared part down a layer, or the caller up"
+
+
+def test_the_circle_finder_finds_a_circle_closed_inside_a_function(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from pkg.a import f\n")
+    (pkg / "a.py").write_text("from pkg.b import g\n\ndef f():\n    return g()\n")
+    (pkg / "b.py").write_text("def g():\n    from pkg import c\n    return c.h()\n")
+    (pkg / "c.py").write_text("def h():\n    return 1\n")
+    files = sorted(pkg.glob("*.py"))
+    assert import_circles(files, tmp_path) == []
+    (pkg / "c.py").write_text("def h():\n    from pkg.a import f\n    return f\n")
+    assert import_circles(files, tmp_path) == [["pkg.a", "pkg.b", "pkg.c"]]
 
 
 def test_only_the_store_names_the_files_of_a_run_dir():

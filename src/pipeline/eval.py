@@ -25,8 +25,9 @@ import math
 import sys
 from pathlib import Path
 
-from pipeline.runtime.replay import EvalError, Options, evaluate_run
+from pipeline.runtime.replay import EvalError, Options, find_config, has_env, log_to_run_loggers, play
 from pipeline.store.layout import EVAL_FILE
+from pipeline.store.record import write_json
 
 USAGE = ("usage: python -m pipeline.eval <run dir> [device=cpu]  RL: [episodes=10] [video=false] [seed=<first episode>]  "
          "supervised: [split=test|val|train] [data.<key>=<value>]  GAN: [seed=<noise seed>] [data.<key>=<value>]")
@@ -82,6 +83,26 @@ def parse_args(argv: list[str]) -> Options:
                 raise
             raise EvalError(f"{item}: expected {'true or false' if key == 'video' else 'a whole number >= 0 (>= 1 for episodes)'}") from None
     return options
+
+
+def evaluate_run(options: Options) -> dict:
+    """Replay the RL run in `options.run_dir` (eval.json, videos, the run's loggers), or score the model.pt of a run
+    without an env on a data split (`model_eval`, eval.json). Here, at the entry point, so that the replay code
+    (which training also uses for its videos) never imports the scoring code that builds tasks through run.py."""
+    cfg, run_seed = find_config(options.run_dir)
+    if has_env(cfg):
+        task_only = sorted(options.given & {"split", "data"})
+        if task_only:
+            raise EvalError(f"{'= and '.join(f'{k}.<key>' if k == 'data' else k for k in task_only)}= score supervised and "
+                            "GAN runs; an RL run is replayed in its env: episodes=, video=, seed=")
+        result = play(options, cfg, run_seed)
+        result["logged_to"] = log_to_run_loggers(cfg, result, options.run_dir)
+    else:
+        from pipeline.runtime.model_eval import score_run
+
+        result = score_run(options, cfg, run_seed)
+    write_json(options.run_dir / EVAL_FILE, result)
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from pipeline.store.layout import EVAL_FILE, MODEL, agent_seed_dirs, config_path, has_model, model_path
-from pipeline.store.record import read_record, write_json
+from pipeline.store.layout import MODEL, agent_seed_dirs, config_path, has_model, model_path
+from pipeline.store.record import read_record
 
 # Training uses start states from seed + 0 (training), + 10,000 (evaluations), + 20,000 (final evaluation):
 # a replay's episodes start from seed + 30,000 + i, states the agent was never trained or scored on.
@@ -300,24 +300,3 @@ def log_to_run_loggers(cfg: DictConfig, result: dict, run_dir: Path) -> list[str
 def has_env(cfg: DictConfig) -> bool:
     env = OmegaConf.select(cfg, "env", default=None)
     return bool(env and env.get("id"))
-
-
-def evaluate_run(options: Options) -> dict:
-    """Replay the RL run in `options.run_dir` (eval.json, videos, the run's loggers), or score the model.pt of a run
-    without an env on a data split (`model_eval`, eval.json)."""
-    cfg, run_seed = find_config(options.run_dir)
-    if has_env(cfg):
-        task_only = sorted(options.given & {"split", "data"})
-        if task_only:
-            raise EvalError(f"{'= and '.join(f'{k}.<key>' if k == 'data' else k for k in task_only)}= score supervised and "
-                            "GAN runs; an RL run is replayed in its env: episodes=, video=, seed=")
-        result = play(options, cfg, run_seed)
-        result["logged_to"] = log_to_run_loggers(cfg, result, options.run_dir)
-    else:
-        from pipeline.runtime.model_eval import score_run
-
-        result = score_run(options, cfg, run_seed)
-    write_json(options.run_dir / EVAL_FILE, result)
-    return result
-
-
