@@ -125,7 +125,7 @@ def test_a_sweep_s_overrides_are_its_hydra_then_task_overrides_from_multirun_yam
     assert context._sweep_overrides(str(tmp_path)) == ["seed=0,1", "7"]
 
 
-@pytest.mark.parametrize("text", [None, "a: 1\n", "hydra:\n  overrides: {}\n", "- a list\n"])
+@pytest.mark.parametrize("text", [None, "a: 1\n", "hydra:\n  overrides: {}\n", "- a list\n", "hydra:\n  overrides:\n    task: [seed=0,"])
 def test_no_readable_multirun_yaml_gives_no_sweep_overrides(tmp_path, text):
     if text is not None:
         (tmp_path / "multirun.yaml").write_text(text)
