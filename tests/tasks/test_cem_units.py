@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import functools
+import time
 
 import gymnasium as gym
 import lightning as L
 import numpy as np
 import pytest
 import torch
+from lightning.pytorch.loggers import Logger
 from torch import nn
 
 from pipeline.nets.mlp import MLP
+from pipeline.tasks.base import NonFiniteLossError
 from pipeline.tasks.cem import CEMTask
+from pipeline.tasks.configs import CEMConfig
 
 
 def _task(**values):
@@ -95,3 +99,165 @@ def test_training_runs_every_iteration_when_the_return_is_never_reached():
 
 def test_a_record_before_training_has_no_rate():
     assert _task().agent_record(0)["env_steps_per_s"] is None
+
+
+# ---- what a fit logs, times and decides (episodes capped at 5 steps: CartPole cannot fall that soon, so every
+# return is 5 and the elite cutoff, the mean and the stopping tests are known) -----------------------------------
+FIVE = {"id": "CartPole-v1", "kwargs": {"max_episode_steps": 5}}
+
+
+class Recorder(Logger):
+    """A Lightning logger that keeps every log_metrics call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[dict, int | None]] = []
+
+    @property
+    def name(self) -> str:
+        return "recorder"
+
+    @property
+    def version(self) -> int:
+        return 0
+
+    def log_hyperparams(self, params, *args, **kwargs) -> None:
+        pass
+
+    def log_metrics(self, metrics, step=None) -> None:
+        self.calls.append((dict(metrics), step))
+
+
+def _fit(task, logger=False):
+    # log_every_n_steps=1: a value logged to the loggers (which batch_return must not be) reaches them at once.
+    trainer = L.Trainer(accelerator="cpu", max_epochs=1, logger=logger, enable_checkpointing=False, log_every_n_steps=1,
+                        enable_progress_bar=False, enable_model_summary=False)
+    t0 = time.perf_counter()
+    (metrics,) = task.fit_and_evaluate(trainer, None, None)
+    return trainer, metrics, time.perf_counter() - t0
+
+
+def test_each_iteration_logs_its_metrics_at_its_env_step_and_the_bar_shows_the_batch_return():
+    task = _task(env=FIVE, episodes_per_batch=3, max_iterations=2, stop_at_return=None, threshold=None)
+    recorder = Recorder()
+    trainer, metrics, wall = _fit(task, recorder)
+    ours = [(m, step) for m, step in recorder.calls if "env_step" in m]
+    assert [step for _, step in ours] == [15, 30]  # 3 episodes of 5 steps per iteration
+    keys = {"env_step", "train/batch_return_mean", "train/elite_cutoff", "train/loss", "perf/env_steps_per_s"}
+    for (m, _), steps in zip(ours, (15, 30)):
+        assert set(m) == keys
+        assert m["env_step"] == steps and m["train/batch_return_mean"] == 5.0 and m["train/elite_cutoff"] == 5.0
+        assert 0.0 < m["train/loss"] < 10.0
+        assert m["perf/env_steps_per_s"] >= steps / wall  # steps over the time since the fit began, a part of wall
+    assert not any("batch_return" in m for m, _ in recorder.calls)  # the bar's value goes to no logger
+    assert trainer.progress_bar_metrics["batch_return"] == 5.0
+    assert task.batch_means == [5.0, 5.0] and metrics["train/iterations"] == 2.0
+    assert set(task.time_breakdown_s) == {"env_act", "learn", "final_eval"}
+    assert all(0.0 < s <= wall for s in task.time_breakdown_s.values()), task.time_breakdown_s
+
+
+def test_a_return_equal_to_the_threshold_and_to_stop_at_return_counts_as_reached():
+    task = _task(env=FIVE, max_iterations=3, stop_at_return=5.0, threshold=5.0)
+    _, _, wall = _fit(task)
+    assert task.iterations == 1
+    assert task.early_stop == {"iteration": 1, "env_step": 15, "reason": "batch mean return 5.0 >= stop_at_return 5.0"}
+    assert 0.0 < task.time_to_threshold_s <= wall
+
+
+def test_the_elite_are_the_episodes_at_or_above_the_cutoff_so_equal_returns_all_count():
+    """All returns equal: the cutoff is that return and every episode is elite (above it, none would be)."""
+    task = _task(env=FIVE, episodes_per_batch=4, max_iterations=1, elite_percentile=90, stop_at_return=None)
+    recorder = Recorder()
+    _fit(task, recorder)
+    (m,) = [m for m, _ in recorder.calls if "env_step" in m]
+    assert m["train/elite_cutoff"] == 5.0 and task.iterations == 1
+
+
+def test_sampling_follows_the_task_s_seed_not_the_global_generator():
+    torch.manual_seed(0)  # the same initial net for both
+    a = _task(seed=3, stop_at_return=None, max_iterations=2)
+    torch.manual_seed(0)
+    b = _task(seed=3, stop_at_return=None, max_iterations=2)
+    torch.manual_seed(1)
+    _, first_actions, _ = a.play_batch()
+    torch.manual_seed(2)
+    _, again, _ = b.play_batch()
+    assert first_actions == again  # a batch played before any fit
+    torch.manual_seed(11)
+    _fit(a)
+    torch.manual_seed(12)
+    _fit(b)
+    assert a.batch_means == b.batch_means and a.env_steps == b.env_steps
+    assert all(torch.equal(p, q) for p, q in zip(a.net.parameters(), b.net.parameters()))
+
+
+def test_a_fit_restarts_sampling_from_the_seed():
+    """The batches played before a fit do not shift the fit's: on_fit_start seeds the sampler again."""
+    torch.manual_seed(0)
+    a = _task(seed=4, stop_at_return=None, max_iterations=1)
+    torch.manual_seed(0)
+    b = _task(seed=4, stop_at_return=None, max_iterations=1)
+    b.play_batch()
+    b.iterations, b.env_steps = 0, 0
+    _fit(a)
+    _fit(b)
+    assert a.batch_means == b.batch_means and a.env_steps == b.env_steps
+
+
+def test_a_batch_of_one_episode_works():
+    task = _task(episodes_per_batch=1, max_iterations=1, stop_at_return=None)
+    assert len(task.envs) == 1 and task.n_actions == 2
+    obs, actions, returns = task.play_batch()
+    assert len(obs) == len(actions) == len(returns) == 1
+
+
+def test_the_task_keeps_its_config_and_the_loader_yields_plain_iteration_numbers():
+    task = _task(fit_epochs=3, elite_percentile=55)
+    assert isinstance(task.config, CEMConfig)
+    assert (task.config.fit_epochs, task.config.elite_percentile, task.config.episodes_per_batch) == (3, 55, 3)
+    items = list(task.train_dataloader())
+    assert items == [0, 1] and all(type(i) is int for i in items)  # not batched into tensors
+
+
+@pytest.mark.parametrize("part, fix", [("net", "choose a network with model=mlp"),
+                                       ("optimizer", "choose one with optimizer=adam|sgd|..."),
+                                       ("env", "choose an environment with env=cartpole|acrobot")])
+def test_a_missing_part_is_named_with_its_fix(part, fix):
+    with pytest.raises(ValueError) as err:
+        _task(**{part: None})
+    assert str(err.value) == f"task=cem needs {part}: {fix}"
+
+
+def test_fit_and_evaluate_resumes_from_the_checkpoint_it_is_given():
+    class Trainer:
+        def fit(self, model, ckpt_path=None):
+            self.fitted = (model, ckpt_path)
+
+    trainer = Trainer()
+    task = _task(final_eval_episodes=1)
+    (metrics,) = task.fit_and_evaluate(trainer, None, "runs/x/checkpoints/last.ckpt")
+    assert trainer.fitted == (task, "runs/x/checkpoints/last.ckpt")
+    assert metrics["train/iterations"] == 0.0 and metrics["eval/return_std"] == 0.0
+
+
+def test_a_non_finite_loss_names_the_iteration():
+    class NaNLoss(nn.CrossEntropyLoss):
+        def forward(self, x, y):
+            return super().forward(x, y) * float("nan")
+
+    task = _task(loss=NaNLoss(), max_iterations=2, stop_at_return=None)
+    with pytest.raises(NonFiniteLossError, match=r"^loss became nan at step 0; "):
+        _fit(task)
+
+
+def test_the_policy_is_fitted_by_hand_fit_epochs_steps_per_iteration():
+    steps = []
+
+    class CountingSGD(torch.optim.SGD):
+        def step(self, closure=None):
+            steps.append(closure)
+            return super().step(closure)
+
+    task = _task(optimizer=lambda params: CountingSGD(params, lr=0.01), fit_epochs=3, max_iterations=2, stop_at_return=None)
+    _fit(task)
+    assert steps == [None] * 6  # 3 per iteration, ours: none through Lightning's automatic closure

@@ -10,6 +10,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 
 log = logging.getLogger("pipeline")
@@ -93,7 +94,7 @@ def _sweep_overrides(sweep_dir: str) -> list[str]:
     try:
         hydra = OmegaConf.load(saved).hydra
         return [str(o) for o in (*hydra.overrides.hydra, *hydra.overrides.task)]
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, yaml.YAMLError):  # missing, not Hydra's, or cut short (a full disk)
         return []
 
 
