@@ -16,6 +16,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from pipeline.eval import evaluate_run  # the replay-or-score dispatch lives at the entry point
 from pipeline.nets.actor_critic import ActorCritic
 from pipeline.nets.mlp import MLP
 from pipeline.runtime import replay
@@ -24,7 +25,6 @@ from pipeline.runtime.replay import (
     Mp4Writer,
     Options,
     env_of,
-    evaluate_run,
     find_config,
     has_env,
     load_policy,
