@@ -83,7 +83,7 @@ MODULES: dict[str, list[str]] = {
     "runtime/seeding.py": ["tests/test_seeding.py"],
     "runtime/context.py": ["tests/test_context.py", "tests/test_context_units.py"],
     "runtime/replay.py": ["tests/test_replay_units.py"],
-    "eval.py": ["tests/test_replay_units.py", "tests/test_eval.py"],
+    "eval.py": ["tests/test_replay_units.py"],
 }
 # Measured by default: the modules nobody is rewriting right now.
 STABLE = [
@@ -145,6 +145,9 @@ STABLE = [
 # Modules under src/pipeline/ that `make mutate` leaves out, and why; printed after every default run (the
 # summary's "left out" list). A module in MODULES but not in STABLE without an entry here is "not in STABLE yet".
 LEFT_OUT: dict[str, str] = {
+    "eval.py": "the entry point (argument parsing, device check, printing, the replay-or-score dispatch) is tested by "
+    "tests/test_eval.py, which first trains runs in subprocesses (tens of seconds a mutant); against the fast "
+    "test_replay_units alone 50/217 (2026-12-04): only evaluate_run is reached there",
 }
 
 STATUS = {
