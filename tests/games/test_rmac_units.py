@@ -8,7 +8,6 @@ quantiles, so there is no sampling noise). The slow end-to-end checks live in te
 
 from __future__ import annotations
 
-import itertools
 import math
 import re
 import statistics
@@ -16,6 +15,7 @@ import statistics
 import numpy as np
 import pytest
 import torch
+from games_testing import enumerate_outcomes
 
 from pipeline.games.auction import Rule, first_price_revenue, parse_rule, second_price_revenue, truth, welfare
 from pipeline.games.rmac import (
@@ -89,26 +89,8 @@ def test_eps_label_and_result_key():
 
 
 def _enumerate(pmf, actions, n_opponents, reserve, first_price):
-    """(win, pay) per own bid index by summing over every profile of opponents' bid indices."""
-    n_actions = len(actions)
-    win, pay = [0.0] * n_actions, [0.0] * n_actions
-    for own in range(n_actions):
-        if actions[own] < reserve - 1e-12:
-            continue
-        for profile in itertools.product(range(n_actions), repeat=n_opponents):
-            prob = math.prod(pmf[i] for i in profile)
-            highest = max(profile) if profile else -1
-            if own > highest:
-                share = 1.0
-                price = actions[own] if first_price else max(reserve, actions[highest] if profile else 0.0)
-            elif own == highest:
-                share = 1.0 / (1 + sum(1 for i in profile if i == own))
-                price = actions[own]
-            else:
-                continue
-            win[own] += prob * share
-            pay[own] += prob * share * price
-    return win, pay
+    """(win, pay) per own bid index against ``n_opponents`` bidders with this pmf, by enumeration."""
+    return enumerate_outcomes([pmf] * n_opponents, actions, reserve, first_price)
 
 
 PMF = [0.1, 0.0, 0.35, 0.25, 0.3]  # a gap (tie-free bid) and ties both matter
