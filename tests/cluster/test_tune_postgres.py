@@ -37,8 +37,10 @@ def test_two_tuner_workers_on_postgres_one_cancelled_mid_trial(tmp_path, cluster
     # Worker b's trials cannot end before it is cancelled (100,000 epochs, no pruning: the pruner is the worker's
     # own, not the study's), so the cancel always lands mid-trial. A CI rehearsal once cancelled a worker whose
     # quick trial had just finished: nothing to mark FAIL.
-    jobs = {"a": _worker(tmp_path, "a", study_name, cluster["pg_url"], cluster["partition"]),
-            "b": _worker(tmp_path, "b", study_name, cluster["pg_url"], cluster["partition"], epochs=100_000, pruner="none")}
+    # Worker b goes first and worker a is submitted once b trains a trial: submitted together, a (3 quick trials)
+    # could take the whole study before a loaded machine had started b, which then never trained (a CI rehearsal
+    # with the suite in two xdist workers: "timed out after 240 s waiting for worker b to start a trial").
+    jobs = {"b": _worker(tmp_path, "b", study_name, cluster["pg_url"], cluster["partition"], epochs=100_000, pruner="none")}
     try:
         # Cancel worker b once it trains a trial (its trial dir exists and the trial is RUNNING in the study).
         def b_trial():
@@ -50,6 +52,7 @@ def test_two_tuner_workers_on_postgres_one_cancelled_mid_trial(tmp_path, cluster
             return [number] if running == optuna.trial.TrialState.RUNNING else None  # a list: trial 0 is falsy
 
         (killed,) = wait_until(b_trial, 240, "worker b to start a trial")
+        jobs["a"] = _worker(tmp_path, "a", study_name, cluster["pg_url"], cluster["partition"])
         subprocess.run(["scancel", jobs["b"]], check=True)
         wait_until(lambda: not squeue_states(jobs["a"]), 420, "worker a to finish the study", every=2)
     finally:
