@@ -5,14 +5,14 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from pipeline.nets.mlp import MLP, activation
+from pipeline.nets.mlp import MLP, Tanh, activation
 
 
 def test_layers_run_in_to_hidden_to_out_with_the_activation_between():
     net = MLP(4, 2, hidden=(8, 16), act="tanh")
     linears = [m for m in net.net if isinstance(m, nn.Linear)]
     assert [(m.in_features, m.out_features) for m in linears] == [(4, 8), (8, 16), (16, 2)]
-    assert [type(m) for m in net.net] == [nn.Linear, nn.Tanh, nn.Linear, nn.Tanh, nn.Linear]
+    assert [type(m) for m in net.net] == [nn.Linear, Tanh, nn.Linear, Tanh, nn.Linear]
     assert (net.in_features, net.out_features) == (4, 2)
     x = torch.randn(3, 4)
     h = torch.tanh(linears[1](torch.tanh(linears[0](x))))
@@ -63,3 +63,28 @@ def test_image_shaped_and_unbatched_inputs_give_the_outputs_of_the_flat_batch():
     batch = net(x.view(5, 4))
     assert torch.equal(net(x), batch)  # [N, 2, 2] is flattened to [N, 4]
     assert torch.allclose(net(x[1].view(4)), batch[1], atol=1e-6)  # one input without a batch axis
+
+
+@pytest.mark.parametrize("shape", [(5, 7), (16, 128, 64), (3, 200, 100)])
+@pytest.mark.parametrize("grad", [False, True])
+def test_the_tanh_activation_is_tanh_in_value_and_gradient_at_every_size(shape, grad):
+    # Large float32 CPU tensors go through 2 sigmoid(2x) - 1: float32 rounding near 0 bounds the difference
+    # by a few units of 2^-24 (sigmoid within 4 ulps) (the output's absolute scale is 1); small tensors and float64 are torch.tanh's.
+    gen = torch.Generator().manual_seed(0)
+    for dtype, tol in ((torch.float32, 8 * 2.0**-24), (torch.float64, 0.0)):
+        x = (torch.randn(shape, generator=gen, dtype=dtype) * 3).requires_grad_(grad)
+        upstream = torch.randn(shape, generator=gen, dtype=dtype)
+        with torch.set_grad_enabled(grad):
+            y = Tanh()(x)
+        ref_x = x.detach().clone().requires_grad_(grad)
+        ref = torch.tanh(ref_x)
+        assert y.dtype == dtype and y.shape == x.shape
+        assert (y.detach() - ref.detach()).abs().max().item() <= tol
+        if grad:
+            y.backward(upstream)
+            ref.backward(upstream)
+            # d tanh = 1 - y^2 from the saved output: the output's error, doubled, times |upstream|.
+            bound = 2 * tol * upstream.abs().max().item() + 1e-12
+            assert (x.grad - ref_x.grad).abs().max().item() <= bound
+        else:
+            assert not y.requires_grad

@@ -19,10 +19,12 @@ import torch
 from torch import nn
 
 from pipeline.nets.ensemble import EnsembleLinear, EnsembleMLP
+from pipeline.nets.mlp import Tanh
 
 _ACTIVATIONS = {
     nn.ReLU: lambda x: np.maximum(x, 0.0, out=x),
     nn.Tanh: lambda x: np.tanh(x, out=x),
+    Tanh: lambda x: np.tanh(x, out=x),
     nn.Identity: lambda x: x,
 }
 
