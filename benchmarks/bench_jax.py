@@ -31,6 +31,8 @@ import sys
 import time
 from pathlib import Path
 
+from scratch import own_venv, scratch_clone, sh
+
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "outputs" / "bench-jax"
 VENV = ROOT / ".venv-jax"
@@ -43,10 +45,6 @@ PUREJAXRL_GIT = os.environ.get("PUREJAXRL_GIT", "https://github.com/luchris429/p
 SOLVED = 475.0
 
 
-def sh(cmd: list[str], **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, check=True, text=True, **kw)
-
-
 def children_cpu_s() -> float:
     """CPU seconds of this process's finished children: on a shared core wall time also counts the others."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -54,27 +52,13 @@ def children_cpu_s() -> float:
 
 
 def jax_venv() -> Path:
-    python = VENV / "bin" / "python"
-    stamp = VENV / ".installed"
-    if not stamp.is_file() or stamp.read_text() != " ".join(JAX_PACKAGES):
-        print(f"bench-jax: installing {' '.join(JAX_PACKAGES)} into {VENV} (once)", flush=True)
-        sh([sys.executable, "-m", "venv", str(VENV)])
-        sh([str(python), "-m", "pip", "install", "--quiet", *JAX_PACKAGES])
-        stamp.write_text(" ".join(JAX_PACKAGES))
-    return python
+    return own_venv(VENV, JAX_PACKAGES, "bench-jax")
 
 
 def purejaxrl_source() -> tuple[Path, str]:
     """A scratch clone of PureJaxRL (its purejaxrl/ folder) and the commit it is at."""
     clone = OUT / "purejaxrl"
-    if not (clone / ".git").exists():
-        OUT.mkdir(parents=True, exist_ok=True)
-        try:
-            sh(["git", "clone", "--quiet", PUREJAXRL_GIT, str(clone)])
-        except subprocess.CalledProcessError:
-            raise SystemExit(f"error: cannot clone PureJaxRL from {PUREJAXRL_GIT}; without network set "
-                             "PUREJAXRL_GIT=<a local clone of luchris429/purejaxrl>") from None
-    commit = sh(["git", "-C", str(clone), "rev-parse", "HEAD"], capture_output=True).stdout.strip()
+    commit = scratch_clone(PUREJAXRL_GIT, clone, "PUREJAXRL_GIT", "luchris429/purejaxrl")
     return clone / "purejaxrl", commit
 
 
