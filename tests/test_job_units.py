@@ -67,12 +67,14 @@ def test_mark_dead_says_how_and_where_the_checkpoint_is(tmp_path):
     assert job._mark_dead(r, "x", "c").error == "the training process was x; no checkpoint was written yet"
     r = record(tmp_path / "d", 1, checkpoint={"path": "p"})
     assert job._mark_dead(r, "x", "c").error.endswith("no checkpoint was written yet")
+    stopped = record(tmp_path / "f", 1, status="interrupted")
+    assert job._mark_dead(stopped, "x", "c").status == "failed" and read_record(tmp_path / "f").status == "failed"
     done = record(tmp_path / "e", 1, status="ok", error=None)
     assert job._mark_dead(done, "x", "c").status == "ok" and read_record(tmp_path / "e").error is None
 
 
 def test_skeletons_for_the_agents_that_wrote_nothing(tmp_path):
-    cfg = cfg_of(seed=3, k=3)
+    cfg = cfg_of(seed=3, k=3, lr=0.5, task_lr="${lr}")
     ctx = ctx_of(tmp_path)
     have = [record(tmp_path / "seed4", 4)]
     out = job._with_skeletons(have, cfg, ctx)
@@ -81,17 +83,23 @@ def test_skeletons_for_the_agents_that_wrote_nothing(tmp_path):
     resolved = OmegaConf.to_container(cfg, resolve=True)
     assert (skeleton.experiment, skeleton.task, skeleton.run_dir) == ("exp", "PPOTask", str(tmp_path / "seed3"))
     assert skeleton.group == group_name(resolved, "exp") and skeleton.config == semantic_config(resolved)
+    assert skeleton.config["task_lr"] == 0.5  # resolved
     assert (skeleton.seeds_per_process, skeleton.agent, out[2].agent) == (3, 0, 2)
     assert skeleton.versions is None and skeleton.git_commit is None
     assert (tmp_path / "seed3").is_dir() and (tmp_path / "seed5").is_dir()
     # No name, no task target: empty strings, not "None".
     bare = job._with_skeletons([], OmegaConf.create({"seed": 0}), ctx_of(tmp_path / "bare"))
     assert (bare[0].experiment, bare[0].task, bare[0].seeds_per_process) == ("", "", 1)
-    assert bare[0].run_dir == str(tmp_path / "bare")
+    assert bare[0].run_dir == str(tmp_path / "bare") and bare[0].group == group_name({"seed": 0}, "")
+    # A run dir not made yet: made, with the agents' dirs.
+    deep = job._with_skeletons([], cfg_of(k=2), ctx_of(tmp_path / "new" / "job"))
+    assert [r.run_dir for r in deep] == [str(tmp_path / "new" / "job" / "seed3"), str(tmp_path / "new" / "job" / "seed4")]
+    assert (tmp_path / "new" / "job" / "seed4").is_dir()
 
 
 def test_a_lost_job_that_never_started_gets_a_record_per_agent(tmp_path):
-    cfg = cfg_of(seed=3, k=2)
+    cfg = cfg_of(seed=3, k=2, lr=0.5, task_lr="${lr}")
+    (tmp_path / "seed3").mkdir()  # a job that made its dir and died before writing a record
     out = job.record_lost_job(cfg, tmp_path, "cancelled by SLURM", "python -m pipeline -m resume=true")
     resolved = OmegaConf.to_container(cfg, resolve=True)
     assert [r["seed"] for r in out] == [3, 4] and [r["agent"] for r in out] == [0, 1]
@@ -102,28 +110,35 @@ def test_a_lost_job_that_never_started_gets_a_record_per_agent(tmp_path):
         assert (r["experiment"], r["task"], r["seeds_per_process"]) == ("exp", "PPOTask", 2)
         assert r["group"] == group_name(resolved, "exp") and r["config"] == semantic_config(resolved)
         assert r["versions"] is None and r["git_commit"] is None
+    assert out[0]["config"]["task_lr"] == 0.5  # resolved
     (one,) = job.record_lost_job(cfg_of(seed=7), tmp_path / "one", "lost", "c")
     assert one["run_dir"] == str(tmp_path / "one") and one["seed"] == 7
+    two = job.record_lost_job(cfg_of(seed=1, k=2), tmp_path / "not" / "made", "lost", "c")
+    assert [r["run_dir"] for r in two] == [str(tmp_path / "not" / "made" / "seed1"), str(tmp_path / "not" / "made" / "seed2")]
 
 
 def test_a_lost_job_with_records_marks_them_and_groups_an_early_skeleton(tmp_path):
-    cfg = cfg_of(seed=3, k=2)
+    cfg = cfg_of(seed=3, k=2, lr=0.5, task_lr="${lr}")
     record(tmp_path / "seed3", 3, checkpoint={"step": 9})  # an early skeleton: no config yet
     record(tmp_path / "seed4", 4, status="ok", error=None, config={"x": 1})
-    out = job.record_lost_job(cfg, tmp_path, "killed", "c")
+    out = job.record_lost_job(cfg, tmp_path, "killed", "python -m pipeline -m resume=true")
     resolved = OmegaConf.to_container(cfg, resolve=True)
     assert out[0]["error"] == "the training process was killed; its checkpoint holds step 9"
     assert out[0]["config"] == semantic_config(resolved) and out[0]["group"] == group_name(resolved, "exp")
+    assert out[0]["config"]["task_lr"] == 0.5 and out[0]["resume_command"] == "python -m pipeline -m resume=true"
     assert out[1]["status"] == "ok" and out[1]["config"] == {"x": 1} and out[1]["group"] == "g"
     assert read_record(tmp_path / "seed3").config == semantic_config(resolved)
     record(tmp_path / "x" / "seed3", 3, config={"y": 2})  # a record with its config keeps it
     (kept, _) = job.record_lost_job(cfg, tmp_path / "x", "killed", "c") + [None]
     assert kept["config"] == {"y": 2} and kept["group"] == "g"
+    record(tmp_path / "y" / "seed3", 3, status="ok", error=None)  # a finished record without a config stays as it is
+    (ok, _) = job.record_lost_job(cfg, tmp_path / "y", "killed", "c") + [None]
+    assert ok["config"] is None and ok["group"] == "g" and ok["status"] == "ok"
 
 
 def test_relay_prints_each_lines_last_state(capsys):
-    job._relay(io.BytesIO(b"one\n10%\r50%\r100%\n   \n\xffbad\ntwo"))
-    assert capsys.readouterr().out.splitlines() == ["one", "100%", "\ufffdbad", "two"]
+    job._relay(io.BytesIO(b"one\n10%\r50%\r100%\n   \n\xffbad\ntail  \nboX\ntwo"))
+    assert capsys.readouterr().out.splitlines() == ["one", "100%", "\ufffdbad", "tail  ", "boX", "two"]
 
 
 def test_stop_with_parent_asks_the_kernel_for_sigterm():
@@ -140,6 +155,10 @@ def test_stop_with_parent_asks_the_kernel_for_sigterm():
 def test_log_to_sends_info_to_the_console_and_the_file(tmp_path, capsys):
     root = logging.getLogger()
     saved = (root.level, root.handlers[:])
+    quiet = [logging.getLogger(n) for n in ("lightning.pytorch.utilities.rank_zero", "lightning.pytorch.accelerators.cuda")]
+    levels = [q.level for q in quiet]
+    for q in quiet:
+        q.setLevel(logging.NOTSET)
     try:
         job._log_to(tmp_path / "run.log")
         logging.getLogger("pipeline.x").info("hello")
@@ -152,7 +171,10 @@ def test_log_to_sends_info_to_the_console_and_the_file(tmp_path, capsys):
         text = (tmp_path / "run.log").read_text()
         assert "][pipeline.x][INFO] - hello" in text and text.startswith("[") and "quiet" not in text
         assert root.handlers[0].formatter._fmt == "%(message)s"
+        assert [q.level for q in quiet] == [logging.WARNING, logging.WARNING]
     finally:
+        for q, level in zip(quiet, levels):
+            q.setLevel(level)
         for h in root.handlers:
             h.close()
         root.setLevel(saved[0])
@@ -193,7 +215,15 @@ def run_child(monkeypatch, tmp_path, rc, during_wait=None, cfg=None, stdout=None
 
 def test_the_child_gets_the_config_and_context_and_its_records_come_back(tmp_path, monkeypatch):
     run_dir = tmp_path / "job"
-    child, out = run_child(monkeypatch, tmp_path, 0, lambda c: record(run_dir, 3, status="ok", error=None))
+    handlers = []
+
+    def finish(child):
+        handlers.extend(signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2))
+        record(run_dir, 3, status="ok", error=None)
+
+    child, out = run_child(monkeypatch, tmp_path, 0, finish)
+    # While the child runs, this process forwards Ctrl-C, SIGTERM and SIGUSR2 to it.
+    assert [getattr(h, "__name__", h) for h in handlers] == ["forward"] * 3
     job_dir = run_dir / ".pipeline"
     assert child.args == [sys.executable, "-m", "pipeline.runtime.job", str(job_dir)]
     assert child.kwargs["start_new_session"] is True and child.kwargs["preexec_fn"] is job._stop_with_parent
@@ -241,6 +271,29 @@ def test_a_crashed_child_keeps_what_its_agents_wrote(tmp_path, monkeypatch, caps
     assert out[2]["ended_by"] == "ended with exit code 0 before it wrote a record"
 
 
+@pytest.mark.parametrize("rc", [0, 1, 2, 130, 143])
+def test_a_child_that_ended_with_its_records_is_taken_at_its_word(tmp_path, monkeypatch, capsys, rc):
+    import threading
+
+    failed = []
+    monkeypatch.setattr(threading, "excepthook", failed.append)
+    _, out = run_child(monkeypatch, tmp_path, rc, lambda c: record(tmp_path / "job", 3, status="interrupted"))
+    assert [r["status"] for r in out] == ["interrupted"] and "ended_by" not in out[0]
+    said = capsys.readouterr()
+    assert said.out == "" and said.err == "" and failed == []  # nothing printed, no relay thread on a missing pipe
+
+
+def test_a_job_run_from_another_thread_leaves_signals_to_the_launcher(tmp_path, monkeypatch):
+    import threading
+
+    out = []
+    thread = threading.Thread(target=lambda: out.append(run_child(monkeypatch, tmp_path, 0, lambda c: record(
+        tmp_path / "job", 3, status="ok"))[1]))
+    thread.start()
+    thread.join()
+    assert [r["status"] for r in out[0]] == ["ok"]
+
+
 def test_a_busy_run_dir_is_left_alone(tmp_path, monkeypatch, capsys):
     _, out = run_child(monkeypatch, tmp_path, job.BUSY_EXIT)
     assert out == [] and not (tmp_path / "job" / "result.json").exists()
@@ -282,7 +335,7 @@ def test_a_signal_after_the_child_ended_is_not_forwarded(tmp_path, monkeypatch):
     assert StandInChild.made[-1].signals == []
 
 
-def test_sigusr2_is_forwarded_then_the_job_requeued_without_stopping_the_sweep(tmp_path, monkeypatch):
+def test_sigusr2_is_forwarded_then_the_job_requeued_without_stopping_the_sweep(tmp_path, monkeypatch, caplog):
     requeued = []
     previous = signal.signal(signal.SIGUSR2, lambda signum, frame: requeued.append((signum, frame)))
     try:
@@ -290,8 +343,10 @@ def test_sigusr2_is_forwarded_then_the_job_requeued_without_stopping_the_sweep(t
             os.kill(os.getpid(), signal.SIGUSR2)
             record(tmp_path / "job", 3, status="interrupted", checkpoint={"step": 2})
 
-        child, out = run_child(monkeypatch, tmp_path, 0, warned)
+        with caplog.at_level(logging.INFO, logger="pipeline"):
+            child, out = run_child(monkeypatch, tmp_path, 0, warned)
         assert child.signals == [signal.SIGUSR2] and requeued == [(signal.SIGUSR2, None)]
+        assert "[job 4] seed=3: checkpoint saved after SIGUSR2 (exit 0); requeueing" in caplog.messages
         assert [r["status"] for r in out] == ["interrupted"]
         # No requeue handler (SIG_DFL is no function): nothing to call.
         signal.signal(signal.SIGUSR2, signal.SIG_IGN)
@@ -317,15 +372,19 @@ def test_hydra_job_runs_a_single_run_here_and_a_sweeps_job_in_a_child(tmp_path, 
     import pipeline.runtime.run as run_module
 
     calls = []
-    monkeypatch.setattr(run_module, "run_job", lambda cfg, ctx: calls.append(("here", ctx.multirun)) or [{"status": "ok"}])
-    monkeypatch.setattr(job, "run_in_child", lambda cfg, ctx: calls.append(("child", ctx.multirun)) or [{"status": "child"}])
+    monkeypatch.setattr(run_module, "run_job", lambda cfg, ctx: calls.append(("here", ctx.multirun, cfg)) or [{"status": "ok"}])
+    monkeypatch.setattr(job, "run_in_child", lambda cfg, ctx: calls.append(("child", ctx.multirun, cfg)) or [{"status": "child"}])
+    cfgs = []
     for multirun, extra in ((False, {}), (True, {}), (True, {"isolate_jobs": False}), (False, {"isolate_jobs": True})):
-        monkeypatch.setattr(JobContext, "from_hydra", classmethod(lambda cls, cfg, m=multirun: ctx_of(tmp_path, m)))
-        job.hydra_job(cfg_of(**extra))
-    assert calls == [("here", False), ("child", True), ("here", True), ("here", False)]
+        # The context comes from the job's config (Hydra's, here its seed names the dir).
+        monkeypatch.setattr(JobContext, "from_hydra", classmethod(lambda cls, cfg, m=multirun: ctx_of(tmp_path / str(cfg.seed), m)))
+        cfgs.append(cfg_of(**extra))
+        job.hydra_job(cfgs[-1])
+    assert calls == [("here", False, cfgs[0]), ("child", True, cfgs[1]), ("here", True, cfgs[2]), ("here", False, cfgs[3])]
+    assert all(c[2] is cfg for c, cfg in zip(calls, cfgs))
 
 
-def test_a_resumed_sweep_skips_a_job_that_finished_ok(tmp_path, monkeypatch):
+def test_a_resumed_sweep_skips_a_job_that_finished_ok(tmp_path, monkeypatch, caplog):
     monkeypatch.setattr(job, "run_in_child", lambda cfg, ctx: [{"status": "ran"}])
     monkeypatch.setattr(JobContext, "from_hydra", classmethod(lambda cls, cfg: ctx_of(tmp_path / "j")))
     record(tmp_path / "j" / "seed3", 3, status="ok")
@@ -333,7 +392,9 @@ def test_a_resumed_sweep_skips_a_job_that_finished_ok(tmp_path, monkeypatch):
     record(tmp_path / "j" / "seed4", 4, status="failed")
     assert [r["status"] for r in job.hydra_job(cfg_of(k=2, resume=True))] == ["ran"]
     record(tmp_path / "j" / "seed4", 4, status="ok")
-    assert [r["seed"] for r in job.hydra_job(cfg_of(k=2, resume=True))] == [3, 4]
+    with caplog.at_level(logging.INFO, logger="pipeline"):
+        assert [r["seed"] for r in job.hydra_job(cfg_of(k=2, resume=True))] == [3, 4]
+    assert caplog.messages == [f"resume: {tmp_path / 'j'} already finished ok, skipping"]
     assert [r["status"] for r in job.hydra_job(cfg_of(k=2))] == ["ran"]  # not resuming: run again
     monkeypatch.setattr(JobContext, "from_hydra", classmethod(lambda cls, cfg: ctx_of(tmp_path / "j", multirun=False)))
     import pipeline.runtime.run as run_module
@@ -365,3 +426,67 @@ def test_a_job_in_the_sweeps_process_stopped_by_a_signal_stops_the_sweep(tmp_pat
     records[1]["interrupted"] = None
     monkeypatch.setattr(JobContext, "from_hydra", classmethod(lambda cls, cfg: ctx_of(tmp_path)))
     assert job.hydra_job(cfg_of(isolate_jobs=False)) == records
+
+
+def child_dir(tmp_path, cfg=None):
+    job_dir = tmp_path / "run" / ".pipeline"
+    job_dir.mkdir(parents=True)
+    (job_dir / "context.json").write_text(json.dumps({"run_dir": str(tmp_path / "run"), "multirun": True, "job_num": 2}))
+    OmegaConf.save(cfg or cfg_of(), job_dir / "config.yaml")
+    return job_dir
+
+
+@pytest.fixture
+def child_process_state():
+    """child_main sets up the process it runs in (signals, logging): put this one's back afterwards."""
+    signals = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    root = logging.getLogger()
+    saved = (root.level, root.handlers[:])
+    yield
+    for s, handler in signals.items():
+        signal.signal(s, handler)
+    for h in root.handlers:
+        if h not in saved[1]:
+            h.close()
+    root.setLevel(saved[0])
+    root.handlers = saved[1]
+
+
+def test_child_main_runs_the_job_from_its_files_and_exits_with_its_code(tmp_path, monkeypatch, child_process_state):
+    import pipeline.runtime.run as run_module
+
+    seen = []
+    monkeypatch.setattr(run_module, "run_job", lambda cfg, ctx: seen.append((cfg, ctx)) or [{"status": "failed"}])
+    job_dir = child_dir(tmp_path, cfg_of(seed=5))
+    assert job.child_main(str(job_dir)) == 1
+    ((cfg, ctx),) = seen
+    assert cfg == cfg_of(seed=5) and ctx == JobContext(run_dir=str(tmp_path / "run"), multirun=True, job_num=2)
+    assert (tmp_path / "run" / "run.log").is_file()  # its log goes to the run dir
+    assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN)  # stop signals honoured at once
+    monkeypatch.setattr(run_module, "run_job", lambda cfg, ctx: [{"status": "ok"}])
+    assert job.child_main(str(job_dir)) == 0
+
+
+def test_child_main_refused_says_why_and_tells_a_busy_dir_apart(tmp_path, monkeypatch, capsys, child_process_state):
+    import pipeline.runtime.run as run_module
+    from pipeline.runtime.preflight import RunRefused
+    from pipeline.runtime.rundir import RunDirBusy
+
+    def refuse(message, busy):
+        def run_job(cfg, ctx):
+            if busy:
+                try:
+                    raise RunDirBusy("owned")
+                except RunDirBusy:
+                    raise RunRefused(message) from None
+            raise RunRefused(message)
+        return run_job
+
+    job_dir = child_dir(tmp_path)
+    monkeypatch.setattr(run_module, "run_job", refuse("the config changed; resume with the old one", False))
+    assert job.child_main(str(job_dir)) == 2
+    assert capsys.readouterr().err == "error: the config changed; resume with the old one\n"
+    monkeypatch.setattr(run_module, "run_job", refuse("run dir taken", True))
+    assert job.child_main(str(job_dir)) == job.BUSY_EXIT
+    monkeypatch.setattr(run_module, "run_job", refuse("/x is in use by process 12", False))
+    assert job.child_main(str(job_dir)) == job.BUSY_EXIT
