@@ -126,6 +126,11 @@ STABLE = [
     # run of test_counterfactual_units (the task built by hand on a few hundred bids, coarse grid, few iterations)
     # 433/466 (92.9%) -> 459/459 + 7 equivalent (devices on a CPU machine, a `=` for `|=` on an empty dict).
     "tasks/counterfactual.py",
+    # tasks/gan_metrics.py: test_gan's fast tests reach it through runs and a 4 s classifier fixture (34 s a pass);
+    # first run of test_gan_metrics_units (the numbers by hand, a classifier on tiny separable data, both scorers on
+    # a few dozen small images) 646/726 (89.0%) -> 683/684 + 23 equivalent on a full rerun after dropping the
+    # never-called ClassifierQuality._scores (19 of the survivors), then 684/684 (the defaults' batch size pinned).
+    "tasks/gan_metrics.py",
     # runtime/loggers.py: its tests (test_loggers) train a run and start real W&B runs (~25 s a pass); first run of
     # test_loggers_units (W&B stood in for, TensorBoard and CSV real) 433/444 (97.5%) -> 438/438 + 6 equivalent.
     "runtime/loggers.py",
