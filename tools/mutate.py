@@ -50,6 +50,13 @@ MODULES: dict[str, list[str]] = {
     "rl/envs.py": ["tests/rl/test_envs.py"],
     "rl/ppo.py": ["tests/rl/test_ppo_pieces.py"],
     "rl/pendulum_tensor.py": ["tests/rl/test_pendulum_tensor.py"],
+    # tasks/ and runtime/ (2026-12-04, second)
+    "runtime/callbacks.py": ["tests/test_callbacks.py", "tests/test_callbacks_units.py"],
+    "tasks/counterfactual.py": ["tests/tasks/test_counterfactual_units.py"],
+    "tasks/gan_metrics.py": ["tests/tasks/test_gan_metrics_units.py"],
+    "runtime/loggers.py": ["tests/test_loggers_units.py"],
+    "runtime/job.py": ["tests/test_job_units.py"],
+    "runtime/run.py": ["tests/test_run_units.py"],
     "nets/actor_critic.py": ["tests/nets/test_actor_critic.py"],
     "nets/mlp.py": ["tests/nets/test_mlp.py"],
     "nets/heads.py": ["tests/nets/test_heads.py"],
@@ -111,6 +118,27 @@ STABLE = [
     "rl/ppo.py",
     "rl/pendulum_tensor.py",
     "nets/actor_critic.py",
+    # tasks/ and runtime/ (2026-12-04, second), --max-children 1. runtime/callbacks.py against test_callbacks alone:
+    # 81/174 (46.6%; early_stop_of had no fast test, only run()s in test_early_stopping) -> 167/167 + 7 equivalent
+    # with test_callbacks_units (early_stop_of on EarlyStopping callbacks set by hand, trainer_kwargs' switches).
+    "runtime/callbacks.py",
+    # tasks/counterfactual.py had fast tests of none of its code (test_counterfactual's are all slow run()s): first
+    # run of test_counterfactual_units (the task built by hand on a few hundred bids, coarse grid, few iterations)
+    # 433/466 (92.9%) -> 459/459 + 7 equivalent (devices on a CPU machine, a `=` for `|=` on an empty dict).
+    "tasks/counterfactual.py",
+    # tasks/gan_metrics.py: test_gan's fast tests reach it through runs and a 4 s classifier fixture (34 s a pass);
+    # first run of test_gan_metrics_units (the numbers by hand, a classifier on tiny separable data, both scorers on
+    # a few dozen small images) 646/726 (89.0%) -> 683/684 + 23 equivalent on a full rerun after dropping the
+    # never-called ClassifierQuality._scores (19 of the survivors), then 684/684 (the defaults' batch size pinned).
+    "tasks/gan_metrics.py",
+    # runtime/loggers.py: its tests (test_loggers) train a run and start real W&B runs (~25 s a pass); first run of
+    # test_loggers_units (W&B stood in for, TensorBoard and CSV real) 433/444 (97.5%) -> 438/438 + 6 equivalent.
+    "runtime/loggers.py",
+    # runtime/job.py had only slow sweep tests (test_durable, test_sweep); test_job_units (the child process stood
+    # in for, signals sent to the test's own process): 484/602 (80.4%; child_main had no test) -> 553/558 + 44
+    # equivalent on a full rerun, then 554/555 + 47 (a check of the survivors after two more assertions). Left:
+    # previous[sig] = None, which the signal tests detect by dying of SIGTERM (mutmut: "suspicious").
+    "runtime/job.py",
     "tune/objective.py",
     # Measured 2026-12-04 (--max-children 1). store/record.py (was keyed "record.py", a file that moved): 172/231
     # (74.5%, its equivalents listed under the old name) -> 216/216 with 15 equivalents, tests for the schema check,
@@ -152,6 +180,20 @@ STABLE = [
 # Modules under src/pipeline/ that `make mutate` leaves out, and why; printed after every default run (the
 # summary's "left out" list). A module in MODULES but not in STABLE without an entry here is "not in STABLE yet".
 LEFT_OUT: dict[str, str] = {
+    # tasks/ and runtime/ (2026-12-04, second)
+    "tasks/ppo.py": "912 mutants; its fast tests (tests/tasks/test_ppo.py, 16 tests, 28 s a pass here) are mostly "
+    "runs: the 7 that train (1.4-3.8 s each, ~16 s together) reach every method of the task, so a mutant costs ~16 s "
+    "and the module ~4 h on one core (2026-12-04, not measured); it needs unit tests of rollout/learn/advantages on "
+    "tiny envs, as tasks/dqn.py has in test_dqn_units",
+    "tasks/gan.py": "826 mutants; tests/tasks/test_gan.py's fast part (25 tests, 34 s a pass here) reaches the task "
+    "through runs (7.4, 5.3, 2.0, 1.8 s) and a 4 s classifier fixture: ~17 s a mutant, ~4 h on one core "
+    "(2026-12-04, not measured); its metrics module, tasks/gan_metrics.py, is in STABLE",
+    "runtime/run.py": "1197 mutants; the lifecycle (run_job, _run_locked, _finish, _fail, _interrupted, "
+    "_start_records, make_trainer, build_task: 1000 of them) is reached only by tests that train runs (0.5-9 s each "
+    "across a dozen files; test_early_stopping.py alone is 21.7 s a pass), so the file as a whole is not measured. "
+    "Its pure helpers against test_run_units (2026-12-04): 185/197 on the first run, 190/194 (97.9%) with 3 "
+    "equivalent after two more assertions; the whole file against test_run_units alone 185/1197 (15.5%). Left: 4 "
+    "in task_config (the _target_ filter, full_key `and` for `or` key, the message for an error without a key)",
     "eval.py": "the entry point (argument parsing, device check, printing, the replay-or-score dispatch) is tested by "
     "tests/test_eval.py, which first trains runs in subprocesses (tens of seconds a mutant); against the fast "
     "test_replay_units alone 50/217 (2026-12-04): only evaluate_run is reached there",

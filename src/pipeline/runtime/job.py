@@ -44,7 +44,8 @@ def hydra_job(cfg: DictConfig) -> list[dict]:
     ctx = JobContext.from_hydra(cfg)
     if ctx.multirun and cfg.get("resume"):
         done = read_job_records(Path(ctx.run_dir), _agents(cfg), int(cfg.seed))
-        if done and all(r.status == "ok" for r in done):
+        # Finished only when every agent has an ok record (one without a record has not run to its end).
+        if len(done) == _agents(cfg) and all(r.status == "ok" for r in done):
             log.info(f"resume: {ctx.run_dir} already finished ok, skipping")
             return [r.to_dict() for r in done]
     if ctx.multirun and bool(cfg.get("isolate_jobs", True)):

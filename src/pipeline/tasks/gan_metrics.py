@@ -243,15 +243,6 @@ class ClassifierQuality:
         probs = torch.softmax(self.classifier.net[-1](feats), dim=1)
         return probs.double().numpy(), feats
 
-    def _scores(self, probs: np.ndarray, feats: torch.Tensor) -> dict[str, float]:
-        coverage, covered = class_coverage(probs, self.coverage_threshold)
-        return {
-            "inception_score": inception_score(probs),
-            "class_coverage": coverage,
-            "classes_covered": float(covered),
-            "frechet_distance": frechet_distance(feats, self.reference_features),
-        }
-
     def reference(self, real_test: torch.Tensor, real_test_labels: torch.Tensor | None = None) -> dict[str, float]:
         """Fix the reference half of the real test set; the scores of real data, keyed `<name>_real`."""
         probs, feats = self._outputs(real_test)
