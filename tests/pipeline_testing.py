@@ -1,21 +1,67 @@
 """Helpers shared by the test files (a module of its own: every test folder may have a conftest.py)."""
 
+import atexit
 import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# `run_cli` forks its runs from a warm interpreter (tests/forkserver.py: torch, Lightning and Hydra imported once)
+# unless PIPELINE_TEST_FORKSERVER=0, or the run's environment differs from the server's in a variable read
+# while those libraries import (threads, devices, the interpreter): then it starts a fresh interpreter.
+_IMPORT_TIME_ENV = ("CUDA", "NVIDIA", "OMP_", "MKL_", "KMP_", "OPENBLAS", "TORCH", "PYTORCH", "PYTHON", "LD_", "PL_", "HYDRA")
+_SERVER: dict = {}
+_SERVER_LOCK = threading.Lock()
+
+
+def _forkserver() -> tuple[subprocess.Popen, dict] | None:
+    proc = _SERVER.get("proc")
+    if proc is None or proc.poll() is not None:
+        env = dict(os.environ)
+        proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "forkserver.py")], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+        if not proc.stdout.readline():
+            return None
+        atexit.register(proc.kill)
+        _SERVER.update(proc=proc, env=env)
+    return _SERVER["proc"], _SERVER["env"]
+
+
+def _same_import_env(a: dict, b: dict) -> bool:
+    keys = {k for k in (*a, *b) if k.startswith(_IMPORT_TIME_ENV)}
+    return all(a.get(k) == b.get(k) for k in keys)
+
+
 def run_cli(*args: str, cwd: Path | None = None, timeout: int = 600, env: dict | None = None):
-    """`python -m pipeline ...` as a user types it."""
+    """`python -m pipeline ...` as a user types it (forked from a warm interpreter, see tests/forkserver.py)."""
     full_env = {**os.environ, "WANDB_MODE": "offline", **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "pipeline", *args],
-        capture_output=True, text=True, timeout=timeout, cwd=cwd or ROOT, env=full_env,
-    )
+    cmd = [sys.executable, "-m", "pipeline", *args]
+    if os.environ.get("PIPELINE_TEST_FORKSERVER", "1") != "0":
+        with _SERVER_LOCK:
+            server = _forkserver()
+            if server is not None and _same_import_env(full_env, server[1]):
+                proc = server[0]
+                proc.stdin.write(json.dumps({"args": list(args), "cwd": str(cwd or ROOT), "env": full_env,
+                                             "timeout": timeout}) + "\n")
+                proc.stdin.flush()
+                reply = json.loads(proc.stdout.readline())
+                out, err = (_read_and_remove(reply[k]) for k in ("stdout", "stderr"))
+                if reply["timed_out"]:
+                    raise subprocess.TimeoutExpired(cmd, timeout, output=out, stderr=err)
+                return subprocess.CompletedProcess(cmd, reply["returncode"], out, err)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd or ROOT, env=full_env)
+
+
+def _read_and_remove(path: str) -> str:
+    try:
+        return Path(path).read_text(errors="replace")
+    finally:
+        os.unlink(path)
 
 
 def read_result(run_dir: Path) -> dict:

@@ -1,0 +1,118 @@
+"""A warm interpreter that runs `python -m pipeline ...` in forked children, for the test suite's `run_cli`.
+
+Every run of the CLI spends ~3-4 s importing torch, Lightning and Hydra before it does anything (docs/speed.md,
+"Start-up time"); the suite runs the CLI a few hundred times. This server imports them once and forks a child
+per request; the child is a real process (its own pid, signals, exit status, files) that sets the request's cwd,
+environment and argv and runs the `pipeline` package as `__main__` (as `-m` does), its stdout and stderr in
+files. Only the import cost is shared: nothing of a test's state is, since the server is its own fresh process.
+
+Protocol (one JSON object per line): request {"args", "cwd", "env", "timeout"} on stdin; reply
+{"returncode", "stdout", "stderr", "timed_out"} (the two outputs are file paths the caller reads and removes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+
+
+def _child(request: dict, out_fd: int, err_fd: int, channel: list[int]) -> None:
+    for fd in channel:
+        os.close(fd)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(out_fd, 1)
+    os.dup2(err_fd, 2)
+    os.setpgid(0, 0)  # its own process group: a timeout kills what it started too
+    code = 1
+    try:
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        sys.argv = ["-m", *request["args"]]
+        import runpy
+
+        runpy.run_module("pipeline", run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as stop:
+        if stop.code is None:
+            code = 0
+        elif isinstance(stop.code, int):
+            code = stop.code
+        else:
+            print(stop.code, file=sys.stderr)
+            code = 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    finally:
+        # What the interpreter does on its way out: join non-daemon threads, run atexit, flush.
+        try:
+            import threading
+
+            threading._shutdown()
+            import atexit
+
+            atexit._run_exitfuncs()
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except Exception:
+                    pass
+            os._exit(code)
+
+
+def serve() -> None:
+    requests = os.fdopen(os.dup(0), "r")
+    replies = os.fdopen(os.dup(1), "w")
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+    os.dup2(2, 1)
+    # The imports every run of the CLI makes; nothing runs (no torch op, no thread pool, no Hydra state).
+    import hydra  # noqa: F401
+    import lightning  # noqa: F401
+    import omegaconf  # noqa: F401
+    import torch  # noqa: F401
+
+    replies.write(json.dumps({"ready": os.getpid()}) + "\n")
+    replies.flush()
+    for line in requests:
+        request = json.loads(line)
+        out_fd, out_path = tempfile.mkstemp(prefix="forkserver-out-")
+        err_fd, err_path = tempfile.mkstemp(prefix="forkserver-err-")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            _child(request, out_fd, err_fd, [requests.fileno(), replies.fileno()])
+        os.close(out_fd)
+        os.close(err_fd)
+        deadline = time.monotonic() + float(request["timeout"])
+        timed_out = False
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                timed_out = True
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                _, status = os.waitpid(pid, 0)
+                break
+            time.sleep(0.02)
+        returncode = os.waitstatus_to_exitcode(status)
+        replies.write(json.dumps({"returncode": returncode, "stdout": out_path, "stderr": err_path,
+                                  "timed_out": timed_out}) + "\n")
+        replies.flush()
+
+
+if __name__ == "__main__":
+    serve()
