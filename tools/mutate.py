@@ -89,13 +89,13 @@ MODULES: dict[str, list[str]] = {
     "report/counterfactual.py": ["tests/report/test_report_units.py"],
     "report/summary.py": ["tests/report/test_report_units.py", "tests/report/test_stats_properties.py"],
     "report/build.py": ["tests/report/test_report_units.py"],
-    "report/collect.py": ["tests/report/test_report_build.py", "tests/report/test_report_statuses.py"],
-    "report/markdown.py": ["tests/report/test_report_build.py", "tests/report/test_report_statuses.py"],
+    "report/collect.py": ["tests/report/test_collect_units.py"],
+    "report/markdown.py": ["tests/report/test_markdown_units.py"],
     "report/wandb_summary.py": ["tests/report/test_wandb_summary_units.py"],
     "report/plots.py": ["tests/report/test_report_plots.py"],
     "tune/summary.py": ["tests/tune/test_summary.py", "tests/tune/test_tune_wandb.py"],
     "tune/pruning.py": ["tests/tune/test_pruning_units.py", "tests/tune/test_pruning.py"],
-    "tune/plots.py": ["tests/tune/test_summary.py"],
+    "tune/plots.py": ["tests/tune/test_tune_plots_units.py", "tests/tune/test_summary.py"],
 }
 # Measured by default: the modules nobody is rewriting right now.
 STABLE = [
@@ -166,6 +166,8 @@ STABLE = [
     # tune/pruning.py 93/93 (test_pruning_units: stand-in trials and trainers, the sweeper's defaults).
     "report/counterfactual.py",
     "tune/pruning.py",
+    # report/summary.py 51/51 (test_report_units: the curve's final point is the table's CI, the given resampling).
+    "report/summary.py",
 ]
 # Modules under src/pipeline/ that `make mutate` leaves out, and why; printed after every default run (the
 # summary's "left out" list). A module in MODULES but not in STABLE without an entry here is "not in STABLE yet".

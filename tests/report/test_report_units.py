@@ -277,17 +277,29 @@ def test_build_report_writes_the_json_and_markdown_it_returns(tmp_path, monkeypa
     sweep = tmp_path / "sweep"
     write_run(sweep / "0", seed=0, group="a", value=1.0)
     write_run(sweep / "1", seed=1, group="a", value=2.0)
+    for seed, value in ((2, 7.0), (3, 3.0), (4, 10.0)):
+        write_run(sweep / f"a{seed}", seed=seed, group="a", value=value)
     write_run(sweep / "2", seed=0, group="b", value=None, status="interrupted")
     (sweep / "bad").mkdir()
     (sweep / "bad" / "result.json").write_text("{not json")
     monkeypatch.setenv("HOME", str(tmp_path))
     with pytest.warns(RunRecordWarning, match="bad") as caught:
-        report = build_report(str(sweep), out_dir="~/out", reps=30, seed=4)
-    assert sum(issubclass(w.category, RunRecordWarning) for w in caught) == 1
-    out = tmp_path / "out"
+        report = build_report(str(sweep), out_dir="~/new/nested/out", reps=30, seed=4)
+    skipped = [w for w in caught if issubclass(w.category, RunRecordWarning)]
+    assert len(skipped) == 1 and skipped[0].filename == __file__  # pointed at the caller of build_report
+    out = tmp_path / "new" / "nested" / "out"
+    # The numbers come from the given resampling (a summary with the defaults has another CI).
+    from pipeline.report import collect_runs
+    from pipeline.report.summary import summarize
+
+    with pytest.warns(RunRecordWarning):
+        runs = collect_runs([sweep])
+    assert report["groups"]["a"]["iqm_ci"] == summarize(runs, reps=30, seed=4)["groups"]["a"]["iqm_ci"]
+    assert report["groups"]["a"]["iqm_ci"] != summarize(runs, reps=30)["groups"]["a"]["iqm_ci"]
+    assert report["groups"]["a"]["iqm_ci"] != summarize(runs, seed=4)["groups"]["a"]["iqm_ci"]
     assert report["inputs"] == [str(sweep.resolve())] and report["out_dir"] == str(out.resolve())
-    assert (report["n_runs"], report["n_groups"]) == (3, 2)
-    assert report["status_counts"] == {"ok": 2, "failed": 0, "interrupted": 1, "pruned": 0, "running": 0}
+    assert (report["n_runs"], report["n_groups"]) == (6, 2)
+    assert report["status_counts"] == {"ok": 5, "failed": 0, "interrupted": 1, "pruned": 0, "running": 0}
     assert report["partial"] is False
     assert report["settings"] == {"bootstrap_reps": 30, "seed": 4, "confidence": 0.95}
     assert len(report["warnings"]) >= 2 and "bad" in report["warnings"][0]
@@ -308,9 +320,39 @@ def test_build_report_defaults_to_a_report_dir_in_the_one_input_and_says_when_ru
 
     write_run(tmp_path / "0", seed=0, group="a", value=1.0)
     write_run(tmp_path / "1", seed=1, group="a", value=None, status="running")
+    cf = _cf_table(0.35, {"0.1": (0.3, 0.4)})
+    write_run(tmp_path / "2", seed=0, group="auction", value=None, extra={"metrics": cf})
+    (tmp_path / "report").mkdir()  # a report dir left by an earlier build is written over
     report = build_report([tmp_path], reps=10)
+    assert report["counterfactual"]["auction"]["figure"] == "revenue_vs_reserve_0.png"
+    assert (tmp_path / "report" / "revenue_vs_reserve_0.png").is_file()
     assert report["out_dir"] == str((tmp_path / "report").resolve())
     assert (tmp_path / "report" / "report.json").is_file() and (tmp_path / "report" / "report.md").is_file()
     assert report["partial"] is True
     assert report["status_counts"]["running"] == 1
     assert report["settings"] == {"bootstrap_reps": 10, "seed": 0, "confidence": 0.95}
+    assert build_report([tmp_path], reps=10)["n_runs"] == 3  # and again, into the report dir it wrote
+
+
+@pytest.fixture
+def ascii_locale():
+    """A process whose default text encoding is ASCII (the C locale without UTF-8 mode)."""
+    import locale
+
+    before = locale.setlocale(locale.LC_CTYPE)
+    locale.setlocale(locale.LC_CTYPE, "C")
+    try:
+        yield
+    finally:
+        locale.setlocale(locale.LC_CTYPE, before)
+
+
+def test_report_md_is_utf8_whatever_the_locale(tmp_path, ascii_locale):
+    from report_runs import write_run
+
+    from pipeline.report import build_report
+
+    for seed, value in enumerate((1.0, 2.0)):
+        write_run(tmp_path / str(seed), seed=seed, group="a", value=value)
+    build_report([tmp_path], reps=10)
+    assert "1.5 ± 0.7071" in (tmp_path / "report" / "report.md").read_text(encoding="utf-8")
