@@ -93,7 +93,7 @@ MODULES: dict[str, list[str]] = {
     "report/markdown.py": ["tests/report/test_markdown_units.py"],
     "report/wandb_summary.py": ["tests/report/test_wandb_summary_units.py"],
     "report/plots.py": ["tests/report/test_report_plots.py"],
-    "tune/summary.py": ["tests/tune/test_summary.py", "tests/tune/test_tune_wandb.py"],
+    "tune/summary.py": ["tests/tune/test_tune_summary_units.py", "tests/tune/test_summary.py"],
     "tune/pruning.py": ["tests/tune/test_pruning_units.py", "tests/tune/test_pruning.py"],
     "tune/plots.py": ["tests/tune/test_tune_plots_units.py", "tests/tune/test_summary.py"],
 }
@@ -168,6 +168,9 @@ STABLE = [
     "tune/pruning.py",
     # report/summary.py 51/51 (test_report_units: the curve's final point is the table's CI, the given resampling).
     "report/summary.py",
+    # report/groups.py against test_report_build (~10 s a mutant, stopped) -> test_report_units: 72/77 -> 74/74 + 3
+    # equivalent (the id of an already semantic config); the survivors that kept the first-met config's short name.
+    "report/groups.py",
 ]
 # Modules under src/pipeline/ that `make mutate` leaves out, and why; printed after every default run (the
 # summary's "left out" list). A module in MODULES but not in STABLE without an entry here is "not in STABLE yet".

@@ -101,12 +101,14 @@ class _Run:
         self.log_.append(("finish",))
 
 
-def _fake_wandb(monkeypatch, calls, fail_on_log=False):
+def _fake_wandb(monkeypatch, calls, fail_on_log=False, settings=None):
     wandb = types.ModuleType("wandb")
 
     def init(**kwargs):
         calls.append(("init", kwargs))
         run = _Run(calls)
+        if settings is not None:
+            run.settings = settings
         if fail_on_log:
             run.log = lambda payload: (_ for _ in ()).throw(RuntimeError("log failed"))
         return run
@@ -138,11 +140,11 @@ def test_log_report_to_wandb_sends_the_table_images_summary_and_files(tmp_path, 
     (tmp_path / "final_scores.png").write_bytes(b"png")
     (tmp_path / "report.md").write_text("# r")
     report = _report()
-    info = log_report_to_wandb(report, tmp_path, project="proj", group="g h/x", entity="me")
+    info = log_report_to_wandb(report, tmp_path, project="proj", group="G h/x", entity="me")
     (kind, kwargs), (_, payload), (_, artifact), (finish,) = calls
     assert kind == "init" and finish == "finish"
     assert kwargs == {
-        "project": "proj", "entity": "me", "group": "g h/x", "job_type": "report", "name": "report-g h/x",
+        "project": "proj", "entity": "me", "group": "G h/x", "job_type": "report", "name": "report-G h/x",
         "mode": "offline", "dir": str(tmp_path), "tags": ["sweep=ab12"], "reinit": "create_new",
         "config": {"inputs": ["/data/sweep_a"], "bootstrap_reps": 50, "seed": 1, "confidence": 0.95, "sweep_id": "ab12"},
     }
@@ -151,21 +153,23 @@ def test_log_report_to_wandb_sends_the_table_images_summary_and_files(tmp_path, 
     assert payload["per_seed"].data == per_seed_rows(report)
     image = payload["plots/final_scores"]
     assert (image.path, image.caption) == (str(tmp_path / "final_scores.png"), "Final scores")
-    assert (artifact.name, artifact.type) == ("report-g_h_x", "report")
+    assert (artifact.name, artifact.type) == ("report-G_h_x", "report")
     assert artifact.files == [str(tmp_path / "report.md")]
-    assert info == {"id": "run-id", "name": "report-g h/x", "mode": "offline", "sync_dir": "/sync/here"}
+    assert info == {"id": "run-id", "name": "report-G h/x", "mode": "offline", "sync_dir": "/sync/here"}
 
 
 def test_log_report_to_wandb_outside_a_sweep_takes_the_mode_from_the_environment(tmp_path, monkeypatch):
     calls = []
-    _fake_wandb(monkeypatch, calls)
+    _fake_wandb(monkeypatch, calls, settings=object())
     monkeypatch.setenv("WANDB_MODE", "disabled")
     monkeypatch.delenv("PIPELINE_SWEEP_UID", raising=False)
-    report = {**_report(), "files": None}
+    report = {**_report(), "files": None, "inputs": ["/data/a", "/data/b"]}
     info = log_report_to_wandb(report, tmp_path / "sweep_b" / "report", project="p")
     kwargs = calls[0][1]
     assert kwargs["tags"] is None and "sweep_id" not in kwargs["config"] and kwargs["entity"] is None
-    assert kwargs["mode"] == "disabled" and kwargs["group"] is None and kwargs["name"] == "report-sweep_a"
+    # Two inputs and no group: named after the folder that holds the report dir.
+    assert kwargs["mode"] == "disabled" and kwargs["group"] is None and kwargs["name"] == "report-sweep_b"
+    assert info["sync_dir"] == ""  # a run whose settings have no sync dir
     assert calls[2][1].files == [] and info["mode"] == "disabled"
     assert log_report_to_wandb(report, tmp_path, project="p", mode="online")["mode"] == "online"
 

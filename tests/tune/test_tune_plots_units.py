@@ -90,6 +90,9 @@ def test_the_confirmation_plot_shows_each_candidate_and_the_preset_with_its_medi
              for seg in c.get_segments()]
     # The median line: the upper middle of an even count (4 of 1, 3, 4, 5), the middle of an odd one (6).
     assert lines == [[[-0.25, 4.0], [0.25, 4.0]], [[1.75, 6.0], [2.25, 6.0]]]
+    line_colors = [c.get_colors().tolist() for c in ax.collections if isinstance(c, matplotlib.collections.LineCollection)]
+    assert line_colors == [[[0.0, 0.0, 0.0, 1.0]]] * 2  # black medians
+    assert [c.get_alpha() for c in ax.collections if not isinstance(c, matplotlib.collections.LineCollection)] == [0.6] * 3
     assert saved["confirmed.png"].get_size_inches() == pytest.approx([1.6 * 3 + 2, 3.5])
 
 
@@ -98,3 +101,14 @@ def test_the_confirmation_plot_without_a_metric_name(tmp_path, saved):
     (ax,) = saved["confirmed.png"].axes
     assert ax.get_ylabel() == "primary metric"
     assert [t.get_text() for t in ax.get_xticklabels()] == ["preset"]
+
+
+def test_figures_are_saved_at_100_dpi_whatever_the_settings(tmp_path, monkeypatch, saved):
+    from PIL import Image
+
+    monkeypatch.setitem(matplotlib.rcParams, "savefig.dpi", 50)
+    monkeypatch.setitem(matplotlib.rcParams, "figure.dpi", 50)
+    plots.write_plots(_study(2), [], {"primary_scores": [1.0], "primary_metric": "m"}, tmp_path, [])
+    for name in ("optimization_history.png", "confirmed.png"):
+        width, height = saved[name].get_size_inches()
+        assert Image.open(tmp_path / name).size == (round(width * 100), round(height * 100)), name
