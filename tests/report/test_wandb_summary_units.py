@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import sys
-import types
 from pathlib import Path
 
 import pytest
 
 from pipeline.report.wandb_summary import log_report_to_wandb, per_seed_rows, report_run_name, summary_values
+from pipeline_testing import stand_in_wandb
 
 
 def _group(**over):
@@ -84,52 +84,8 @@ def test_report_run_name():
     assert report_run_name({"inputs": None}, "/x/z/report", None) == "report-z"
 
 
-class _Run:
-    def __init__(self, log):
-        self.log_ = log
-        self.id = "run-id"
-        self.settings = types.SimpleNamespace(sync_dir="/sync/here")
-        self.summary = {}
-
-    def log(self, payload):
-        self.log_.append(("log", payload))
-
-    def log_artifact(self, artifact):
-        self.log_.append(("artifact", artifact))
-
-    def finish(self):
-        self.log_.append(("finish",))
-
-
 def _fake_wandb(monkeypatch, calls, fail_on_log=False, settings=None):
-    wandb = types.ModuleType("wandb")
-
-    def init(**kwargs):
-        calls.append(("init", kwargs))
-        run = _Run(calls)
-        if settings is not None:
-            run.settings = settings
-        if fail_on_log:
-            run.log = lambda payload: (_ for _ in ()).throw(RuntimeError("log failed"))
-        return run
-
-    class Table:
-        def __init__(self, columns, data):
-            self.columns, self.data = columns, data
-
-    class Image:
-        def __init__(self, path, caption=None):
-            self.path, self.caption = path, caption
-
-    class Artifact:
-        def __init__(self, name, type):
-            self.name, self.type, self.files = name, type, []
-
-        def add_file(self, path):
-            self.files.append(path)
-
-    wandb.init, wandb.Table, wandb.Image, wandb.Artifact = init, Table, Image, Artifact
-    monkeypatch.setitem(sys.modules, "wandb", wandb)
+    monkeypatch.setitem(sys.modules, "wandb", stand_in_wandb(calls, settings, fail_on_log))
 
 
 def test_log_report_to_wandb_sends_the_table_images_summary_and_files(tmp_path, monkeypatch):

@@ -15,6 +15,7 @@ from omegaconf import OmegaConf
 
 from pipeline.tune import summary as tune_summary
 from pipeline.tune.summary import best_yaml, log_tune_to_wandb, markdown, metric_direction, tie_of
+from pipeline_testing import StandInWandbRun, stand_in_wandb
 
 
 def _summary(**over):
@@ -179,42 +180,14 @@ def test_best_yaml_without_hydra_choices_names_no_preset(tmp_path):
     assert text.splitlines()[3:6] == ["defaults:", "  - _self_", ""]
 
 
-class _Run:
-    def __init__(self, calls):
-        self.calls, self.id, self.summary = calls, "rid", {}
-        self.settings = types.SimpleNamespace(sync_dir="/s")
-
-    def log(self, payload):
-        self.calls.append(("log", payload))
-
-    def log_artifact(self, artifact):
-        self.calls.append(("artifact", artifact))
-
-    def finish(self):
-        self.calls.append(("finish",))
+def run_summary(calls) -> dict:
+    return sys.modules["wandb"].runs[-1].summary
 
 
 @pytest.fixture
 def fake_wandb(monkeypatch):
     calls = []
-    wandb = types.ModuleType("wandb")
-
-    def init(**kwargs):
-        calls.append(("init", kwargs))
-        run = _Run(calls)
-        calls.append(("run", run))
-        return run
-
-    class Artifact:
-        def __init__(self, name, type):
-            self.name, self.type, self.files = name, type, []
-
-        def add_file(self, path):
-            self.files.append(path)
-
-    wandb.init, wandb.Artifact = init, Artifact
-    wandb.Image = lambda path: ("image", path)
-    monkeypatch.setitem(sys.modules, "wandb", wandb)
+    monkeypatch.setitem(sys.modules, "wandb", stand_in_wandb(calls))
     monkeypatch.delenv("WANDB_MODE", raising=False)
     return calls
 
@@ -225,15 +198,15 @@ def test_log_tune_to_wandb_sends_the_counts_values_plots_and_tune_json(tmp_path,
                "plots": {"confirmed scores": "confirmed.png"},
                "candidates": [{"label": "trial2", "value": 8.0, "optimism_gap": 1.5}], "preset": {"value": 7.0}}
     info = log_tune_to_wandb(summary, tmp_path, "grp", {"project": "proj", "entity": "me"})
-    (_, kwargs), (_, run), (_, logged), (_, artifact), (finish,) = fake_wandb
+    (_, kwargs), (_, logged), (_, artifact), (finish,) = fake_wandb
     assert kwargs == {"project": "proj", "entity": "me", "mode": "offline", "group": "grp", "job_type": "tune",
                       "name": "tune-my study", "dir": str(tmp_path), "reinit": "create_new",
                       "config": {"best_params": {"lr": 0.1}, "objective": "iqm"}}
-    assert run.summary == {"trials/total": 4, "trials/pruned": 1, "best_tuned_value": 9.5, "preset_wins": False,
+    assert run_summary(fake_wandb) == {"trials/total": 4, "trials/pruned": 1, "best_tuned_value": 9.5, "preset_wins": False,
                            "trial2/confirmed_value": 8.0, "trial2/optimism_gap": 1.5, "preset/confirmed_value": 7.0}
-    assert logged == {"plots/confirmed": ("image", str(tmp_path / "confirmed.png"))}
+    assert list(logged) == ["plots/confirmed"] and logged["plots/confirmed"].path == str(tmp_path / "confirmed.png")
     assert (artifact.name, artifact.type, artifact.files) == ("tune-my_study", "tune", [str(tmp_path / "tune.json")])
-    assert finish == "finish" and info == {"id": "rid", "mode": "offline", "sync_dir": "/s"}
+    assert finish == "finish" and info == {"id": "run-id", "mode": "offline", "sync_dir": "/sync/here"}
 
 
 def test_log_tune_to_wandb_mode_and_defaults(tmp_path, fake_wandb, monkeypatch):
@@ -241,14 +214,14 @@ def test_log_tune_to_wandb_mode_and_defaults(tmp_path, fake_wandb, monkeypatch):
                "preset_wins": None, "candidates": [], "preset": None}
     monkeypatch.setenv("WANDB_MODE", "disabled")
     assert log_tune_to_wandb(summary, tmp_path, "g", {})["mode"] == "disabled"
-    kwargs, run, logged = fake_wandb[0][1], fake_wandb[1][1], fake_wandb[2][1]
+    kwargs, logged = fake_wandb[0][1], fake_wandb[1][1]
     assert kwargs["project"] == "pipeline" and kwargs["entity"] is None and kwargs["mode"] == "disabled"
-    assert run.summary == {"best_tuned_value": None, "preset_wins": None} and logged == {}
+    assert run_summary(fake_wandb) == {"best_tuned_value": None, "preset_wins": None} and logged == {}
     assert log_tune_to_wandb(summary, tmp_path, "g", {"mode": "online"})["mode"] == "online"
 
 
 def test_the_wandb_run_is_finished_when_logging_fails(tmp_path, fake_wandb, monkeypatch):
-    monkeypatch.setattr(_Run, "log", lambda self, payload: (_ for _ in ()).throw(RuntimeError("no")))
+    monkeypatch.setattr(StandInWandbRun, "log", lambda self, payload: (_ for _ in ()).throw(RuntimeError("no")))
     summary = {"study_name": "s", "objective": "iqm", "best_params": None, "trials": {}, "best_tuned_value": None,
                "preset_wins": None, "candidates": [], "preset": None}
     with pytest.raises(RuntimeError, match="no"):
