@@ -92,7 +92,7 @@ MODULES: dict[str, list[str]] = {
     "report/collect.py": ["tests/report/test_collect_units.py"],
     "report/markdown.py": ["tests/report/test_markdown_units.py"],
     "report/wandb_summary.py": ["tests/report/test_wandb_summary_units.py"],
-    "report/plots.py": ["tests/report/test_report_plots.py"],
+    "report/plots.py": ["tests/report/test_plots_units.py"],
     "tune/summary.py": ["tests/tune/test_tune_summary_units.py", "tests/tune/test_summary.py"],
     "tune/pruning.py": ["tests/tune/test_pruning_units.py", "tests/tune/test_pruning.py"],
     "tune/plots.py": ["tests/tune/test_tune_plots_units.py", "tests/tune/test_summary.py"],

@@ -25,10 +25,11 @@ def _rl_group():
         "iqm_ci": [400.0, 500.0], "mean_ci": [401.5, 498.5], "min": 400.0, "max": 500.0,
         "ci_note": "only 2 seeds", "table_value": "each seed's final value",
         "seed_cost_s_mean": 12.5, "seeds_per_process": [2], "batch_wall_time_s_mean": 25.0, "n_batches": 1,
-        "curve": {"metric": "eval/return", "x": "env step", "steps": [0.0, 20000.0], "iqm": [0.0, 450.0],
-                  "ci_low": [0.0, 400.0], "ci_high": [0.0, 500.0], "held_from": [None, 15000.0], "last_point": "final"},
+        "curve": {"metric": "eval/return", "x": "env step", "steps": [0.0, 10000.0, 20000.0], "iqm": [0.0, 300.0, 450.0],
+                  "ci_low": [0.0, 250.0, 400.0], "ci_high": [0.0, 350.0, 500.0], "held_from": [None, 15000.0],
+                  "last_point": "final"},
         "threshold": {"threshold": 475.0, "n_reached": 1, "n_seeds": 2, "median_reached_s": 90.0,
-                      "min_reached_s": 90.0, "max_reached_s": 90.0, "median_all_s": None},
+                      "min_reached_s": 80.0, "max_reached_s": 100.0, "median_all_s": None},
         "per_seed": {
             "0": {"seed": 0, "value": 500.0, "seed_cost_s": 12.5, "wall_time_s": 25.0, "time_to_threshold_s": 90.0,
                   "env_steps": 20000.0, "env_steps_per_s": 2000.0, "relative_dir": "0"},
@@ -38,7 +39,8 @@ def _rl_group():
         "failed": [{"seed": 2, "error": "RuntimeError: bad | value\nTraceback", "relative_dir": "2"}],
         "interrupted": [], "running": [],
         "pruned": [{"seed": 3, "error": "x" * 300, "relative_dir": "3"}],
-        "other_status": {"odd": [{"seed": 4, "error": "who knows", "relative_dir": "4"}]},
+        "other_status": {"odd": [{"seed": 4, "error": "who knows", "relative_dir": "4"}],
+                         "odder": [{"seed": 8, "error": "?", "relative_dir": "8"}]},
         "excluded": [{"seed": 5, "reason": "no final value", "relative_dir": "5"}],
     }
 
@@ -63,13 +65,17 @@ def _report():
         "partial": True, "warnings": ["first\nwarning", "second"],
         "groups": {"rl": _rl_group(), "sup": _plain_group()},
         "comparisons": {"test/loss": {"higher_is_better": False, "probability_of_improvement": [
-            {"x": "a", "y": "b", "p": 0.75, "ci": [0.5, 1.0]}, {"x": "b", "y": "a", "p": 0.25, "ci": None}]}},
+            {"x": "a", "y": "b", "p": 0.75, "ci": [0.5, 1.0]}, {"x": "b", "y": "a", "p": 0.25, "ci": None}]},
+            "eval/return": {"higher_is_better": True, "probability_of_improvement": [
+                {"x": "c", "y": "d", "p": 0.5, "ci": [0.25, 0.75]}]}},
         "images": [
             {"kind": "learning_curves", "metric": "eval/return", "title": "Curves", "file": "curves.png"},
             {"kind": "probability_of_improvement", "metric": "test/loss", "title": "PoI", "file": "poi.png"},
             {"kind": "performance_profile", "metric": "other", "title": "Profile other", "file": "prof_other.png"},
             {"kind": "performance_profile", "metric": "test/loss", "title": "Profile", "file": "prof.png"},
             {"kind": "final_scores", "metric": None, "title": "Finals", "file": "finals.png"},
+            {"kind": "interval_estimates", "metric": "m", "title": "Intervals", "file": "ci.png"},
+            {"kind": "time_to_threshold", "metric": None, "title": "Times", "file": "ttt.png"},
             {"kind": "unknown", "metric": None, "title": "Nope", "file": "nope.png"},
         ],
         "counterfactual": {"auction": {"n_seeds": 1, "coverage": {"second_price_r0.5": {"0.1": 1.0}}}},
@@ -109,7 +115,7 @@ dropped: the last column counts them as infinitely slow, so it is `—` when hal
 
 | group | threshold | seeds reached | median s (reached) | min s | max s | median s (all seeds, never = ∞) |
 |---|---|---|---|---|---|---|
-| rl | 475 | 1/2 | 90 | 90 | 90 | — |
+| rl | 475 | 1/2 | 90 | 80 | 100 | — |
 
 ## Comparison on test/loss
 
@@ -125,11 +131,24 @@ P(X better than Y) is the chance that a random seed of X has a lower final test/
 
 ![Profile](prof.png)
 
+## Comparison on eval/return
+
+P(X better than Y) is the chance that a random seed of X has a higher final eval/return than a random seed of Y \
+(ties count half); 0.5 means no difference. CIs are 95% stratified bootstrap.
+
+| X | Y | P(X better than Y) | 95% CI |
+|---|---|---|---|
+| c | d | 0.5 | [0.25, 0.75] |
+
 ## Figures
 
 ![Curves](curves.png)
 
 ![Finals](finals.png)
+
+![Intervals](ci.png)
+
+![Times](ttt.png)
 
 ## Counterfactual coverage: auction
 
@@ -145,7 +164,7 @@ Fraction of the 1 seed(s) whose robust bounds contain the true value.
 
 - experiment: `dqn_cartpole`, task: `dqn`
 - primary metric: `eval/return` (higher is better); learning curve: `eval/return`
-- runs: 6 (2 ok, 1 failed, 0 interrupted, 1 pruned, 0 running, 1 odd, 1 excluded)
+- runs: 6 (2 ok, 1 failed, 0 interrupted, 1 pruned, 0 running, 1 odd, 1 odder, 1 excluded)
 - cost per seed: mean 12.5 s (a process's wall time / the seeds it trained, seeds_per_process=2)
 - wall time per batch of 2 seeds (one process): mean 25 s over 1 batch
 - IQM 450 [400, 500], mean 450 [401.5, 498.5]
@@ -179,6 +198,12 @@ Runs with status `odd`:
 |---|---|---|
 | 4 | who knows | `4` |
 
+Runs with status `odder`:
+
+| seed | why | dir |
+|---|---|---|
+| 8 | ? | `8` |
+
 Excluded runs (status ok, no usable final value):
 
 | seed | reason | dir |
@@ -211,7 +236,8 @@ def test_a_finished_report_without_thresholds_figures_or_auctions():
     g.update(threshold=None, seeds_per_process=[1], seed_cost_s_mean=None, n_batches=2, table_value=None, ci_note=None)
     g["curve"].update(last_point="last", held_from=[None, None])
     report.update(partial=False, warnings=[], comparisons={}, counterfactual={},
-                  images=[i for i in report["images"] if i["kind"] != "learning_curves" and i["kind"] != "final_scores"])
+                  images=[i for i in report["images"] if i["kind"] not in
+                          ("learning_curves", "final_scores", "interval_estimates", "time_to_threshold")])
     report["groups"] = {"rl": g}
     lines = render_markdown(report).splitlines()
     assert not any(line.startswith(("> **Partial", "> **Warning", "## Time to", "## Comparison", "## Figures",
@@ -234,3 +260,10 @@ def test_a_finished_report_without_thresholds_figures_or_auctions():
     assert not any(line.startswith("- curve") for line in render_markdown(report).splitlines())
     g["primary_metric"] = None
     assert "| seed | value | seed cost s (batch / K) | dir |" in render_markdown(report).splitlines()
+
+
+def test_thresholds_after_a_group_without_one():
+    report = _report()
+    report["groups"] = {"sup": _plain_group(), "rl": _rl_group()}
+    report["groups"]["rl"]["threshold"]["median_all_s"] = 120.0
+    assert "| rl | 475 | 1/2 | 90 | 80 | 100 | 120 |" in render_markdown(report).splitlines()
