@@ -175,6 +175,10 @@ STABLE = [
     # medians and labels, 100 dpi whatever the settings; equivalent: a Figure's .figure is itself, names read
     # case-insensitively, pyplot's current figure is the one closed).
     "tune/plots.py",
+    # report/build.py 146/168 (86.9%) -> 159/159 + 9 equivalent (test_report_units: the given resampling, nested and
+    # existing out dirs, report.md in UTF-8 under an ASCII locale, a counterfactual figure in the out dir;
+    # equivalent: report.json is ASCII, NaN never reaches json.dumps, stack level 3 under mutmut's trampoline).
+    "report/build.py",
 ]
 # Modules under src/pipeline/ that `make mutate` leaves out, and why; printed after every default run (the
 # summary's "left out" list). A module in MODULES but not in STABLE without an entry here is "not in STABLE yet".
