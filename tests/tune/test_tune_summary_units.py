@@ -296,3 +296,53 @@ def test_write_tune_logs_to_wandb_when_the_config_has_it(tmp_path, monkeypatch):
     out = tune_summary.write_tune(search, {})
     ((summary, where, group, cfg),) = logged
     assert where == out and group == "dqn_cartpole" and cfg == {"project": "p"} and summary["study_name"] == "st"
+
+
+def _confirm_records(run_dir, returns, failed_seed=None):
+    for seed, value in zip((10, 11, 12, 13), returns):
+        d = run_dir / f"seed{seed}"
+        d.mkdir(parents=True)
+        ok = seed != failed_seed
+        record = {"seed": seed, "status": "ok" if ok else "failed", "error": None if ok else "boom",
+                  "primary_metric": "eval/return", "metrics": {"eval/return": value} if ok else {},
+                  "higher_is_better": True, "threshold": None}
+        (d / "result.json").write_text(json.dumps(record))
+    return run_dir
+
+
+@pytest.mark.parametrize("preset_return", [400.0, 600.0])
+def test_write_tune_with_confirmation(tmp_path, monkeypatch, preset_return):
+    study = optuna.create_study(direction="maximize")
+    for t in (_trial(0, 0.9, x=0.2), _trial(1, 0.5, x=0.1)):
+        study.add_trial(t)
+    ranked = sorted(study.get_trials(), key=lambda t: -t.value)
+    plotted = []
+    monkeypatch.setattr("pipeline.tune.plots.write_plots", lambda *args: plotted.append(args) or {})
+    # The losing preset has a failed seed (which makes its value the worst: none); the winning one has none.
+    failed_seed = 13 if preset_return < 500 else None
+    dirs = {"preset": _confirm_records(tmp_path / "c" / "preset", [preset_return] * 4, failed_seed=failed_seed),
+            "trial0": _confirm_records(tmp_path / "c" / "trial0", [500.0, 500.0, 500.0, 500.0])}
+    search = _search(tmp_path, tune_seeds=range(5), candidates=lambda: ranked, study=study)
+    search.confirm_seeds = [10, 11, 12, 13]
+    out = tune_summary.write_tune(search, dirs)
+    summary = json.loads((out / "tune.json").read_text())
+    assert summary["best_trial"] == 0 and summary["best_params"] == {"x": 0.2} and summary["best_tuned_value"] == 0.9
+    confirmed = summary["best_confirmed"]
+    assert sorted(confirmed) == ["optimism_gap", "primary", "probability_of_improvement_over_preset", "secondary",
+                                 "time_to_threshold_s", "value"]
+    assert confirmed["value"] == 500.0 and confirmed["optimism_gap"] == pytest.approx(0.9 - 500.0)
+    assert confirmed["probability_of_improvement_over_preset"]["p"] == (1.0 if preset_return < 500 else 0.0)
+    assert [c["label"] for c in summary["candidates"]] == ["trial0"]
+    if preset_return < 500:
+        assert summary["preset"]["failed"] == {"13": "boom"} and summary["preset"]["value"] is None
+        assert summary["preset_wins"] is False and summary["verdict"] == "trial0 beats the preset's iqm on fresh seeds."
+        assert summary["warnings"] == ["preset: 1 of 4 confirmation seeds failed"]
+    else:
+        assert summary["preset"]["failed"] == {} and summary["preset"]["value"] == preset_return
+        assert summary["preset_wins"] is True and summary["verdict"] == "The preset still wins on fresh seeds: keep it."
+        assert summary["warnings"] == ["The preset still wins on fresh seeds: keep it."]
+    ((_, candidates, preset, _, _),) = plotted
+    assert [c["label"] for c in candidates] == ["trial0"]
+    assert preset["primary_scores"] == [preset_return] * (3 if failed_seed else 4)
+    md = (out / "tune.md").read_text()
+    assert "## Confirmed on fresh seeds 10-13" in md and summary["verdict"] in md
