@@ -94,6 +94,7 @@ def test_owner_alive_by_host_pid_and_start_time():
     assert owner_alive({"pid": os.getpid(), "since": started}) is None  # no host: not this one
     assert owner_alive({"host": host, "pid": os.getpid(), "since": started}) is True
     assert owner_alive({"host": host, "pid": os.getpid(), "since": started - 0.9}) is True  # within a second
+    assert owner_alive({"host": host, "pid": os.getpid(), "since": started - 1.0}) is True  # a second, exactly
     # The lock was taken before this process started: the pid was reused.
     assert owner_alive({"host": host, "pid": os.getpid(), "since": started - 1.1}) is False
     assert owner_alive({"host": host, "pid": os.getpid(), "since": "when"}) is True  # no usable time: pid only
@@ -114,6 +115,8 @@ def test_collect_runs_reads_each_run_dir_once_in_order(tmp_path, monkeypatch):
     assert all(r.input_root == (tmp_path / "sweep").resolve() for r in runs)
     assert runs[0].result == {"seed": 1, "status": "ok"}
     # A run dir given as its own input: its root is itself.
+    # A run met again is skipped, and the runs after it are still read.
+    assert [r.seed for r in collect_runs([tmp_path / "sweep" / "a", tmp_path / "sweep"])] == [1, 2]
     (one,) = collect_runs(iter([tmp_path / "sweep" / "b"]))
     assert one.input_root == one.dir == (tmp_path / "sweep" / "b").resolve()
 
@@ -149,10 +152,14 @@ def test_bad_inputs_are_one_line_errors_that_say_the_fix(tmp_path):
         collect_runs([tmp_path / "file.txt"])
     (tmp_path / "empty").mkdir()
     _write(tmp_path / "full")
-    with pytest.raises(ReportInputError, match=rf"^no run records \(result.json\) found under {(tmp_path / 'empty').resolve()}; pass"):
+    with pytest.raises(ReportInputError, match=rf"^no run records \(result.json\) found under {(tmp_path / 'empty').resolve()}; "
+                       r"pass a run dir or a sweep dir written by `python -m pipeline`$"):
         collect_runs([tmp_path / "full", tmp_path / "empty"])
     (tmp_path / "broken" / "r").mkdir(parents=True)
     (tmp_path / "broken" / "r" / "result.json").write_text("{")
+    (tmp_path / "broken2" / "r").mkdir(parents=True)
+    (tmp_path / "broken2" / "r" / "result.json").write_text("[]")
     with pytest.warns(RunRecordWarning), pytest.raises(
-            ReportInputError, match=rf"^every result.json under {tmp_path / 'broken'} was unreadable; see the warnings above$"):
-        collect_runs([tmp_path / "broken"])
+            ReportInputError, match=rf"^every result.json under {tmp_path / 'broken'}, {tmp_path / 'broken2'} was unreadable; "
+                                    "see the warnings above$"):
+        collect_runs([tmp_path / "broken", tmp_path / "broken2"])
