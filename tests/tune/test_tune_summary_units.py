@@ -298,14 +298,15 @@ def test_write_tune_logs_to_wandb_when_the_config_has_it(tmp_path, monkeypatch):
     assert where == out and group == "dqn_cartpole" and cfg == {"project": "p"} and summary["study_name"] == "st"
 
 
-def _confirm_records(run_dir, returns, failed_seed=None):
-    for seed, value in zip((10, 11, 12, 13), returns):
+def _confirm_records(run_dir, returns, failed_seed=None, seeds=(10, 11, 12, 13), times=None):
+    for i, (seed, value) in enumerate(zip(seeds, returns)):
         d = run_dir / f"seed{seed}"
         d.mkdir(parents=True)
         ok = seed != failed_seed
         record = {"seed": seed, "status": "ok" if ok else "failed", "error": None if ok else "boom",
                   "primary_metric": "eval/return", "metrics": {"eval/return": value} if ok else {},
-                  "higher_is_better": True, "threshold": None}
+                  "higher_is_better": True, "threshold": None if times is None else 475.0,
+                  "time_to_threshold_s": None if times is None else times[i]}
         (d / "result.json").write_text(json.dumps(record))
     return run_dir
 
@@ -346,3 +347,63 @@ def test_write_tune_with_confirmation(tmp_path, monkeypatch, preset_return):
     assert preset["primary_scores"] == [preset_return] * (3 if failed_seed else 4)
     md = (out / "tune.md").read_text()
     assert "## Confirmed on fresh seeds 10-13" in md and summary["verdict"] in md
+
+
+def test_fmt_shows_floats_to_four_digits_and_the_rest_as_they_are():
+    assert tune_summary._fmt(None) == "-" and tune_summary._fmt(12345) == "12345" and tune_summary._fmt(1234.5) == "1234"
+    assert tune_summary._fmt("x") == "x"
+
+
+def test_write_tune_names_a_tie_on_the_tuning_seeds_and_how_it_was_broken(tmp_path, monkeypatch):
+    study = optuna.create_study(direction="maximize")
+    for t in (_trial(0, 500.0, x=0.3), _trial(1, 500.0, x=0.7), _trial(2, 480.0, x=0.5)):
+        study.add_trial(t)
+    by_number = {t.number: t for t in study.get_trials()}
+    ranked = [by_number[1], by_number[0], by_number[2]]  # as the sweeper ranks them: the tie went to the faster
+    seeds = [0, 1, 2, 3, 4]
+    sweep = tmp_path / "new" / "sweep"  # not made yet: write_tune makes it
+    _confirm_records(sweep / "trials" / "1", [500.0] * 5, seeds=seeds, times=[50.0, 61.0, 61.0, 61.0, 70.0])
+    _confirm_records(sweep / "trials" / "0", [500.0] * 5, seeds=seeds, times=[90.0, 97.0, 97.0, 97.0, 120.0])
+    _confirm_records(sweep / "trials" / "2", [480.0] * 5, seeds=seeds, times=[1.0] * 5)
+    monkeypatch.setattr("pipeline.tune.plots.write_plots", lambda *args: {})
+    search = _search(sweep, tune_seeds=seeds, candidates=lambda: ranked, study=study)
+    search.s = OmegaConf.create({"objective": "iqm", "sampler": "tpe", "pruner": "median"})  # tie_break: auto
+    out = tune_summary.write_tune(search, {})
+    summary = json.loads((out / "tune.json").read_text())
+    assert summary["tie_break"] == "time_to_threshold" and summary["best_trial"] == 1
+    assert summary["trials"] == {"total": 3, "completed": 3, "pruned": 0, "failed": 0}
+    assert summary["tie"] == {
+        "with": ["trial0"], "value": 500.0, "broken_by": "time_to_threshold", "secondary": {"trial1": 61.0, "trial0": 97.0},
+        "note": "trial1 ties trial0 on iqm (500) on the tuning seeds; the tie is broken by time_to_threshold: trial1 61, "
+                "trial0 97"}
+    assert "**A tie:** trial1 ties trial0 on iqm (500) on the tuning seeds" in (out / "tune.md").read_text()
+    search.s = OmegaConf.create({"objective": "iqm", "sampler": "tpe", "pruner": "median", "tie_break": "none"})
+    summary = json.loads((tune_summary.write_tune(search, {}) / "tune.json").read_text())  # into the tune dir it made
+    assert summary["tie_break"] is None and summary["tie"]["broken_by"] is None
+
+
+def test_write_tune_breaks_confirmation_ties_by_the_secondary_objective(tmp_path, monkeypatch):
+    study = optuna.create_study(direction="maximize")
+    for t in (_trial(0, 510.0, x=0.3), _trial(1, 505.0, x=0.7)):
+        study.add_trial(t)
+    ranked = sorted(study.get_trials(), key=lambda t: -t.value)
+    monkeypatch.setattr("pipeline.tune.plots.write_plots", lambda *args: {})
+    dirs = {"preset": _confirm_records(tmp_path / "c" / "preset", [400.0] * 4, times=[80.0] * 4),
+            "trial0": _confirm_records(tmp_path / "c" / "trial0", [500.0] * 4, times=[97.0] * 4),
+            "trial1": _confirm_records(tmp_path / "c" / "trial1", [500.0] * 4, times=[61.0] * 4)}
+    search = _search(tmp_path, tune_seeds=range(5), candidates=lambda: ranked, study=study)
+    search.s = OmegaConf.create({"objective": "iqm", "sampler": "tpe", "pruner": "median"})
+    search.confirm_seeds = [10, 11, 12, 13]
+    summary = json.loads((tune_summary.write_tune(search, dirs) / "tune.json").read_text())
+    assert summary["tie_break"] == "time_to_threshold" and summary["best_trial"] == 1
+    assert summary["best_confirmed"]["secondary"] == 61.0 and summary["best_confirmed"]["value"] == 500.0
+    assert summary["tie"]["broken_by"] == "time_to_threshold" and summary["tie"]["with"] == ["trial0"]
+    assert summary["tie"]["note"].startswith("trial1 ties trial0 on iqm (500) on fresh seeds; the tie is broken by")
+    assert summary["best_confirmed"]["time_to_threshold_s"]["reached"] == 4
+
+
+def test_a_wandb_run_without_a_sync_dir(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "wandb", stand_in_wandb([], settings=object()))
+    summary = {"study_name": "s", "objective": "iqm", "best_params": None, "trials": {}, "best_tuned_value": None,
+               "preset_wins": None, "candidates": [], "preset": None}
+    assert log_tune_to_wandb(summary, tmp_path, "g", {"mode": "offline"})["sync_dir"] == ""
