@@ -407,3 +407,31 @@ def test_a_wandb_run_without_a_sync_dir(tmp_path, monkeypatch):
     summary = {"study_name": "s", "objective": "iqm", "best_params": None, "trials": {}, "best_tuned_value": None,
                "preset_wins": None, "candidates": [], "preset": None}
     assert log_tune_to_wandb(summary, tmp_path, "g", {"mode": "offline"})["sync_dir"] == ""
+
+
+def test_best_yaml_keeps_seeding_and_overrides_whose_value_holds_an_equals_sign(tmp_path):
+    """`seed` (where a run ran) is left out, `seeding` (deterministic kernels: what a run computes) is not."""
+    search = _search(tmp_path, fixed=["seeding=deterministic", "task.note=a=b", "seed.x=1", "+Xk=1", "+Xseed=2",
+                                      "checkpointing=1", "trial.number=3"])
+    lines = best_yaml(search, {}, tmp_path).splitlines()
+    assert lines[3:] == ["defaults:", "  - override /seeding: deterministic", "  - _self_", "", "name: dqn_cartpole_tuned",
+                         "task:", "  note: a=b", "Xk: 1", "Xseed: 2", "checkpointing: 1"]
+
+
+def test_stats_and_threshold_of_the_confirmation_records():
+    assert tune_summary._stats([float("nan"), float("inf")]) is None and tune_summary._stats([]) is None
+    stats = tune_summary._stats([1.0, float("nan"), 3.0, 2.0])
+    assert stats["iqm"] == pytest.approx(2.0) and stats["n"] == 3 and sorted(stats) == ["iqm", "iqm_ci", "n"]
+    records = {0: {"status": "ok", "threshold": 475.0, "time_to_threshold_s": 10.0},
+               1: {"status": "ok", "threshold": 475.0, "time_to_threshold_s": None},
+               2: {"status": "failed", "threshold": 475.0, "time_to_threshold_s": 1.0},
+               3: {"status": "ok", "threshold": 475.0, "time_to_threshold_s": 30.0}}
+    out = tune_summary._threshold(records, [0, 1, 2, 3, 9])
+    assert (out["reached"], out["of"], out["threshold"], out["n"]) == (2, 5, 475.0, 2)
+    assert out["iqm"] == pytest.approx(20.0)
+    assert tune_summary._threshold({0: {"status": "ok", "threshold": None}}, [0]) is None
+    assert tune_summary._threshold({}, [0]) is None
+    none = tune_summary._threshold({0: {"status": "ok", "threshold": 5.0, "time_to_threshold_s": None}}, [0])
+    assert none == {"reached": 0, "of": 1, "threshold": 5.0, "iqm": None, "iqm_ci": None, "n": 0}
+    mixed = tune_summary._threshold({0: {"status": "ok"}, 1: {"status": "ok", "threshold": 7.0}}, [0, 1])
+    assert mixed["reached"] == 0 and mixed["threshold"] is None  # the first record's threshold, as it is
