@@ -435,3 +435,50 @@ def test_stats_and_threshold_of_the_confirmation_records():
     assert none == {"reached": 0, "of": 1, "threshold": 5.0, "iqm": None, "iqm_ci": None, "n": 0}
     mixed = tune_summary._threshold({0: {"status": "ok"}, 1: {"status": "ok", "threshold": 7.0}}, [0, 1])
     assert mixed["reached"] == 0 and mixed["threshold"] is None  # the first record's threshold, as it is
+
+
+def test_better_and_improvement_by_hand():
+    better = tune_summary._better
+    assert better(2.0, 1.0, True) and not better(1.0, 1.0, True) and not better(1.0, 2.0, True)
+    assert better(1.0, 2.0, False) and not better(1.0, 1.0, False) and not better(2.0, 1.0, False)
+    assert better(1.0, None, True) and not better(None, 1.0, True) and not better(None, None, False)
+    improvement = tune_summary._improvement
+    assert improvement([], [1.0], True) is None and improvement([1.0], [], True) is None
+    assert improvement([2.0, 3.0], [1.0], True)["p"] == 1.0 and improvement([2.0, 3.0], [1.0], False)["p"] == 0.0
+
+
+SEEDS4 = [10, 11, 12, 13]
+
+
+def _outcome(tmp_path, preset_times, trial_times, secondary="time_to_threshold", tuned=500.0, preset_return=500.0):
+    dirs = {"preset": _confirm_records(tmp_path / "preset", [preset_return] * 4, times=preset_times),
+            "trial1": _confirm_records(tmp_path / "trial1", [500.0] * 4, times=trial_times)}
+    trial = types.SimpleNamespace(number=1, params={"x": 0.5}, value=tuned)
+    return tune_summary.confirm_outcome(dirs, {"trial1": trial}, SEEDS4, "iqm", True, True, secondary)
+
+
+def test_a_tie_with_the_preset_that_the_candidate_wins_on_the_secondary(tmp_path):
+    out = _outcome(tmp_path, [70.0] * 4, [50.0] * 4)
+    assert out["preset_wins"] is False and out["preset_tie"] is False
+    assert out["verdict"] == ("trial1 ties the preset's iqm on fresh seeds and is better on time_to_threshold "
+                              "(50 vs 70): the tie-break picks it.")
+    (entry,) = out["candidates"]
+    assert entry["optimism_gap"] == 0.0 and entry["primary_metric"] == "eval/return"
+    assert entry["primary"]["n"] == 4 and entry["primary"]["iqm"] == 500.0 and entry["primary_scores"] == [500.0] * 4
+    assert out["preset"]["secondary"] == 70.0 and entry["secondary"] == 50.0
+
+
+def test_a_tie_with_the_preset_that_no_secondary_value_settles(tmp_path):
+    # The preset's records have no threshold: its secondary value is missing, so nothing breaks the tie.
+    out = _outcome(tmp_path / "a", None, [50.0] * 4, tuned=None)
+    assert out["preset_wins"] is False and out["preset_tie"] is True
+    assert out["verdict"] == "trial1 ties the preset's iqm on fresh seeds: compare the other columns before switching."
+    assert out["candidates"][0]["optimism_gap"] is None and out["candidates"][0]["tuned_value"] is None
+    out = _outcome(tmp_path / "b", [60.0] * 4, [60.0] * 4)  # equal secondaries: no break either
+    assert out["preset_tie"] is True and out["preset_wins"] is False
+
+
+def test_a_clear_win_is_no_tie(tmp_path):
+    out = _outcome(tmp_path, [50.0] * 4, [50.0] * 4, preset_return=400.0)
+    assert out["preset_tie"] is False and out["preset_wins"] is False and out["tie"] is None
+    assert out["verdict"] == "trial1 beats the preset's iqm on fresh seeds."
