@@ -482,3 +482,8 @@ def test_a_clear_win_is_no_tie(tmp_path):
     out = _outcome(tmp_path, [50.0] * 4, [50.0] * 4, preset_return=400.0)
     assert out["preset_tie"] is False and out["preset_wins"] is False and out["tie"] is None
     assert out["verdict"] == "trial1 beats the preset's iqm on fresh seeds."
+
+
+def test_finite():
+    assert tune_summary._finite(2.5) == 2.5 and tune_summary._finite(None) is None
+    assert tune_summary._finite(float("inf")) is None and tune_summary._finite(float("nan")) is None
