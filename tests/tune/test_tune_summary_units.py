@@ -412,7 +412,7 @@ def test_a_wandb_run_without_a_sync_dir(tmp_path, monkeypatch):
 def test_best_yaml_keeps_seeding_and_overrides_whose_value_holds_an_equals_sign(tmp_path):
     """`seed` (where a run ran) is left out, `seeding` (deterministic kernels: what a run computes) is not."""
     search = _search(tmp_path, fixed=["seeding=deterministic", "task.note=a=b", "seed.x=1", "+Xk=1", "+Xseed=2",
-                                      "checkpointing=1", "trial.number=3"])
+                                      "checkpointing=1", "trial.number=3", "hydra/launcher=joblib", "+logger/wandb=on"])
     lines = best_yaml(search, {}, tmp_path).splitlines()
     assert lines[3:] == ["defaults:", "  - override /seeding: deterministic", "  - _self_", "", "name: dqn_cartpole_tuned",
                          "task:", "  note: a=b", "Xk: 1", "Xseed: 2", "checkpointing: 1"]

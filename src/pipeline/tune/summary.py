@@ -255,8 +255,10 @@ def best_yaml(search, params: dict[str, Any], out: Path) -> str:
     groups = group_options()
     choices = OmegaConf.select(search.config, "hydra.runtime.choices", default={}) or {}
     experiment = choices.get("experiment")
-    # A key and everything under it (`seed`, `hydra.job.chdir`), not every key that starts alike (`seeding` stays).
-    items = [o for o in search.fixed if not is_ignored(o.split("=", 1)[0].lstrip("+~"), _NOT_CONFIG)]
+    # A key and everything under it (`seed`, `hydra.job.chdir`, the group `hydra/launcher`), not every key that
+    # starts alike (`seeding` stays).
+    items = [o for o in search.fixed
+             if not is_ignored(o.split("=", 1)[0].lstrip("+~").replace("/", "."), _NOT_CONFIG)]
     items += [f"{k}={format_value(v)}" for k, v in params.items()]
     defaults = [f"  - {experiment}"] if experiment else []
     values = []
