@@ -84,3 +84,56 @@ def blank_border(path, pixels: int = 2) -> bool:
     border = np.concatenate([rgb[:pixels].reshape(-1, 3), rgb[-pixels:].reshape(-1, 3),
                              rgb[:, :pixels].reshape(-1, 3), rgb[:, -pixels:].reshape(-1, 3)])
     return bool((border > 0.98).all())
+
+
+class StandInWandbRun:
+    """A W&B run that records what is logged to it: ("log", payload), ("artifact", artifact), ("finish",)."""
+
+    def __init__(self, calls: list, settings=None):
+        import types
+
+        self.calls, self.id, self.summary = calls, "run-id", {}
+        self.settings = types.SimpleNamespace(sync_dir="/sync/here") if settings is None else settings
+
+    def log(self, payload):
+        self.calls.append(("log", payload))
+
+    def log_artifact(self, artifact):
+        self.calls.append(("artifact", artifact))
+
+    def finish(self):
+        self.calls.append(("finish",))
+
+
+def stand_in_wandb(calls: list, settings=None, fail_on_log: bool = False):
+    """A `wandb` module (put it in sys.modules) whose init records ("init", kwargs) and returns a StandInWandbRun
+    (kept in the module's `runs`)."""
+    import types
+
+    wandb = types.ModuleType("wandb")
+
+    def init(**kwargs):
+        calls.append(("init", kwargs))
+        run = StandInWandbRun(calls, settings)
+        wandb.runs.append(run)
+        if fail_on_log:
+            run.log = lambda payload: (_ for _ in ()).throw(RuntimeError("log failed"))
+        return run
+
+    class Table:
+        def __init__(self, columns, data):
+            self.columns, self.data = columns, data
+
+    class Image:
+        def __init__(self, path, caption=None):
+            self.path, self.caption = path, caption
+
+    class Artifact:
+        def __init__(self, name, type):
+            self.name, self.type, self.files = name, type, []
+
+        def add_file(self, path):
+            self.files.append(path)
+
+    wandb.init, wandb.Table, wandb.Image, wandb.Artifact, wandb.runs = init, Table, Image, Artifact, []
+    return wandb

@@ -10,6 +10,7 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from pipeline.config.checks import group_options
+from pipeline.config.grouping import is_ignored
 from pipeline.store.record import write_json
 from pipeline.tune.objective import (
     collect,
@@ -254,7 +255,10 @@ def best_yaml(search, params: dict[str, Any], out: Path) -> str:
     groups = group_options()
     choices = OmegaConf.select(search.config, "hydra.runtime.choices", default={}) or {}
     experiment = choices.get("experiment")
-    items = [o for o in search.fixed if not o.split("=", 1)[0].lstrip("+~").startswith(_NOT_CONFIG)]
+    # A key and everything under it (`seed`, `hydra.job.chdir`, the group `hydra/launcher`), not every key that
+    # starts alike (`seeding` stays).
+    items = [o for o in search.fixed
+             if not is_ignored(o.split("=", 1)[0].lstrip("+~").replace("/", "."), _NOT_CONFIG)]
     items += [f"{k}={format_value(v)}" for k, v in params.items()]
     defaults = [f"  - {experiment}"] if experiment else []
     values = []
