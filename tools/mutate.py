@@ -50,6 +50,9 @@ MODULES: dict[str, list[str]] = {
     "rl/envs.py": ["tests/rl/test_envs.py"],
     "rl/ppo.py": ["tests/rl/test_ppo_pieces.py"],
     "rl/pendulum_tensor.py": ["tests/rl/test_pendulum_tensor.py"],
+    # games/ rules and small runtime modules (2026-12-04, third)
+    "games/symmetry.py": ["tests/games/test_symmetry_units.py"],
+    "games/rules.py": ["tests/games/test_rules_units.py", "tests/games/test_auction.py"],
     # tasks/ and runtime/ (2026-12-04, second)
     "runtime/callbacks.py": ["tests/test_callbacks.py", "tests/test_callbacks_units.py"],
     "tasks/counterfactual.py": ["tests/tasks/test_counterfactual_units.py"],
@@ -130,6 +133,14 @@ STABLE = [
     "rl/ppo.py",
     "rl/pendulum_tensor.py",
     "nets/actor_critic.py",
+    # games/ rules and small runtime modules (2026-12-04, third), --max-children 1, first run of the new unit tests
+    # -> final. games/symmetry.py had no fast test of its own (only runs of task=counterfactual): test_symmetry_units
+    # (KS p-values known by hand, 2/252 for two separate samples of five) 44/48 (91.7%) -> 46/46 + 2 equivalent
+    # (the float64 copy of the bids). games/rules.py with test_rules_units and test_auction 81/89 (91.0%) -> 82/82
+    # + 7 equivalent (rstrip's character sets, the first-price name of any kind but second_price, eps_label's
+    # unreachable "0"); the survivor killed: reserves rounded to eleven decimals, then written with ten.
+    "games/symmetry.py",
+    "games/rules.py",
     # tasks/ and runtime/ (2026-12-04, second), --max-children 1. runtime/callbacks.py against test_callbacks alone:
     # 81/174 (46.6%; early_stop_of had no fast test, only run()s in test_early_stopping) -> 167/167 + 7 equivalent
     # with test_callbacks_units (early_stop_of on EarlyStopping callbacks set by hand, trainer_kwargs' switches).
