@@ -53,6 +53,10 @@ MODULES: dict[str, list[str]] = {
     # games/ rules and small runtime modules (2026-12-04, third)
     "games/symmetry.py": ["tests/games/test_symmetry_units.py"],
     "games/rules.py": ["tests/games/test_rules_units.py", "tests/games/test_auction.py"],
+    "runtime/devices.py": ["tests/test_devices.py"],
+    "runtime/quiet.py": ["tests/test_quiet_units.py"],
+    "runtime/preflight.py": ["tests/test_preflight_units.py"],
+    "games/auction.py": ["tests/games/test_auction.py"],
     # tasks/ and runtime/ (2026-12-04, second)
     "runtime/callbacks.py": ["tests/test_callbacks.py", "tests/test_callbacks_units.py"],
     "tasks/counterfactual.py": ["tests/tasks/test_counterfactual_units.py"],
@@ -141,6 +145,16 @@ STABLE = [
     # unreachable "0"); the survivor killed: reserves rounded to eleven decimals, then written with ten.
     "games/symmetry.py",
     "games/rules.py",
+    # runtime/devices.py with test_devices (its fast part, plus CUDA and MPS stood in for, the messages and log line by
+    # hand) 78/82 (95.1%) -> 81/81 + 1 equivalent (the probe's 2e-39 is as denormal as 1e-39); the survivors killed:
+    # a torch without torch.backends.mps, the float32 probe under a float64 default dtype. runtime/quiet.py 6/6
+    # (test_quiet_units: the exact messages silenced, near misses still shown). runtime/preflight.py had no fast test
+    # (only the slow CLI and durable runs): test_preflight_units (records, checkpoints and a held lock written by
+    # hand) 178/184 (96.7%) -> 179/179 + 5 equivalent (wants_resume's ckpt_path part, read only where it is unset;
+    # k = `seeds_per_process or 1` is never 0); the survivor killed: exactly six differences say "and 1 more".
+    "runtime/devices.py",
+    "runtime/quiet.py",
+    "runtime/preflight.py",
     # tasks/ and runtime/ (2026-12-04, second), --max-children 1. runtime/callbacks.py against test_callbacks alone:
     # 81/174 (46.6%; early_stop_of had no fast test, only run()s in test_early_stopping) -> 167/167 + 7 equivalent
     # with test_callbacks_units (early_stop_of on EarlyStopping callbacks set by hand, trainer_kwargs' switches).
