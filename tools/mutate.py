@@ -57,6 +57,7 @@ MODULES: dict[str, list[str]] = {
     "runtime/quiet.py": ["tests/test_quiet_units.py"],
     "runtime/preflight.py": ["tests/test_preflight_units.py"],
     "games/auction.py": ["tests/games/test_auction.py"],
+    "sweep_progress.py": ["tests/test_sweep_progress.py"],
     # tasks/ and runtime/ (2026-12-04, second)
     "runtime/callbacks.py": ["tests/test_callbacks.py", "tests/test_callbacks_units.py"],
     "tasks/counterfactual.py": ["tests/tasks/test_counterfactual_units.py"],
@@ -155,6 +156,11 @@ STABLE = [
     "runtime/devices.py",
     "runtime/quiet.py",
     "runtime/preflight.py",
+    # games/auction.py with test_auction (its closed forms, simulated bids and default reserves) 120/134 (89.6%) ->
+    # 133/134 (99.3%): the truths' default reserve, the simulation's defaults (two bidders, values U[0, 1] in float64),
+    # its exact refusals, one bid, no positive bid. Left: reserve_top rounded to 11 decimals instead of 10, which
+    # differs only for bids below ~1e-9, where the reserves' names (ten decimals) cannot tell the reserves apart anyway.
+    "games/auction.py",
     # tasks/ and runtime/ (2026-12-04, second), --max-children 1. runtime/callbacks.py against test_callbacks alone:
     # 81/174 (46.6%; early_stop_of had no fast test, only run()s in test_early_stopping) -> 167/167 + 7 equivalent
     # with test_callbacks_units (early_stop_of on EarlyStopping callbacks set by hand, trainer_kwargs' switches).
