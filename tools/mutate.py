@@ -50,6 +50,14 @@ MODULES: dict[str, list[str]] = {
     "rl/envs.py": ["tests/rl/test_envs.py"],
     "rl/ppo.py": ["tests/rl/test_ppo_pieces.py"],
     "rl/pendulum_tensor.py": ["tests/rl/test_pendulum_tensor.py"],
+    # games/ rules and small runtime modules (2026-12-04, third)
+    "games/symmetry.py": ["tests/games/test_symmetry_units.py"],
+    "games/rules.py": ["tests/games/test_rules_units.py", "tests/games/test_auction.py"],
+    "runtime/devices.py": ["tests/test_devices.py"],
+    "runtime/quiet.py": ["tests/test_quiet_units.py"],
+    "runtime/preflight.py": ["tests/test_preflight_units.py"],
+    "games/auction.py": ["tests/games/test_auction.py"],
+    "sweep_progress.py": ["tests/test_sweep_progress.py", "tests/test_sweep_progress_units.py"],
     # tasks/ and runtime/ (2026-12-04, second)
     "runtime/callbacks.py": ["tests/test_callbacks.py", "tests/test_callbacks_units.py"],
     "tasks/counterfactual.py": ["tests/tasks/test_counterfactual_units.py"],
@@ -130,6 +138,34 @@ STABLE = [
     "rl/ppo.py",
     "rl/pendulum_tensor.py",
     "nets/actor_critic.py",
+    # games/ rules and small runtime modules (2026-12-04, third), --max-children 1, first run of the new unit tests
+    # -> final. games/symmetry.py had no fast test of its own (only runs of task=counterfactual): test_symmetry_units
+    # (KS p-values known by hand, 2/252 for two separate samples of five) 44/48 (91.7%) -> 46/46 + 2 equivalent
+    # (the float64 copy of the bids). games/rules.py with test_rules_units and test_auction 81/89 (91.0%) -> 82/82
+    # + 7 equivalent (rstrip's character sets, the first-price name of any kind but second_price, eps_label's
+    # unreachable "0"); the survivor killed: reserves rounded to eleven decimals, then written with ten.
+    "games/symmetry.py",
+    "games/rules.py",
+    # runtime/devices.py with test_devices (its fast part, plus CUDA and MPS stood in for, the messages and log line by
+    # hand) 78/82 (95.1%) -> 81/81 + 1 equivalent (the probe's 2e-39 is as denormal as 1e-39); the survivors killed:
+    # a torch without torch.backends.mps, the float32 probe under a float64 default dtype. runtime/quiet.py 6/6
+    # (test_quiet_units: the exact messages silenced, near misses still shown). runtime/preflight.py had no fast test
+    # (only the slow CLI and durable runs): test_preflight_units (records, checkpoints and a held lock written by
+    # hand) 178/184 (96.7%) -> 179/179 + 5 equivalent (wants_resume's ckpt_path part, read only where it is unset;
+    # k = `seeds_per_process or 1` is never 0); the survivor killed: exactly six differences say "and 1 more".
+    "runtime/devices.py",
+    "runtime/quiet.py",
+    "runtime/preflight.py",
+    # games/auction.py with test_auction (its closed forms, simulated bids and default reserves) 120/134 (89.6%) ->
+    # 133/134 (99.3%): the truths' default reserve, the simulation's defaults (two bidders, values U[0, 1] in float64),
+    # its exact refusals, one bid, no positive bid. Left: reserve_top rounded to 11 decimals instead of 10, which
+    # differs only for bids below ~1e-9, where the reserves' names (ten decimals) cannot tell the reserves apart anyway.
+    "games/auction.py",
+    # sweep_progress.py against test_sweep_progress as it was 303/385 (78.7%) -> 367/369 (99.5%) + 16 equivalent with
+    # test_sweep_progress_units (the files written, snapshots and ETAs by hand, the poller, lines flushed at once, the
+    # live line's redirects, bold text and erasure; equivalent: rich's defaults, select defaults that end as "", the
+    # join timeout). Left: auto_refresh True (dropped, or set), a redraw thread that shows the same line.
+    "sweep_progress.py",
     # tasks/ and runtime/ (2026-12-04, second), --max-children 1. runtime/callbacks.py against test_callbacks alone:
     # 81/174 (46.6%; early_stop_of had no fast test, only run()s in test_early_stopping) -> 167/167 + 7 equivalent
     # with test_callbacks_units (early_stop_of on EarlyStopping callbacks set by hand, trainer_kwargs' switches).

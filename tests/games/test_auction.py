@@ -146,3 +146,49 @@ def test_default_reserves_span_the_observed_bids():
     assert reserve_top(torch.tensor([0.1, 0.5])) == pytest.approx(0.5)
     assert reserve_top(torch.tensor([3.0, 73.2])) == pytest.approx(74.0)
     assert default_rules(top=74.0)[:3] == ["second_price_r0.0", "second_price_r7.4", "second_price_r14.8"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Defaults and refusals, by hand
+
+
+def test_the_truths_default_to_no_reserve():
+    assert second_price_revenue(2) == pytest.approx(1 / 3)
+    assert welfare(2) == pytest.approx(2 / 3)
+    assert second_price_revenue(3) == pytest.approx(1 / 2)
+    assert welfare(3) == pytest.approx(3 / 4)
+
+
+def test_simulated_bids_default_to_two_bidders_values_in_zero_one_in_float64():
+    bids, values = simulate_first_price_bids(2000, generator=torch.Generator().manual_seed(1))
+    assert values.dtype == bids.dtype == torch.float64
+    assert 0.0 <= float(values.min()) and float(values.max()) < 1.0 and float(values.max()) > 0.99
+    assert torch.allclose(bids, torch.round(values / 2 / 0.01) * 0.01)
+
+
+def test_simulated_values_span_the_value_scale():
+    _, values = simulate_first_price_bids(2000, value_scale=3.0, generator=torch.Generator().manual_seed(1))
+    assert 0.0 <= float(values.min()) and 2.9 < float(values.max()) < 3.0
+
+
+def test_one_bid_is_enough():
+    bids, values = simulate_first_price_bids(1, grid=None, generator=torch.Generator().manual_seed(2))
+    assert bids.shape == values.shape == (1,) and float(bids[0]) == pytest.approx(float(values[0]) / 2)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"n_bids": 10, "n_bidders": 1}, "n_bidders=1: a logged first-price auction needs at least 2 bidders"),
+        ({"n_bids": 0}, "n_bids=0: need at least one bid"),
+    ],
+)
+def test_simulation_refusals(kwargs, message):
+    with pytest.raises(ValueError) as err:
+        simulate_first_price_bids(**kwargs)
+    assert str(err.value) == message
+
+
+def test_no_positive_bid_gives_the_unit_top():
+    assert reserve_top(torch.zeros(5)) == 1.0
+    assert reserve_top(torch.tensor([0.0, -1.0])) == 1.0

@@ -1,0 +1,51 @@
+"""runtime/quiet.py: the exact harmless warnings are silenced, anything else still reaches the user."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from pipeline.runtime import quiet
+
+HARMLESS = [
+    "You passed in a `val_dataloader` but have no `validation_step`. Skipping val loop.",
+    "The number of training batches (3) is smaller than the logging interval Trainer(log_every_n_steps=50). "
+    "Set a lower value for log_every_n_steps if you want to see logs for the training epoch.",
+    "The `srun` command is available on your system but is not used. HINT: If your intention is to run Lightning "
+    "on SLURM, prepend your python command with `srun` like so: srun python train.py",
+]
+STILL_SHOWN = [
+    "You passed in a `val_dataloader` but have no `validation_step`!",
+    "The number of training batches (three) is smaller than the logging interval",
+    "The `sbatch` command is available on your system but is not used",
+    "Something else went wrong",
+]
+
+
+def shown_after_install(messages: list[str], category: type[Warning] = UserWarning) -> list[str]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quiet.install()
+        for message in messages:
+            warnings.warn(message, category, stacklevel=1)
+    return [str(w.message) for w in caught]
+
+
+@pytest.mark.parametrize("message", HARMLESS)
+def test_each_harmless_warning_is_silenced(message):
+    assert shown_after_install([message]) == []
+    assert shown_after_install([message], category=RuntimeWarning) == []
+
+
+def test_other_warnings_still_reach_the_user():
+    assert shown_after_install(HARMLESS + STILL_SHOWN) == STILL_SHOWN
+
+
+def test_install_leaves_one_filter_per_harmless_message_and_nothing_else():
+    with warnings.catch_warnings():
+        warnings.resetwarnings()
+        quiet.install()
+        filters = list(warnings.filters)
+    assert len(filters) == 3
+    assert all(f[0] == "ignore" for f in filters)
