@@ -187,7 +187,9 @@ def test_auction_data_is_checked_only_for_auction_data(tmp_path):
     message = refused(checks._check_auction_data, cfg(data={"_target_": target, "path": str(tmp_path / "none.csv")}))
     assert message.startswith("data.path=") and "none.csv" in message
     message = refused(checks._check_auction_data, cfg(data={"_target_": target, "n_bidders": 1}))
-    assert "n_bidders" in message and not message.startswith("data.path=")
+    assert message.startswith("data.n_bidders=1: an auction has 2 to 100 bidders")
+    checks._check_auction_data(cfg(data={"_target_": target, "n_bidders": 3}))
+    checks._check_auction_data(cfg(data={"n_bidders": 1}))  # no _target_: not auction data
 
 
 def test_closed_groups_refuse_unknown_keys_and_trainer_owned_keys():
