@@ -107,7 +107,6 @@ MODULES: dict[str, list[str]] = {
     "config/grouping.py": ["tests/test_grouping.py", "tests/test_grouping_units.py"],
     "config/checks.py": ["tests/test_checks_units.py"],
     "tasks/rl_agents.py": ["tests/tasks/test_rl_agents_units.py"],
-    "tasks/configs.py": ["tests/tasks/test_configs_units.py"],
 }
 # Measured by default: the modules nobody is rewriting right now.
 STABLE = [
@@ -281,6 +280,9 @@ LEFT_OUT: dict[str, str] = {
     "(iqm[-2]/high[-2]), `any_final = final` for `|=` with two groups on one metric, a seed stopped early with more "
     "than two points, fit_to_text's growth margin, two metrics in interval_estimates' file names. Some are equivalent "
     "(colour names read case-insensitively, the jitter's seed 0 vs 1, axes[0][1] for axes[0][0] under sharey=True)",
+    "tasks/configs.py": "dataclasses of defaults and no function: mutmut 3 mutates only function bodies, so it has no "
+    "mutant a test can reach (2026-12-04: 'could not find any test case for any mutant' against a test of every "
+    "schema's defaults against conf/task/*.yaml); tests/tasks/test_contract.py already pins each schema to its YAML",
 }
 
 STATUS = {
