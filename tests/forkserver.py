@@ -1,12 +1,14 @@
 """A warm interpreter that runs `python -m pipeline ...` in forked children, for the test suite's `run_cli`.
 
+(and `python -m pipeline.eval` / `pipeline.report`, through `run_module`).
+
 Every run of the CLI spends ~3-4 s importing torch, Lightning and Hydra before it does anything (docs/speed.md,
 "Start-up time"); the suite runs the CLI a few hundred times. This server imports them once and forks a child
 per request; the child is a real process (its own pid, signals, exit status, files) that sets the request's cwd,
-environment and argv and runs the `pipeline` package as `__main__` (as `-m` does), its stdout and stderr in
+environment and argv and runs the requested module (`pipeline` unless named) as `__main__` (as `-m` does), its stdout and stderr in
 files. Only the import cost is shared: nothing of a test's state is, since the server is its own fresh process.
 
-Protocol (one JSON object per line): request {"args", "cwd", "env", "timeout"} on stdin; reply
+Protocol (one JSON object per line): request {"module", "args", "cwd", "env", "timeout"} on stdin; reply
 {"returncode", "stdout", "stderr", "timed_out"} (the two outputs are file paths the caller reads and removes).
 """
 
@@ -36,7 +38,7 @@ def _child(request: dict, out_fd: int, err_fd: int, channel: list[int]) -> None:
         sys.argv = ["-m", *request["args"]]
         import runpy
 
-        runpy.run_module("pipeline", run_name="__main__", alter_sys=True)
+        runpy.run_module(request.get("module", "pipeline"), run_name="__main__", alter_sys=True)
         code = 0
     except SystemExit as stop:
         if stop.code is None:

@@ -39,15 +39,20 @@ def _same_import_env(a: dict, b: dict) -> bool:
 
 def run_cli(*args: str, cwd: Path | None = None, timeout: int = 600, env: dict | None = None):
     """`python -m pipeline ...` as a user types it (forked from a warm interpreter, see tests/forkserver.py)."""
+    return run_module("pipeline", *args, cwd=cwd, timeout=timeout, env=env)
+
+
+def run_module(module: str, *args: str, cwd: Path | None = None, timeout: int = 600, env: dict | None = None):
+    """`python -m <module> ...` (pipeline, pipeline.eval, pipeline.report) as `run_cli` runs `python -m pipeline`."""
     full_env = {**os.environ, "WANDB_MODE": "offline", **(env or {})}
-    cmd = [sys.executable, "-m", "pipeline", *args]
+    cmd = [sys.executable, "-m", module, *args]
     if os.environ.get("PIPELINE_TEST_FORKSERVER", "1") != "0":
         with _SERVER_LOCK:
             server = _forkserver()
             if server is not None and _same_import_env(full_env, server[1]):
                 proc = server[0]
-                proc.stdin.write(json.dumps({"args": list(args), "cwd": str(cwd or ROOT), "env": full_env,
-                                             "timeout": timeout}) + "\n")
+                proc.stdin.write(json.dumps({"module": module, "args": list(args), "cwd": str(cwd or ROOT),
+                                             "env": full_env, "timeout": timeout}) + "\n")
                 proc.stdin.flush()
                 reply = json.loads(proc.stdout.readline())
                 out, err = (_read_and_remove(reply[k]) for k in ("stdout", "stderr"))

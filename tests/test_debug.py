@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 
 import pipeline
 from pipeline.runtime.quiet import HARMLESS
-from pipeline_testing import ROOT, read_result
+from pipeline_testing import ROOT, read_result, run_cli
 
 PRESETS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))
 DEBUG_TRAINER = {"max_epochs": 1, "max_steps": -1, "log_every_n_steps": 1, "enable_progress_bar": False,
@@ -90,10 +90,7 @@ def test_counterfactual_and_gan_are_shrunk():
 
 def test_cfg_job_prints_what_a_debug_run_runs(tmp_path):
     """`--cfg job` is the composed config the run gets: a debug run of the 60-epoch preset shows max_epochs 1."""
-    out = subprocess.run(
-        [sys.executable, "-m", "pipeline", "experiment=supervised_digits", "trainer=debug", "--cfg", "job"],
-        capture_output=True, text=True, cwd=tmp_path, timeout=120,
-    )
+    out = run_cli("experiment=supervised_digits", "trainer=debug", "--cfg", "job", cwd=tmp_path, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     trainer = OmegaConf.create(out.stdout).trainer
     assert trainer.max_epochs == 1 and trainer.limit_train_batches == 3

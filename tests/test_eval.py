@@ -1,9 +1,6 @@
 """`python -m pipeline.eval <run dir>`: greedy replays of a saved agent, eval.json, MP4 videos, the run's loggers."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import imageio.v2 as imageio
@@ -16,12 +13,11 @@ from pipeline.eval import main as eval_main
 from pipeline.nets.mlp import MLP
 from pipeline.rl.envs import evaluate_greedy
 from pipeline.runtime.replay import REPLAY_SEED_OFFSET
-from pipeline_testing import ROOT, read_result, run_cli
+from pipeline_testing import read_result, run_cli, run_module
 
 
 def run_eval(*args: str):
-    env = {**os.environ, "WANDB_MODE": "offline"}
-    return subprocess.run([sys.executable, "-m", "pipeline.eval", *args], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    return run_module("pipeline.eval", *args, timeout=300)
 
 
 def make_run_dir(make_cfg, run_dir: Path, *overrides: str, seed: int = 0, config_dir: Path | None = None) -> MLP:

@@ -2,9 +2,6 @@
 score by its own judge; the numbers are the run's own record on the same split and noise."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,13 +11,11 @@ from omegaconf import OmegaConf
 from pipeline.data.digits import DigitsDataModule
 from pipeline.eval import main as eval_main
 from pipeline.nets.mlp import MLP
-from pipeline_testing import ROOT, read_result, run_cli
+from pipeline_testing import read_result, run_cli, run_module
 
 
 def run_eval(*args: str, env: dict | None = None):
-    full_env = {**os.environ, "WANDB_MODE": "offline", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "pipeline.eval", *args], capture_output=True, text=True, cwd=ROOT,
-                          env=full_env, timeout=300)
+    return run_module("pipeline.eval", *args, env=env, timeout=300)
 
 
 def eval_json(run_dir: Path) -> dict:

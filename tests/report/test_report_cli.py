@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
+from pathlib import Path
 
 import pytest
 from report_runs import OTHER_GROUP, RL_GROUP, write_two_group_sweep
 
+from pipeline_testing import run_module
+
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pipeline.report", *args], capture_output=True, text=True,
-                          timeout=120)
+    return run_module("pipeline.report", *args, cwd=Path.cwd(), timeout=120)
 
 
 def test_cli_builds_report_and_prints_summary(tmp_path):
