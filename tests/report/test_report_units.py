@@ -212,6 +212,17 @@ def test_to_strict_json_leaves_only_plain_json_types():
     assert to_strict_json(np.int32(7)) == 7 and type(to_strict_json(np.int32(7))) is int
 
 
+class _RunDir:
+    """An os.PathLike that is not a pathlib.Path (str() of it is its repr, not the path)."""
+
+    def __fspath__(self):
+        return "/runs/seed3"
+
+
+def test_to_strict_json_writes_any_pathlike_as_its_path():
+    assert to_strict_json({"dir": _RunDir(), "dirs": [_RunDir()]}) == {"dir": "/runs/seed3", "dirs": ["/runs/seed3"]}
+
+
 def test_status_counts_lists_every_status_then_the_unknown_ones():
     groups = {"a": {"status_counts": {"ok": 2, "failed": 1}}, "b": {"status_counts": {"ok": 3, "weird": 2}}}
     counts = status_counts(groups)

@@ -36,7 +36,7 @@ def to_strict_json(value: Any) -> Any:
     if isinstance(value, (float, np.floating)):
         return float(value) if math.isfinite(value) else None
     if isinstance(value, os.PathLike):
-        return str(value)
+        return os.fsdecode(value)  # the path itself, for any PathLike (str() of one that is not a Path is its repr)
     return value
 
 
