@@ -1,6 +1,8 @@
 """Multi-seed sweeps through real Hydra launchers, ending in a report; failures and resume lose nothing."""
 
 import json
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -9,9 +11,17 @@ from matplotlib.image import imread
 from pipeline_testing import run_cli, sweep_dir
 
 
+def wandb_log(run_dir: Path, wait_s: float = 30.0) -> bytes:
+    """The offline run's run-*.wandb bytes. W&B's service process writes that file and can still be at it for a moment
+    after the run's own process has exited (seen once in a CI rehearsal under load: no file yet); wait for it."""
+    end = time.monotonic() + wait_s
+    while not (found := sorted(run_dir.glob("run-*.wandb"))) and time.monotonic() < end:
+        time.sleep(0.2)
+    assert found, f"no run-*.wandb in {run_dir} after {wait_s:.0f} s: {sorted(p.name for p in run_dir.iterdir())}"
+    return found[0].read_bytes()
+
+
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason="seen failing once in a CI rehearsal (the report's offline W&B run had no run-*.wandb "
-                   "file yet: StopIteration); not yet explained, see the stop-20 note")
 def test_joblib_sweep_with_wandb_writes_report_and_offline_runs(tmp_path):
     proc = run_cli(
         "-m", "experiment=supervised_digits", "trainer=debug", "seed=range(0,3)", "hydra/launcher=joblib",
@@ -41,11 +51,11 @@ def test_joblib_sweep_with_wandb_writes_report_and_offline_runs(tmp_path):
     # One offline W&B run per seed holding that seed's record, and one summary run for the report.
     for job, result in zip(jobs, results):
         (run_dir,) = (job / "wandb").glob("offline-run-*")
-        log = next(run_dir.glob("run-*.wandb")).read_bytes()
+        log = wandb_log(run_dir)
         assert f'"seed":{result["seed"]},'.encode() in log, job
         assert f'"test/acc":{result["metrics"]["test/acc"]!r}'.encode() in log, job
     (summary_run,) = (sweep / "report").rglob("offline-run-*")
-    assert b"IQM and mean of test/acc" in next(summary_run.glob("run-*.wandb")).read_bytes()
+    assert b"IQM and mean of test/acc" in wandb_log(summary_run)
 
 
 @pytest.mark.slow
