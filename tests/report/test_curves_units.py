@@ -87,6 +87,30 @@ def test_iqm_curve_band_of_two_seeds_spans_them_and_one_seed_has_no_band():
     assert iqm[0] == 3.0 and high[0] == 3.0  # three separate arrays
 
 
+def test_iqm_curve_band_at_a_step_some_seeds_have_not_reached_is_over_the_seeds_that_have():
+    # Seeds 1 and 3 start late (NaN before their first step): at steps 0-1 only seeds 0 and 2 have values, at
+    # step 2 only seed 0 (a point, no band), at step 3 all four. A resample of only missing seeds once made the
+    # band NaN wherever a seed was missing.
+    nan = np.nan
+    values = np.array([
+        [2.0, 6.0, 9.0, 1.0],
+        [nan, nan, nan, 2.0],
+        [4.0, 10.0, nan, 3.0],
+        [nan, nan, nan, 4.0],
+    ])
+    iqm, low, high = iqm_curve(values, reps=2000)
+    assert iqm.tolist() == [3.0, 8.0, 9.0, 2.5]
+    # Two seeds: the band is [min, max] of their values (see the test above).
+    assert low[:2].tolist() == [2.0, 6.0] and high[:2].tolist() == [4.0, 10.0]
+    assert low[2] == high[2] == 9.0
+    # Four seeds 1..4: every resample's IQM lies in [1, 4]; a 95% band holds the point and is not a single value.
+    assert 1.0 <= low[3] < 2.5 < high[3] <= 4.0
+    assert np.isfinite(low).all() and np.isfinite(high).all()
+    # A step no seed has reached is NaN throughout.
+    iqm, low, high = iqm_curve(np.array([[nan, 1.0], [nan, 2.0]]), reps=500)
+    assert np.isnan([iqm[0], low[0], high[0]]).all() and (low[1], high[1]) == (1.0, 2.0)
+
+
 def test_iqm_curve_is_seeded_and_its_band_is_95_percent():
     rng = np.random.default_rng(1)
     values = rng.normal(size=(12, 3))

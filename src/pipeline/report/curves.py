@@ -73,19 +73,30 @@ def nan_iqm(scores: np.ndarray) -> np.ndarray:
 def iqm_curve(
     values: np.ndarray, reps: int = DEFAULT_REPS, seed: int = DEFAULT_SEED
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(iqm, ci_low, ci_high)`` per step; seeds are resampled with replacement (rliable's stratified bootstrap)."""
+    """``(iqm, ci_low, ci_high)`` per step; seeds are resampled with replacement (rliable's stratified bootstrap).
+
+    At each step the point and the band are over the seeds that have a value there (a seed whose curve starts
+    later is NaN before its first step): steps that share those seeds share one bootstrap, so the band is never
+    NaN where the point is not (a resample of only missing seeds would make it so). One seed: no band.
+    """
     from rliable import library
 
     point = nan_iqm(values)
+    low, high = point.copy(), point.copy()
     if values.shape[0] < 2:
-        return point, point.copy(), point.copy()
-    # rliable wants (runs, tasks, ...): one task, steps last.
-    scores = values[:, None, :]
-    with seeded_global_numpy(seed), np.errstate(invalid="ignore"):
-        _, intervals = library.get_interval_estimates(
-            {"group": scores}, lambda s: nan_iqm(s[:, 0, :]), reps=reps, confidence_interval_size=CONFIDENCE
-        )
-    low, high = np.asarray(intervals["group"], dtype=float)
+        return point, low, high
+    patterns, which = np.unique(np.isfinite(values).T, axis=0, return_inverse=True)
+    for k, seeds in enumerate(patterns):
+        if seeds.sum() < 2:
+            continue
+        steps = which.reshape(-1) == k
+        # rliable wants (runs, tasks, ...): one task, steps last.
+        scores = values[seeds][:, steps][:, None, :]
+        with seeded_global_numpy(seed), np.errstate(invalid="ignore"):
+            _, intervals = library.get_interval_estimates(
+                {"group": scores}, lambda s: nan_iqm(s[:, 0, :]), reps=reps, confidence_interval_size=CONFIDENCE
+            )
+        low[steps], high[steps] = np.asarray(intervals["group"], dtype=float)
     return point, low, high
 
 
