@@ -51,36 +51,6 @@ def test_bad_input_is_refused_in_one_line_before_training(env, hp, message):
         make(env, **hp)
 
 
-def test_compile_without_a_cpp_compiler_is_refused_in_one_line(monkeypatch):
-    monkeypatch.setenv("CXX", "/nonexistent/g++-0")
-    with pytest.raises(ValueError, match=r"^task.compile=true needs a C\+\+ compiler for torch.compile and /nonexistent/g\+\+-0 "
-                                         r"is not on PATH; install one \(apt-get install g\+\+\) or set task.compile=false$"):
-        make({"id": "CartPole-v1"}, compile=True)
-    make({"id": "CartPole-v1"}, compile=False)  # no compiler needed without it
-
-
-@pytest.mark.slow
-def test_a_compiled_actor_critic_computes_what_the_eager_one_does_and_saves_the_same_keys(make_cfg, tmp_path):
-    """task.compile=true (Module.compile, ~10-40 s of compiling here): same outputs within float32 rounding, same
-    parameters and state_dict keys, and a run's model.pt loads into the ordinary ActorCritic."""
-    compiled, eager = make({"id": "Pendulum-v1"}, n_agents=2, compile=True), make({"id": "Pendulum-v1"}, n_agents=2)
-    # Module.compile() keeps the module and marks it (torch.compile(module) would wrap it, renaming every key).
-    assert compiled.net._compiled_call_impl is not None and eager.net._compiled_call_impl is None
-    assert list(compiled.net.state_dict()) == list(eager.net.state_dict())
-    assert all(torch.equal(a, b) for a, b in zip(compiled.net.parameters(), eager.net.parameters()))
-    obs = torch.randn(2, 64, 3, generator=torch.Generator().manual_seed(0))
-    (mean_c, value_c), (mean_e, value_e) = compiled.net(obs), eager.net(obs)
-    # float32 sums of 3- and 16-term dot products and a tanh, reassociated or fused: a few ulps of values near 1.
-    assert torch.allclose(mean_c, mean_e, rtol=1e-5, atol=1e-6) and torch.allclose(value_c, value_e, rtol=1e-5, atol=1e-6)
-    cfg = make_cfg("experiment=ppo_cartpole", "trainer.enable_progress_bar=false", "task.eval_episodes=2",
-                   "task.final_eval_episodes=2", "model.hidden=[16]", "seeds_per_process=2", "task.compile=true",
-                   *PRESETS["ppo_cartpole"])
-    for record in run(cfg, tmp_path):
-        assert record["status"] == "ok", record["error"]
-        net = ActorCritic(4, 2, hidden=(16,))
-        net.load_state_dict(torch.load(f"{record['run_dir']}/model.pt", weights_only=True))
-
-
 def test_a_network_without_an_actor_and_a_critic_is_refused():
     with pytest.raises(ValueError, match=r"^task=ppo needs model=actor_critic \(an actor and a critic\); got <class 'pipeline.nets.mlp.MLP'>$"):
         make({"id": "CartPole-v1"}, net=functools.partial(MLP, hidden=(8,)))

@@ -163,7 +163,6 @@ class PPOConfig:
     threshold: float | None = None
     capture_video: bool = False
     video_every: int = 0  # every N-th evaluation during training, a video of each agent (0: none)
-    compile: bool = False  # torch.compile the actor-critic (needs a C++ compiler on CPU)
 
 
 # Each shipped task option (conf/task/<name>.yaml) and its schema.

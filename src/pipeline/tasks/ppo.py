@@ -25,8 +25,6 @@ between iterations.
 from __future__ import annotations
 
 import functools
-import os
-import shutil
 import time
 from dataclasses import asdict
 
@@ -106,11 +104,6 @@ def check_ppo_settings(hp: PPOConfig, env_id: str, act_space: gym.spaces.Space) 
             raise ValueError(f"task=ppo takes flat Box actions (shape (D,)); {env_id} has {act_space}")
     elif not isinstance(act_space, gym.spaces.Discrete):
         raise ValueError(f"task=ppo takes Discrete or Box action spaces; {env_id} has {act_space}")
-    if hp.compile and shutil.which(os.environ.get("CXX") or "g++") is None:
-        raise ValueError(
-            f"task.compile=true needs a C++ compiler for torch.compile and {os.environ.get('CXX') or 'g++'} is "
-            "not on PATH; install one (apt-get install g++) or set task.compile=false"
-        )
 
 
 class PPOTask(RLAgents, Task):
@@ -167,8 +160,6 @@ class PPOTask(RLAgents, Task):
         self._last_log_step = 0
         self._resume: dict | None = None
         self.base_lr: float | None = None
-        if hp.compile:
-            self.net.compile()  # in place: the module, its parameters and state_dict keys stay as they are
 
     # ---- Lightning plumbing -------------------------------------------------------------
     def configure_optimizers(self):
