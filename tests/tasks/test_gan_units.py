@@ -8,6 +8,8 @@ seeded by hand; pictures from numbers worked out on paper.
 """
 
 import copy
+import re
+import time
 from types import SimpleNamespace
 
 import lightning as L
@@ -52,7 +54,7 @@ class Images(L.LightningDataModule):
         self.batch_size, self.as_tensor = batch_size, as_tensor
         self.image_shape, self.n_classes = SHAPE, 2 if labelled else None
         if labelled:
-            self.real_labels = lambda split: torch.arange(n) % 2 + (10 if split == "test" else 0)
+            self.real_labels = lambda split: torch.arange(n) % 2 + {"train": 0, "test": 10}[split]
 
     def real_images(self, split):
         return self.images[split]
@@ -78,6 +80,12 @@ class Judge:
         images = images.clone()
         self.scored.append(images)
         return {"inception_score": 2.0 + float(images.sum()), "frechet_distance": 7.0 + float(images.abs().sum())}
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path, monkeypatch):
+    """Lightning's default_root_dir is the working directory: runs without a run_dir write their samples there."""
+    monkeypatch.chdir(tmp_path)
 
 
 @pytest.fixture
@@ -243,14 +251,14 @@ def by_hand(pair, real, z, lr, real_target, g_turn):
 def test_missing_parts_are_refused_naming_the_config_group():
     cases = [
         (dict(net=None), "task=gan needs net: choose a pair with model=gan_mlp|gan_dcgan"),
-        (dict(loss=None), r"task=gan needs loss: use loss=bce \(classic GAN\) or loss=mse \(least squares\)"),
+        (dict(loss=None), "task=gan needs loss: use loss=bce (classic GAN) or loss=mse (least squares)"),
         (dict(optimizer=None), "task=gan needs optimizer: choose one with optimizer=adam"),
         (dict(datamodule=None), "task=gan needs datamodule: choose images with data=digit_images|atari_frames"),
     ]
     for values, message in cases:
         settings = dict(net=Pair(), loss=nn.MSELoss(), optimizer=sgd(), datamodule=Images(), **{})
         settings.update(values)
-        with pytest.raises(ValueError, match=f"^{message}$"):
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
             GANTask.create(**settings)
 
 
@@ -289,6 +297,7 @@ def test_settings_are_kept_with_their_types(tmp_path):
                 eval_every_n_epochs=4.0, sample_every_n_epochs=6.0, log_every_n_steps=0, histogram_every_n_steps=9.0,
                 log_graph=1, n_grid_samples=5)
     assert shapes == [(1, 2, 2)] and type(shapes[0]) is tuple
+    assert task.config.d_steps_per_g_step == 3.0 and task.config.n_grid_samples == 5 and task.seed == 0
     assert task.image_shape == (1, 2, 2) and all(type(s) is int for s in task.image_shape)
     assert task.n_classes == 2 and type(task.n_classes) is int
     assert task.run_dir == tmp_path and isinstance(task.run_dir, type(tmp_path))
@@ -421,6 +430,7 @@ def test_one_step_matches_the_gan_update_by_hand(built, as_tensor):
     task = make(Spy, pair=pair, datamodule=dm, label_smoothing=0.1)
     task.fit_and_evaluate(trainer(1), dm, None)
     ((z,),) = [task.zs]
+    assert z.shape == (4, LATENT)  # one noise vector per real image
     real = dm.images["train"][:4]
     assert torch.equal(task.d_calls[0]["real"], real)
     hand = by_hand(before, real, z, 0.1, 0.9, g_turn=True)
@@ -464,7 +474,7 @@ def test_progress_is_logged_as_window_means_every_n_steps(built):
     logger = ListLogger()
     dm = Images(n=20)
     task = make(Spy, datamodule=dm, log_every_n_steps=2, d_steps_per_g_step=2)
-    t = trainer(5, loggers=[logger])
+    t = trainer(5, loggers=[logger], log_every_n_steps=1)
     task.fit_and_evaluate(t, dm, None)
     rows = [(step, m) for step, m in logger.rows if any(k.startswith("train/") for k in m)]
     d = [float(c["out"]["d_loss"]) for c in task.d_calls]
@@ -480,13 +490,16 @@ def test_progress_is_logged_as_window_means_every_n_steps(built):
     assert t.progress_bar_metrics["d_loss"] == pytest.approx((d[2] + d[3]) / 2, rel=1e-6)
     assert task._last_logged["train/d_loss"] == pytest.approx(d[4], rel=1e-6)
     assert all(type(v) is float for v in task._last_logged.values())
+    assert task.generator_steps == 2 and task.iterations == 5
+    # The progress bar's d_loss stays off the loggers (they have train/d_loss at the batch count).
+    assert not [m for _, m in logger.rows if "d_loss" in m]
 
 
 def test_a_non_finite_loss_stops_the_run_with_the_fix(built):
     dm = Images()
     dm.images["train"][1, 0, 0, 0] = float("nan")
     task = make(datamodule=dm, log_every_n_steps=1)
-    with pytest.raises(NonFiniteLossError, match="lower optimizer.lr or use loss=mse"):
+    with pytest.raises(NonFiniteLossError, match=r"^loss became nan at step 1; lower optimizer\.lr or use loss=mse \(least squares\)$"):
         task.fit_and_evaluate(trainer(1), dm, None)
     # Only the losses are checked: a non-finite mean probability alone is logged as it is.
     task = attach(make(), [ListLogger()])
@@ -506,10 +519,20 @@ def test_histograms_go_to_tensorboard_every_n_steps(built):
     assert close(last, params(task.gan)) and all(not v.requires_grad for v in last)
 
 
-def test_no_histograms_when_switched_off(built):
-    tb = FakeTensorBoard()
-    make(histogram_every_n_steps=0).fit_and_evaluate(trainer(2, loggers=[tb], log_every_n_steps=NEVER), Images(), None)
-    assert not [c for c in tb.recorder.calls if c[0] == "add_histogram"]
+def test_histograms_every_step_or_never(built):
+    for every, steps in ((1, [1, 2]), (0, [])):
+        tb = FakeTensorBoard()
+        make(histogram_every_n_steps=every).fit_and_evaluate(trainer(2, loggers=[tb], log_every_n_steps=NEVER), Images(), None)
+        assert [args[2] for name, args, _, _ in tb.recorder.calls if name == "add_histogram"][::4] == steps
+
+
+def test_histogram_time_counts_as_logging():
+    task = attach(make(), [FakeTensorBoard(), ListLogger()])
+    task.time_breakdown_s = {"log": 2.0}
+    t0 = time.perf_counter()
+    task._log_histograms()
+    elapsed = time.perf_counter() - t0
+    assert set(task.time_breakdown_s) == {"log"} and 2.0 <= task.time_breakdown_s["log"] <= 2.0 + elapsed
 
 
 def test_graph_is_traced_once_in_eval_mode():
@@ -622,6 +645,17 @@ def test_epoch_end_steps_schedulers_and_evaluates_and_draws_when_due(tmp_path, n
                            ("eval", 4), ("samples", tmp_path / "samples" / "epoch_0005.png", "samples")]
 
 
+@pytest.mark.parametrize("max_epochs", [-1, None])
+def test_epoch_end_without_an_epoch_limit_keeps_the_schedule(max_epochs):
+    # trainer.max_epochs=-1 with trainer.max_steps: no epoch is the last, fit_and_evaluate scores the end.
+    task = make(EpochSpy, eval_every_n_epochs=2, sample_every_n_epochs=0)
+    attach(task, max_epochs=max_epochs)
+    for epoch in range(3):
+        task._trainer.current_epoch = epoch
+        task.on_train_epoch_end()
+    assert task.events == [("eval", 1)]
+
+
 def test_epoch_end_without_run_dir_and_with_both_switched_off():
     task = make(EpochSpy, eval_every_n_epochs=1, sample_every_n_epochs=1)
     attach(task, max_epochs=3, default_root_dir="/root/x", current_epoch=0)
@@ -643,10 +677,25 @@ def test_generate_runs_in_eval_mode_without_gradients(was_training):
     task.gan.train(was_training)
     z = torch.randn(6, LATENT)
     out = task.generate(z)
+    assert out.shape == (6, *SHAPE)
     plain = copy.deepcopy(pair.generator).eval()
     assert torch.allclose(out, plain(z)) and not out.requires_grad
     assert task.gan.training is was_training and task.gan.generator[1].training is was_training
     assert torch.equal(pair.generator[1].running_mean, torch.full((4,), 0.5))  # untouched by the pass
+
+
+def test_generate_goes_in_chunks_of_1024():
+    task = make()
+    sizes = []
+    task.gan.generator.register_forward_pre_hook(lambda module, args: sizes.append(len(args[0])))
+    assert task.generate(torch.zeros(2049, LATENT)).shape == (2049, *SHAPE)
+    assert sizes == [1024, 1024, 1]
+
+
+def test_noise_and_generation_happen_on_the_tasks_device():
+    task = make().to("meta")  # a device other than the CPU where the noise is drawn
+    assert task.noise(3).device.type == "meta"
+    assert task.generate(torch.zeros(2, LATENT)).device.type == "meta"
 
 
 def test_score_uses_the_evaluation_noise_or_a_given_seed(built):
@@ -729,9 +778,10 @@ def test_image_grid_by_hand():
 
 def test_save_png_scales_by_a_whole_factor_in_fixed_grey_levels(tmp_path):
     grid = np.array([[0.5, 0.5, 0.5], [0.5, 0.5, 0.5]], dtype=np.float32)
-    big = save_png(grid, tmp_path / "a" / "b.png")
+    big = save_png(grid, tmp_path / "a" / "z" / "b.png")
     assert big.shape == (2 * 86, 3 * 86)  # ceil(256 / 3) = 86
-    read = mpimg.imread(tmp_path / "a" / "b.png")
+    assert save_png(grid[:, :2], tmp_path / "e.png").shape == (256, 256)  # exactly 128 times
+    read = mpimg.imread(tmp_path / "a" / "z" / "b.png")
     assert read.shape == (172, 258, 4) and np.allclose(read[..., :3], 128 / 255, atol=1 / 255)  # not stretched to 0..1
     small = save_png(np.array([[0.0, 1.0]]), tmp_path / "c.png", min_side=1)
     assert small.tolist() == [[0.0, 1.0]] and mpimg.imread(tmp_path / "c.png")[0, :, 0].tolist() == [0.0, 1.0]
@@ -826,3 +876,33 @@ def test_agent_record_and_state_dict():
     assert all(torch.equal(state[k], v) and not state[k].requires_grad for k, v in task.gan.state_dict().items())
     with pytest.raises(RuntimeError, match="Missing key"):
         task.load_agent_state_dict({"generator.0.weight": state["generator.0.weight"]})
+
+
+class FakeFit:
+    """A trainer whose fit only books time to the phases the task counts apart from training."""
+
+    def __init__(self, task, loggers=()):
+        self.loggers, self.current_epoch, self.calls = list(loggers), 0, []
+        self.task = task
+
+    def fit(self, task, datamodule, ckpt_path):
+        self.calls.append((task, datamodule, ckpt_path))
+        for phase, seconds in (("eval", 5.0), ("samples", 1.0), ("log", 2.0), ("other", 50.0)):
+            task.add_time(phase, seconds)
+
+
+def test_training_time_is_the_fit_minus_what_it_spent_elsewhere(built, tmp_path):
+    dm = Images()
+    task = make(datamodule=dm, run_dir=tmp_path)
+    tb = FakeTensorBoard()
+    fake = FakeFit(task, [tb])
+    task._trainer = fake
+    task.prepare_quality(dm)
+    task.time_breakdown_s = {"eval": 100.0, "samples": 10.0}
+    t0 = time.perf_counter()
+    task.fit_and_evaluate(fake, dm, "last.ckpt")
+    elapsed = time.perf_counter() - t0
+    assert fake.calls == [(task, dm, "last.ckpt")]
+    # 8 s of the fit went to evaluating, drawing and logging (no judge set up: it was ready); the fit took ~0 s.
+    assert -8.0 <= task.time_breakdown_s["train"] <= -8.0 + elapsed
+    assert [args[0] for name, args, _, _ in tb.recorder.calls if name == "add_image"] == ["samples_final"]
