@@ -233,7 +233,9 @@ class GANTask(Task):
         for scheduler in schedulers if isinstance(schedulers, list) else [schedulers] if schedulers else []:
             scheduler.step()
         epoch = self.current_epoch + 1
-        last = epoch >= (self.trainer.max_epochs or 0)
+        # max_epochs -1 (a run bounded by trainer.max_steps): no epoch is the last; fit_and_evaluate scores the end.
+        max_epochs = self.trainer.max_epochs
+        last = max_epochs is not None and 0 <= max_epochs <= epoch
         if self.eval_every_n_epochs > 0 and (epoch % self.eval_every_n_epochs == 0 or last):
             self.evaluate_now()
         if self.sample_every_n_epochs > 0 and (epoch % self.sample_every_n_epochs == 0 or last):
