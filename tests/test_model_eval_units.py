@@ -132,3 +132,24 @@ def test_one_line_is_the_first_line_of_the_root_cause():
     assert model_eval._one_line(ValueError("  \n")) == "ValueError"
     assert model_eval._one_line(ValueError()) == "ValueError"
     assert model_eval._one_line(wrapped) == "batch_size must be positive"
+
+
+def test_score_run_returns_what_eval_json_holds(make_cfg, tmp_path):
+    """A supervised run saved by hand (config and untrained weights, no training), scored in-process."""
+    import torch
+
+    from pipeline.nets.mlp import MLP
+
+    run_dir = tmp_path / "run"
+    (run_dir / ".hydra").mkdir(parents=True)
+    OmegaConf.save(make_cfg("experiment=supervised_digits"), run_dir / ".hydra" / "config.yaml")
+    torch.manual_seed(0)
+    torch.save(MLP(64, 10, hidden=[256, 128], dropout=0.2).state_dict(), run_dir / "model.pt")
+    cfg = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
+    got = model_eval.score_run(Options(run_dir=run_dir, split="val", data={"batch_size": "32"}), cfg, 7)
+    seconds = got.pop("seconds")
+    metrics = got.pop("metrics")
+    assert got == {"run_dir": str(run_dir), "task": "SupervisedTask", "run_seed": 7, "split": "val",
+                   "data": {"batch_size": "32"}, "seed": None, "device": "cpu", "primary_metric": "test/acc"}
+    assert sorted(metrics) == ["val/acc", "val/loss"] and 0 <= metrics["val/acc"] <= 1
+    assert isinstance(seconds, float) and 0 <= seconds < 600 and round(seconds * 1000) == pytest.approx(seconds * 1000)
