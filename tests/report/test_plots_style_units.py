@@ -16,8 +16,9 @@ from matplotlib.figure import Figure
 from pipeline.report import plots
 
 SMALL, MEDIUM, X_SMALL = 10 * 0.833, 10.0, 10 * 0.694  # matplotlib's default font.size 10 and its named scalings
-BLUE, ORANGE = "#1f77b4", "#ff7f0e"  # tab:blue, tab:orange
-COLORS = {"a": BLUE, "b": ORANGE, "c": "#2ca02c", "d": "#d62728", "e": "#9467bd", "f": "#8c564b"}
+# Colours off matplotlib's default cycle: a series drawn without its group's colour would not match by chance.
+BLUE, ORANGE = "#123456", "#a05010"
+COLORS = {"a": BLUE, "b": ORANGE, "c": "#307020", "d": "#601060", "e": "#40a0a0", "f": "#909000"}
 
 
 @pytest.fixture
@@ -64,6 +65,9 @@ def test_learning_curve_style(figures, tmp_path):
     assert (_hex(iqm.get_color()), iqm.get_alpha(), iqm.get_linewidth()) == (BLUE, None, 2.2)
     (band,) = [c for c in ax.collections if isinstance(c, PolyCollection)]
     assert _hex(band.get_facecolor()[0]) == BLUE and band.get_alpha() == 0.2 and band.get_linewidth()[0] == 0.0
+    # Between the CI's low and high ends over the steps before the final point: (0, 0 to 0), (100, 4 to 6).
+    corners = {tuple(v) for v in band.get_paths()[0].vertices.tolist()}
+    assert corners == {(0.0, 0.0), (100.0, 4.0), (100.0, 6.0)}
     (bars,) = ax.containers
     marker = bars.lines[0]
     assert (marker.get_marker(), _hex(marker.get_color()), marker.get_markersize()) == ("D", BLUE, 7.0)
@@ -138,6 +142,8 @@ def test_final_scores_style(figures, tmp_path):
     rng = np.random.default_rng(0)
     assert seeds[0].get_offsets()[:, 1].tolist() == pytest.approx(rng.uniform(-0.12, 0.12, 3).tolist())
     assert seeds[1].get_offsets()[:, 1].tolist() == pytest.approx((1 + rng.uniform(-0.12, 0.12, 2)).tolist())
+    assert iqms[0].get_label() == "IQM" and all(p.get_label().startswith("_") for p in iqms[1:])  # the first row's
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["seed", "mean", "IQM"]
     for iqm in iqms:
         assert _hex(iqm.get_facecolor()[0]) == to_hex("crimson") and iqm.get_sizes().tolist() == [50.0]
         assert iqm.get_zorder() == 4 and iqm.get_paths()[0] != seeds[0].get_paths()[0]  # a diamond, not a dot
@@ -288,21 +294,25 @@ def test_probability_of_improvement_matrix_style(figures, tmp_path):
     assert ax.get_xticklabels()[0].get_fontsize() == pytest.approx(SMALL)
     assert ax.get_yticklabels()[0].get_fontsize() == pytest.approx(SMALL)
     assert ax.title.get_fontsize() == MEDIUM
-    long = "x" * 20 + " " + "y" * 20
-    plots.plot_probability_of_improvement({"m": _comparison([long, *"bcdef"], [])}, tmp_path)
+    long = "x" * 18 + " " + "y" * 18
+    plots.plot_probability_of_improvement({"m": _comparison([long, long[:-1], *"cdef"], [])}, tmp_path)
     ax = figures["probability_of_improvement.png"].axes[0]
-    assert ax.get_yticklabels()[0].get_text() == "x" * 20 + "\n" + "y" * 20 + "  1"  # names wrap at 36 characters
+    assert [t.get_text() for t in ax.get_yticklabels()[:2]] == [  # names wrap past 36 characters
+        "x" * 18 + "\n" + "y" * 18 + "  1", long[:-1] + "  2"]
     # The colour bar: a slim bar (4% of the axes' width, 2% away) just right of the matrix.
     axes_box, bar_box = ax.get_position(original=True), bar.get_position(original=True)
     assert bar_box.width == pytest.approx(0.04 * 0.775) and bar_box.x0 == pytest.approx(axes_box.x1 + 0.02 * 0.775)
 
 
-def _reference_fit(margin, title="a title much wider than two inches of figure, surely"):
+def _reference_fit(margin, title="a title much wider than two inches of figure, surely", above=False):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     fig = Figure(figsize=(2, 2))
     FigureCanvasAgg(fig)
     fig.subplots().set_title(title)
+    if above:  # text past the top and the bottom edges, where no layout moves it
+        fig.text(0.5, 1.0, "above\nthe top", va="bottom")
+        fig.text(0.5, 0.0, "below", va="top")
     return fig
 
 
@@ -337,7 +347,75 @@ def test_saved_at_110_dpi(tmp_path, monkeypatch):
 
 
 def test_colors_are_matplotlib_tab10_then_tab20():
-    assert [to_hex(c) for c in plots.group_colors(["x", "y", "z"]).values()] == [BLUE, ORANGE, "#2ca02c"]
-    many = plots.group_colors([str(i) for i in range(12)])
-    assert to_hex(many["0"]) == BLUE and to_hex(many["1"]) == "#aec7e8"  # tab20's light blue second
+    assert [to_hex(c) for c in plots.group_colors(["x", "y", "z"]).values()] == ["#1f77b4", "#ff7f0e", "#2ca02c"]
+    ten = plots.group_colors([str(i) for i in range(10)])
+    assert to_hex(ten["1"]) == "#ff7f0e" and to_hex(ten["9"]) == "#17becf"  # ten groups: still tab10
+    many = plots.group_colors([str(i) for i in range(21)])
+    assert to_hex(many["0"]) == "#1f77b4" and to_hex(many["1"]) == "#aec7e8"  # tab20's light blue second
+    assert to_hex(many["19"]) == "#9edae5" and many["20"] == many["0"]  # past 20 the colours come round again
     assert matplotlib.colormaps["tab20"].N == 20
+
+
+def _marker_path(marker):
+    from matplotlib.markers import MarkerStyle
+
+    style = MarkerStyle(marker)
+    return style.get_path().transformed(style.get_transform()).vertices.tolist()
+
+
+def test_names_in_file_names_and_wrapped_labels():
+    assert plots._slug("Eval/Return") == "Eval_Return" and plots._slug("X/aX_") == "X_aX"
+    assert plots.wrap("x" * 50) == "x" * 50  # an override longer than a line is never cut
+    assert plots.wrap("lr=1 net=res-net-fifty-layers-deep", 12) == "lr=1\nnet=res-net-fifty-layers-deep"
+
+
+def test_x_labels_of_groups_on_different_axes_are_joined(figures, tmp_path):
+    seeds = [(np.array([0.0, 200.0]), np.array([0.0, 8.0]), None)]
+    b = _curve()
+    b["curve"]["x"] = "env step"
+    plots.plot_learning_curves({"a": _curve(), "b": b}, {"a": seeds, "b": seeds}, COLORS, tmp_path)
+    assert figures["learning_curves.png"].axes[0].get_xlabel() == "env step / step"
+
+
+def test_markers_band_and_file_names_of_single_figures(figures, tmp_path):
+    plots.plot_final_scores({"a": _scores([1.0, 2.0])}, COLORS, tmp_path)
+    seeds, iqm = [c for c in figures["final_scores.png"].axes[0].collections if isinstance(c, PathCollection)]
+    assert iqm.get_paths()[0].vertices.tolist() == _marker_path("D")
+    assert seeds.get_paths()[0].vertices.tolist() == _marker_path("o")
+    plots.plot_time_to_threshold({"a": _scores([1.0], threshold=_threshold({"0": 1.0, "1": None}))}, COLORS, tmp_path)
+    _, never = [c for c in figures["time_to_threshold.png"].axes[0].collections if isinstance(c, PathCollection)]
+    assert never.get_paths()[0].vertices.tolist() == _marker_path("x")
+    images = plots.plot_performance_profiles({"m": _comparison(list("abcd"))}, COLORS, tmp_path)
+    assert images[0]["file"] == "performance_profile.png"
+    (ax,) = figures["performance_profile.png"].axes
+    assert ax.get_legend()._loc == 0  # four entries: inside
+    assert len([c for c in ax.collections if isinstance(c, PolyCollection)]) == 4  # each profile's CI band
+    plots.plot_probability_of_improvement({"m": _comparison(list("abcde"))}, tmp_path)
+    assert not figures["probability_of_improvement.png"].axes[0].images  # five groups: still bars
+
+
+
+def test_fit_to_text_grows_by_exactly_the_text_past_each_edge():
+    fig = _reference_fit(0.0, above=True)
+    fig.tight_layout()
+    fig.canvas.draw()
+    box = fig.get_tightbbox(fig.canvas.get_renderer())  # done by hand: the overhang after one layout
+    expected = (2.0 + max(0.0, -box.x0) + max(0.0, box.x1 - 2.0), 2.0 + max(0.0, -box.y0) + max(0.0, box.y1 - 2.0))
+    assert expected[0] > 2.5 and box.y1 > 2.2 and box.y0 < -0.1  # past both sides, the top and the bottom
+    grown = _reference_fit(0.0, above=True)
+    plots.fit_to_text(grown, margin=0.0, rounds=1)
+    assert tuple(grown.get_size_inches()) == pytest.approx(expected)
+
+
+def test_fit_to_text_is_quiet_about_axes_tight_layout_cannot_place():
+    import warnings
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = Figure(figsize=(3, 2))
+    FigureCanvasAgg(fig)
+    fig.add_axes((0.1, 0.1, 0.8, 0.8)).set_title("free-standing axes")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        plots.fit_to_text(fig)
+    assert caught == []
