@@ -98,7 +98,6 @@ MODULES: dict[str, list[str]] = {
     "runtime/seeding.py": ["tests/test_seeding.py"],
     "runtime/context.py": ["tests/test_context.py", "tests/test_context_units.py"],
     "runtime/replay.py": ["tests/test_replay_units.py"],
-    "eval.py": ["tests/test_replay_units.py"],
     # report/ and tune/ (2026-12-04)
     "report/groups.py": ["tests/report/test_report_units.py"],
     "report/counterfactual.py": ["tests/report/test_report_units.py"],
@@ -107,7 +106,6 @@ MODULES: dict[str, list[str]] = {
     "report/collect.py": ["tests/report/test_collect_units.py"],
     "report/markdown.py": ["tests/report/test_markdown_units.py"],
     "report/wandb_summary.py": ["tests/report/test_wandb_summary_units.py"],
-    "report/plots.py": ["tests/report/test_plots_units.py"],
     "tune/summary.py": ["tests/tune/test_tune_summary_units.py", "tests/tune/test_summary.py"],
     "tune/pruning.py": ["tests/tune/test_pruning_units.py", "tests/tune/test_pruning.py"],
     "tune/plots.py": ["tests/tune/test_tune_plots_units.py", "tests/tune/test_summary.py"],
@@ -120,6 +118,9 @@ MODULES: dict[str, list[str]] = {
     # smallmods (2026-12-04, fourth)
     "runtime/cluster.py": ["tests/test_cluster_units.py"],
     "runtime/model_eval.py": ["tests/test_model_eval_units.py", "tests/test_eval_tasks.py"],
+    # plotseval (2026-12-04, fourth)
+    "report/plots.py": ["tests/report/test_plots_units.py", "tests/report/test_plots_style_units.py"],
+    "eval.py": ["tests/test_eval_units.py", "tests/test_replay_units.py"],
 }
 # Measured by default: the modules nobody is rewriting right now.
 STABLE = [
@@ -306,6 +307,19 @@ STABLE = [
     # Left: n_agents=2, the device handed to build_task/to() on a CPU machine (3), the CheckpointError's and the
     # misfit weights' messages (3).
     "runtime/model_eval.py",
+    # plotseval (2026-12-04, fourth)
+    # Measured 2026-12-04 (--max-children 1), first run -> final: report/plots.py against test_plots_units alone
+    # 1249/1574 (79.4%); with the new test_plots_style_units (sizes in inches, 110 dpi, line widths, marker shapes
+    # and sizes, colours off the default cycle, alphas, zorders, legend/title placement and font sizes, the jitter's
+    # seed; the final diamond's CI arms around the point, two groups on one metric, a seed held after several points,
+    # fit_to_text's overhang and margin on every edge, two metrics' file names) 1493/1574 (94.9%) -> 1534/1534
+    # + 40 equivalent, a full run of 616 s on one core (colour names read case-insensitively, keywords spelled as the default style's values,
+    # sharey=True's one y axis, Figure.colorbar finding the same image and axes, float arrays of float input).
+    # eval.py against test_replay_units alone 50/217 -> 217/217 on the first run with the new test_eval_units
+    # (main and parse_args in-process on run dirs written by hand: every option and its one-line error, the device
+    # check, the printed lines, --help, the replay-or-score dispatch); 124 s on one core.
+    "report/plots.py",
+    "eval.py",
 ]
 # Modules under src/pipeline/ that `make mutate` leaves out, and why; printed after every default run (the
 # summary's "left out" list). A module in MODULES but not in STABLE without an entry here is "not in STABLE yet".
@@ -321,9 +335,6 @@ LEFT_OUT: dict[str, str] = {
     "Its pure helpers against test_run_units (2026-12-04): 185/197 on the first run, 190/194 (97.9%) with 3 "
     "equivalent after two more assertions; the whole file against test_run_units alone 185/1197 (15.5%). Left: 4 "
     "in task_config (the _target_ filter, full_key `and` for `or` key, the message for an error without a key)",
-    "eval.py": "the entry point (argument parsing, device check, printing, the replay-or-score dispatch) is tested by "
-    "tests/test_eval.py, which first trains runs in subprocesses (tens of seconds a mutant); against the fast "
-    "test_replay_units alone 50/217 (2026-12-04): only evaluate_run is reached there",
     "games/asymmetric.py": "658 mutants against test_asymmetric (~17 s of Monte Carlo, quadrature and solver runs a "
     "pass) would take ~35 min; measured on random samples instead (2026-12-04, `mutmut run <names>` in its work "
     "folder, names drawn by random.Random(seed).sample over the sorted names): seed 2026, 50 mutants, 39/47 (83.0%, "
@@ -331,14 +342,6 @@ LEFT_OUT: dict[str, str] = {
     "equivalent). Left in those samples: _point_mask's upper cell edge, the scale's cap in asymmetric_bounds (dropped, or / unit "
     "for * unit), the CDF pinned at the second-to-last instead of the last edge, one fewer regular CDF point",
     # config/ and tasks/ helpers (2026-12-04, third)
-    "report/plots.py": "1574 mutants against test_plots_units (~3 s a pass, 425 s on one core): 1249/1574 (79.4%, "
-    "2026-12-04, not yet raised). Nearly all 325 survivors are drawing style no test pins: figure sizes, marker "
-    "sizes, line widths, alphas, zorders, colours, legend/grid/title font sizes and placement (final_scores 61, "
-    "time_to_threshold 66, learning_curves 59, interval_estimates 31, probability-of-improvement bars/matrix 62, "
-    "performance profiles 17); a few are real: the learning-curve diamond's CI arms when the CI holds the point "
-    "(iqm[-2]/high[-2]), `any_final = final` for `|=` with two groups on one metric, a seed stopped early with more "
-    "than two points, fit_to_text's growth margin, two metrics in interval_estimates' file names. Some are equivalent "
-    "(colour names read case-insensitively, the jitter's seed 0 vs 1, axes[0][1] for axes[0][0] under sharey=True)",
     "tasks/configs.py": "dataclasses of defaults and no function: mutmut 3 mutates only function bodies, so it has no "
     "mutant a test can reach (2026-12-04: 'could not find any test case for any mutant' against a test of every "
     "schema's defaults against conf/task/*.yaml); tests/tasks/test_contract.py already pins each schema to its YAML",
