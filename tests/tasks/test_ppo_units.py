@@ -9,6 +9,7 @@ ActorCritic, and a K-agent run is compared with the single runs of its seeds.
 
 import functools
 import io
+import time
 from types import SimpleNamespace
 
 import lightning as L
@@ -19,6 +20,7 @@ import torch.nn.functional as F
 
 from pipeline.nets.actor_critic import ActorCritic
 from pipeline.rl.vector import evaluate_agents, make_vector_env
+from pipeline.tasks import base as ppo_base
 from pipeline.tasks import ppo
 from pipeline.tasks.ppo import PPOTask
 
@@ -124,13 +126,17 @@ def test_what_the_task_reads_from_its_env_and_settings():
     pend = make(env=PEND)
     assert pend.continuous and pend.obs_shape == (3,) and pend.action_shape == (1,)
     assert pend.action_low.tolist() == [-2.0] and pend.action_high.tolist() == [2.0]
+    assert "action_low" not in pend.state_dict() and "action_high" not in pend.state_dict()  # not weights
+    assert task.elapsed_s() == 0.0  # nothing trained yet
+    fresh = task.agent_record(0)
+    assert fresh["env_steps"] == 0 and fresh["env_steps_per_s"] is None and fresh["batch_env_steps_per_s"] is None
     assert ppo.action_space_of("CartPole-v1", {}) == ((4,), ppo.gym.spaces.Discrete(2))
     # agent i starts as the single run of seed + i
     assert same(weights(task, 1), weights(make(seed=4), 0))
     assert not same(weights(task, 0), weights(task, 1))
     opt = task.configure_optimizers()
     assert task.base_lr == LR and len(opt.param_groups[0]["params"]) == len(list(task.net.parameters()))
-    assert list(task.train_dataloader()) == [0, 1, 2, 3]
+    assert list(task.train_dataloader()) == [0, 1, 2, 3] and all(type(b) is int for b in task.train_dataloader())
     task.updates = 3
     assert list(task.train_dataloader()) == [0]
     task.updates = 9
@@ -255,7 +261,8 @@ def test_advantages_are_gae_with_the_truncation_bootstrap():
 
 
 def hand_update(net, batch, i, adv, ret, seed, lr, hp, n_minibatches=2, epochs=1):
-    """PPO's minibatch updates of agent i redone on a plain ActorCritic with plain torch."""
+    """PPO's minibatch updates of agent i redone on a plain ActorCritic with plain torch (categorical, or a
+    diagonal Gaussian when the net has a log-std)."""
     opt = torch.optim.Adam(net.parameters(), lr=lr)
     g = torch.Generator().manual_seed(seed)
 
@@ -269,10 +276,16 @@ def hand_update(net, batch, i, adv, ret, seed, lr, hp, n_minibatches=2, epochs=1
     for _ in range(epochs):
         perm = torch.randperm(n, generator=g)
         for idx in perm.view(n_minibatches, -1):
-            logits, v = net(obs[idx])
-            logp_all = F.log_softmax(logits, -1)
-            logp = logp_all.gather(-1, actions[idx].unsqueeze(-1)).squeeze(-1)
-            ent = -(logp_all.exp() * logp_all).sum(-1).mean()
+            params, v = net(obs[idx])
+            if net.log_std is None:
+                logp_all = F.log_softmax(params, -1)
+                logp = logp_all.gather(-1, actions[idx].unsqueeze(-1)).squeeze(-1)
+                ent = -(logp_all.exp() * logp_all).sum(-1).mean()
+            else:
+                log_std = net.log_std.value
+                z = (actions[idx] - params) / log_std.exp()
+                logp = (-0.5 * z**2 - log_std - 0.5 * np.log(2 * np.pi)).sum(-1)
+                ent = (0.5 + 0.5 * np.log(2 * np.pi) + log_std).sum() * torch.ones(len(idx)).mean()
             a = adv[idx]
             if hp["norm_adv"]:
                 a = (a - a.mean()) / (a.std() + 1e-8)
@@ -298,6 +311,7 @@ CASES = [
     dict(clip_coef=0.05, max_grad_norm=None),
     dict(norm_adv=False, clip_value_loss=False, ent_coef=0.3, vf_coef=2.0),
     dict(max_grad_norm=0.01),
+    dict(clip_value_loss=False, clip_coef=1e-3, update_epochs=2),
 ]
 
 
@@ -311,7 +325,7 @@ def test_an_update_is_the_hand_written_ppo_step(case):
     adv, ret = task.advantages(batch)
     net = plain(task, 0)
     task.learn(batch)
-    pg, vl, ent, logp, old = hand_update(net, batch, 0, adv, ret, 7, LR, hp)
+    pg, vl, ent, logp, old = hand_update(net, batch, 0, adv, ret, 7, LR, hp, epochs=hp.get("update_epochs", 1))
     assert same(weights(task, 0), dict(net.state_dict()), atol=1e-6)
     assert task.updates == 1
     recent = task._recent
@@ -324,6 +338,23 @@ def test_an_update_is_the_hand_written_ppo_step(case):
     assert recent["train/approx_kl"] == [pytest.approx(kl, abs=1e-7)]
     assert recent["train/clipfrac"] == [pytest.approx(clipfrac)]
     assert recent["train/lr"] == [LR]
+
+
+def test_a_gaussian_update_is_the_hand_written_ppo_step():
+    task = make(env=PEND, seed=5, ent_coef=0.5, max_grad_norm=None)
+    start(task)
+    with torch.no_grad():
+        task.net.log_std.value.fill_(-0.3)
+    torch.manual_seed(2)
+    batch = task.rollout()
+    adv, ret = task.advantages(batch)
+    net = plain(task, 0, continuous=True)
+    task.learn(batch)
+    pg, vl, ent, _, _ = hand_update(net, batch, 0, adv, ret, 5, LR, {**HP, "ent_coef": 0.5, "max_grad_norm": None})
+    assert same(weights(task, 0), dict(net.state_dict()), atol=1e-6)
+    assert task.net.log_std.value.item() != pytest.approx(-0.3)  # the entropy bonus moved the log-std
+    assert task._recent["train/entropy"] == [pytest.approx(ent.item(), abs=1e-6)]
+    assert task._recent["train/policy_loss"] == [pytest.approx(pg.item(), abs=1e-6)]
 
 
 def test_two_epochs_reshuffle_with_the_agents_generator():
@@ -389,7 +420,7 @@ def test_a_non_finite_loss_stops_with_a_hint():
     start(task)
     batch = task.rollout()
     batch["rewards"][0, 0, 0] = float("nan")
-    with pytest.raises(Exception, match="(?i)finite|nan"):
+    with pytest.raises(ppo_base.NonFiniteLossError, match=r"^loss became nan at step 8; lower the learning rate or clip gradients$"):
         task.learn(batch)
 
 
@@ -651,3 +682,100 @@ def test_bad_checkpoints_are_refused_in_one_line():
     fresh = make(k=2)
     fresh.load_checkpoint_state(old)
     assert fresh.time_breakdown_s == {}
+
+
+# ---- more edges ------------------------------------------------------------------------------------
+
+
+def test_missing_parts_and_wrong_networks_are_refused_in_one_line():
+    opt = functools.partial(torch.optim.Adam, lr=LR)
+    net = functools.partial(ActorCritic, hidden=(8,))
+    with pytest.raises(ValueError, match=r"^task=ppo needs net: choose the network with model=actor_critic$"):
+        PPOTask.create(optimizer=opt, env=CART)
+    with pytest.raises(ValueError, match=r"^task=ppo needs optimizer: choose one with optimizer=adam\|sgd\|\.\.\.$"):
+        PPOTask.create(net=net, env=CART)
+    with pytest.raises(ValueError, match=r"^task=ppo needs env: choose an environment with env=cartpole\|pendulum\|\.\.\.$"):
+        PPOTask.create(net=net, optimizer=opt)
+    from pipeline.nets.mlp import MLP
+
+    with pytest.raises(ValueError, match=r"^task=ppo needs model=actor_critic \(an actor and a critic\); got <class 'pipeline.nets.mlp.MLP'>$"):
+        PPOTask.create(net=functools.partial(MLP, hidden=(8,)), optimizer=opt, env=CART)
+
+    def factory(in_features, out_features):
+        return ActorCritic(in_features, out_features)
+
+    with pytest.raises(ValueError, match=r"^task=ppo needs model=actor_critic \(an actor and a critic\); got <function .*factory at 0x[0-9a-f]+>$"):
+        PPOTask.create(net=factory, optimizer=opt, env=CART)
+    # a partial of something else: its function is named
+    with pytest.raises(ValueError, match=r"^task=ppo needs model=actor_critic .*; got <function .*factory at 0x[0-9a-f]+>$"):
+        PPOTask.create(net=functools.partial(factory), optimizer=opt, env=CART)
+
+
+def unbounded_pendulum(**kwargs):
+    env = ppo.gym.make("Pendulum-v1", **kwargs)
+    env.action_space = ppo.gym.spaces.Box(-np.inf, np.inf, (1,), np.float32)
+    return env
+
+
+ppo.gym.register("PPOUnitsUnboundedPendulum-v0", entry_point=unbounded_pendulum, max_episode_steps=200)
+
+
+def test_an_unbounded_action_space_is_named_in_the_refusal():
+    with pytest.raises(ValueError, match=r"^task=ppo clips Gaussian actions to the action bounds, and PPOUnitsUnboundedPendulum-v0's are"):
+        make(env={"id": "PPOUnitsUnboundedPendulum-v0"})
+
+
+def test_the_time_breakdown_fits_in_the_wall_time_and_names_each_phase(monkeypatch):
+    monkeypatch.setattr(PPOTask, "_log_shared", lambda self, metrics, step=None: None)
+    t0 = time.perf_counter()
+    task = make(k=2, total_steps=16, log_every=8, eval_every=8)
+    task.curves = [Rows(), Rows()]
+    task.fit_and_evaluate(trainer(), None, None)
+    wall = time.perf_counter() - t0
+    phases = task.time_breakdown_s
+    assert set(phases) == {"act", "env", "learn", "log", "eval", "final_eval"}
+    assert all(0 < v <= wall for v in phases.values()) and sum(phases.values()) <= wall
+    assert 0 < task._train_seconds <= wall
+    rec = task.agent_record(0)
+    assert rec["env_steps_per_s"] == round(16 / task._train_seconds, 1)
+    assert rec["metric_bounds"] == {"eval/return_mean": [0.0, 500.0], "train/episodic_return": [0.0, 500.0]}
+    assert task.return_bounds == (0.0, 500.0)
+    task._train_seconds = 3.0
+    assert task.agent_record(0)["batch_env_steps_per_s"] == 10.7  # 2 * 16 / 3, one decimal
+    assert task.episode_return.dtype == torch.float64
+
+
+def test_one_agent_logs_no_batch_rows_and_the_fit_runs_only_when_iterations_are_left(monkeypatch):
+    task = make(total_steps=16, log_every=8, eval_every=8)
+    shared = []
+    monkeypatch.setattr(PPOTask, "_log_shared", lambda self, metrics, step=None: shared.append(dict(metrics)))
+    task.fit_and_evaluate(trainer(), None, None)
+    assert shared and not any(k.startswith("batch/") for m in shared for k in m)
+    fits = []
+
+    class Closing:
+        closed = 0
+
+        def close(self):
+            Closing.closed += 1
+
+    done = SimpleNamespace(precision="32", fit=fits.append)
+    task.env = Closing()
+    task.fit_and_evaluate(done, None, None)  # updates == n_updates: no fit, only the final evaluation
+    assert fits == [] and Closing.closed == 1
+    fresh = make(total_steps=16)
+    fresh.fit_and_evaluate(done, None, None)
+    assert fits == [fresh] and not hasattr(fresh, "env")
+
+
+def test_evaluations_note_the_time_to_threshold_and_hand_videos_each_agents_weights(monkeypatch):
+    task = make(k=2, threshold=5.0, video_every=1)
+    start(task)
+    monkeypatch.setattr(ppo, "evaluate_agents", lambda *a, **kw: torch.tensor([[1.0, 3.0], [5.0, 7.0]]))
+    videos = []
+    task.video_hook = lambda agent, step, state: videos.append((agent, step, state))
+    task._elapsed_before = 4.0
+    task.evaluate_now()
+    assert task.time_to_threshold_s[0] is None and task.time_to_threshold_s[1] >= 4.0
+    assert [(a, s) for a, s, _ in videos] == [(0, 0), (1, 0)]
+    assert same(videos[1][2], weights(task, 1))
