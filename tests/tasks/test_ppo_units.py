@@ -779,3 +779,20 @@ def test_evaluations_note_the_time_to_threshold_and_hand_videos_each_agents_weig
     assert task.time_to_threshold_s[0] is None and task.time_to_threshold_s[1] >= 4.0
     assert [(a, s) for a, s, _ in videos] == [(0, 0), (1, 0)]
     assert same(videos[1][2], weights(task, 1))
+
+
+def float64_torque_pendulum(**kwargs):
+    env = ppo.gym.make("Pendulum-v1", **kwargs)
+    env.action_space = ppo.gym.spaces.Box(-2.0, 2.0, (1,), np.float64)
+    return env
+
+
+ppo.gym.register("PPOUnitsFloat64Pendulum-v0", entry_point=float64_torque_pendulum, max_episode_steps=200)
+
+
+def test_the_action_bounds_are_float32_whatever_the_spaces_dtype():
+    """The env is sent float32 actions, as the policy makes them, even where the Box's bounds are float64."""
+    task = make(env={"id": "PPOUnitsFloat64Pendulum-v0"})
+    assert task.action_low.dtype == torch.float32 and task.action_high.dtype == torch.float32
+    sent = task.env_actions(torch.tensor([[[3.0], [-0.5], [-9.0]]]))
+    assert sent.dtype == torch.float32 and sent.tolist() == [[[2.0], [-0.5], [-2.0]]]
