@@ -286,7 +286,7 @@ STABLE = [
     # tasks/ppo.py against the new test_ppo_units (the task driven through its hooks on 2 CartPole/Pendulum tensor
     # envs per agent: the rollout replayed with a plain ActorCritic, GAE by hand, updates redone with a hand-written
     # PPO loss + autograd + clip_grad_norm_ + Adam, K-agent against single runs, normalisers, logging, evaluation,
-    # checkpoints through a file): 805/912 (88.3%) on the first run -> 887/888 (99.9%) + 25 equivalent (device
+    # checkpoints through a file): 805/912 (88.3%) on the first run -> 887/887 (100%) + 25 equivalent (device
     # arguments on the CPU, defaults spelled out, initial values overwritten before they are read); ~345 s a full
     # run on one core. (rollout carries @torch.no_grad(), so mutmut leaves it out; the tests still pin it.)
     "tasks/ppo.py",
