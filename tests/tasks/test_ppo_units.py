@@ -1,0 +1,798 @@
+"""PPOTask's behaviours pinned on tiny setups, each test well under a second (mutation testing runs them).
+
+The task is built by hand and driven through its hooks (no Lightning trainer except in one fit): a rollout is a
+few lockstep steps of 2 CartPole (or Pendulum) tensor envs per agent with an 8-unit actor-critic. Expectations come
+from outside the task: the rollout is replayed with a plain copy of the network on a fresh env, GAE is a loop
+written here, an update is redone with a hand-written PPO loss, torch autograd, clip_grad_norm_ and Adam on a plain
+ActorCritic, and a K-agent run is compared with the single runs of its seeds.
+"""
+
+import functools
+import io
+import time
+from types import SimpleNamespace
+
+import lightning as L
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from pipeline.nets.actor_critic import ActorCritic
+from pipeline.rl.vector import evaluate_agents, make_vector_env
+from pipeline.tasks import base as ppo_base
+from pipeline.tasks import ppo
+from pipeline.tasks.ppo import PPOTask
+
+CART = {"id": "CartPole-v1", "backend": "tensor", "dtype": "float64"}
+PEND = {"id": "Pendulum-v1", "backend": "tensor", "dtype": "float64"}
+NEVER = 10**9
+LR = 0.01
+
+
+def make(k=1, env=CART, hidden=(8,), lr=LR, **hp):
+    settings = dict(total_steps=32, envs_per_agent=2, num_steps=4, num_minibatches=2, update_epochs=1, eval_every=NEVER,
+                    log_every=NEVER, eval_episodes=1, final_eval_episodes=1)
+    settings.update(hp)
+    return PPOTask.create(net=functools.partial(ActorCritic, hidden=hidden), optimizer=functools.partial(torch.optim.Adam, lr=lr),
+                          env=env, n_agents=k, **settings)
+
+
+class Rows:
+    def __init__(self):
+        self.rows = []
+
+    def log(self, step, row):
+        self.rows.append((step, dict(row)))
+
+
+def start(task):
+    """What a fit does before its first step, without Lightning: the optimizer, the envs, the generators."""
+    opt = task.configure_optimizers()
+    task.optimizers = lambda: SimpleNamespace(optimizer=opt)
+    task.curves = [Rows() for _ in range(task.n_agents)]
+    task.on_fit_start()
+    task.on_train_start()
+    return opt
+
+
+def plain(task, i, continuous=False):
+    obs_dim, out = (3, 1) if continuous else (4, 2)
+    net = ActorCritic(obs_dim, out, continuous=continuous, hidden=(8,))
+    net.load_state_dict({k: v.detach().clone() for k, v in task.net.member_state_dict(i).items()})
+    return net
+
+
+def weights(task, i):
+    return {k: v.detach().clone() for k, v in task.net.member_state_dict(i).items()}
+
+
+def same(a, b, atol=0.0):
+    return a.keys() == b.keys() and all(torch.allclose(a[k], b[k], atol=atol, rtol=0) for k in a)
+
+
+# ---- construction and bad input ------------------------------------------------------------------
+
+
+def test_bad_settings_are_refused_in_one_line():
+    cases = [
+        (dict(total_steps=0), r"^task.total_steps=0 must be positive$"),
+        (dict(envs_per_agent=0), r"^task.envs_per_agent=0 must be positive$"),
+        (dict(num_steps=-1), r"^task.num_steps=-1 must be positive$"),
+        (dict(num_minibatches=0), r"^task.num_minibatches=0 must be positive$"),
+        (dict(update_epochs=0), r"^task.update_epochs=0 must be positive$"),
+        (dict(eval_every=0), r"^task.eval_every=0 must be positive$"),
+        (dict(log_every=0), r"^task.log_every=0 must be positive$"),
+        (dict(num_minibatches=3), r"^task.num_steps \* task.envs_per_agent = 4 \* 2 = 8 samples do not split into "
+                                  r"task.num_minibatches=3 equal minibatches; choose a num_minibatches that divides 8$"),
+        (dict(total_steps=7), r"^task.total_steps=7 is less than one rollout \(8 = num_steps \* envs_per_agent per agent\)$"),
+        (dict(gamma=1.01), r"^task.gamma=1.01 and task.gae_lambda=0.95 must lie in \[0, 1\]$"),
+        (dict(gamma=-0.01), r"^task.gamma=-0.01 and"),
+        (dict(gae_lambda=-0.1), r"^task.gamma=0.99 and task.gae_lambda=-0.1 must"),
+        (dict(gae_lambda=1.1), r"task.gae_lambda=1.1 must"),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(ValueError, match=message):
+            make(**kwargs)
+    for ok in (dict(total_steps=8), dict(gamma=0.0), dict(gamma=1.0), dict(gae_lambda=0.0), dict(gae_lambda=1.0),
+               dict(num_minibatches=8), dict(num_steps=1, envs_per_agent=1, num_minibatches=1, total_steps=1)):
+        make(**ok)
+    with pytest.raises(ValueError, match=r"^task=ppo takes flat Box actions \(shape \(D,\)\); X has Box"):
+        ppo.check_ppo_settings(ppo.PPOConfig(), "X", ppo.gym.spaces.Box(-1, 1, (2, 2)))
+    with pytest.raises(ValueError, match=r"^task=ppo takes Discrete or Box action spaces; X has MultiBinary"):
+        ppo.check_ppo_settings(ppo.PPOConfig(), "X", ppo.gym.spaces.MultiBinary(3))
+    with pytest.raises(ValueError, match=r"and X's are not finite .*; rescale its actions to a bounded Box"):
+        ppo.check_ppo_settings(ppo.PPOConfig(), "X", ppo.gym.spaces.Box(np.array([-1.0]), np.array([np.inf])))
+    with pytest.raises(ValueError, match="are not finite"):
+        ppo.check_ppo_settings(ppo.PPOConfig(), "X", ppo.gym.spaces.Box(np.array([-np.inf]), np.array([1.0])))
+    ppo.check_ppo_settings(ppo.PPOConfig(), "X", ppo.gym.spaces.Box(-1, 1, (2,)))
+    ppo.check_ppo_settings(ppo.PPOConfig(), "X", ppo.gym.spaces.Discrete(3))
+    with pytest.raises(ValueError, match=r"^task=ppo runs in fp32; got device.precision=bf16-mixed, use device.precision=32-true$"):
+        make().fit_and_evaluate(SimpleNamespace(precision="bf16-mixed"), None, None)
+    # the env's kwargs reach the probe env
+    with pytest.raises(TypeError, match="no_such_option"):
+        make(env={"id": "CartPole-v1", "kwargs": {"no_such_option": 1}})
+
+
+def test_what_the_task_reads_from_its_env_and_settings():
+    task = make(k=2, seed=3, total_steps=36)
+    assert task.agent_seeds == [3, 4] and task.obs_shape == (4,) and not task.continuous and task.action_shape == ()
+    assert task.batch_per_agent == 8 and task.n_updates == 4  # 36 // 8
+    assert task.threshold == 475.0 and make(threshold=100).threshold == 100.0
+    assert task.obs_stats is None and task.reward_scaler is None and task.capture_video is False
+    assert make(capture_video=True).capture_video is True
+    assert task.env_cfg == CART and task.env_id == "CartPole-v1"
+    assert task.automatic_optimization is False
+    pend = make(env=PEND)
+    assert pend.continuous and pend.obs_shape == (3,) and pend.action_shape == (1,)
+    assert pend.action_low.tolist() == [-2.0] and pend.action_high.tolist() == [2.0]
+    assert "action_low" not in pend.state_dict() and "action_high" not in pend.state_dict()  # not weights
+    assert task.elapsed_s() == 0.0  # nothing trained yet
+    fresh = task.agent_record(0)
+    assert fresh["env_steps"] == 0 and fresh["env_steps_per_s"] is None and fresh["batch_env_steps_per_s"] is None
+    assert ppo.action_space_of("CartPole-v1", {}) == ((4,), ppo.gym.spaces.Discrete(2))
+    # agent i starts as the single run of seed + i
+    assert same(weights(task, 1), weights(make(seed=4), 0))
+    assert not same(weights(task, 0), weights(task, 1))
+    opt = task.configure_optimizers()
+    assert task.base_lr == LR and len(opt.param_groups[0]["params"]) == len(list(task.net.parameters()))
+    assert list(task.train_dataloader()) == [0, 1, 2, 3] and all(type(b) is int for b in task.train_dataloader())
+    task.updates = 3
+    assert list(task.train_dataloader()) == [0]
+    task.updates = 9
+    assert list(task.train_dataloader()) == [0]
+    assert task.resume_step == 0
+    task.env_steps = 17
+    assert task.resume_step == 17
+
+
+# ---- the rollout ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_a_rollout_is_a_replay_of_the_env_and_the_network(k):
+    """4 steps of 2 envs per agent with a 3-step time limit: each env is truncated once, at step 3, return 3."""
+    env = {**CART, "kwargs": {"max_episode_steps": 3}}
+    task = make(k=k, env=env, seed=5)
+    start(task)
+    nets = [plain(task, i) for i in range(k)]
+    torch.manual_seed(11)
+    batch = task.rollout()
+    assert task.env_steps == 8
+    assert task.episode_returns == [[3.0, 3.0]] * k
+    assert task.episode_return.tolist() == [1.0] * (2 * k)  # one step into the next episodes
+    assert {"act", "env"} <= set(task.time_breakdown_s)
+    replay = make_vector_env(env, [5 + i for i in range(k)], 2)
+    obs = replay.reset()
+    torch.manual_seed(11)
+    for t in range(4):
+        o = obs.float().view(k, 2, 4)
+        logits = torch.stack([nets[i](o[i])[0] for i in range(k)]).detach()
+        values = torch.stack([nets[i](o[i])[1] for i in range(k)]).detach()
+        u = torch.rand(logits.shape)
+        actions = (logits - torch.log(-torch.log(u))).argmax(-1)
+        assert torch.equal(batch["obs"][t], o)
+        assert torch.equal(batch["actions"][t], actions)
+        assert torch.allclose(batch["log_probs"][t], F.log_softmax(logits, -1).gather(-1, actions.unsqueeze(-1)).squeeze(-1))
+        assert torch.allclose(batch["values"][t], values)
+        step = replay.step(actions.reshape(-1))
+        assert torch.equal(batch["rewards"][t], step.reward.view(k, 2))
+        assert torch.equal(batch["terminated"][t], step.terminated.view(k, 2))
+        assert batch["truncated"][t].tolist() == [[t == 2] * 2] * k
+        if t == 2:
+            final = step.final_obs.float().view(k, 2, 4)
+            expected = torch.stack([nets[i](final[i])[1] for i in range(k)]).detach()
+            assert torch.allclose(batch["final_values"][t], expected)
+            assert not torch.allclose(expected, torch.zeros_like(expected))
+        else:
+            assert torch.equal(batch["final_values"][t], torch.zeros(k, 2))
+        obs = step.obs
+    assert torch.equal(task.obs, obs)
+    last = obs.float().view(k, 2, 4)
+    assert torch.allclose(batch["last_values"], torch.stack([nets[i](last[i])[1] for i in range(k)]).detach())
+
+
+def test_gaussian_actions_are_clipped_for_the_env_and_stored_unclipped():
+    task = make(env=PEND, seed=2)
+    start(task)
+    with torch.no_grad():
+        task.net.log_std.value.fill_(1.5)
+    net = plain(task, 0, continuous=True)
+    torch.manual_seed(4)
+    batch = task.rollout()
+    replay = make_vector_env(PEND, [2], 2)
+    obs = replay.reset()
+    torch.manual_seed(4)
+    clipped = 0
+    for t in range(4):
+        o = obs.float().view(1, 2, 3)
+        mean, value = (x.detach() for x in net(o[0]))
+        noise = torch.randn(1, 2, 1)
+        actions = mean + np.exp(1.5) * noise
+        assert torch.equal(batch["obs"][t], o)
+        assert torch.allclose(batch["actions"][t], actions)
+        logp = (-0.5 * noise**2 - 1.5 - 0.5 * np.log(2 * np.pi)).sum(-1)
+        assert torch.allclose(batch["log_probs"][t], logp, atol=1e-5)
+        assert torch.allclose(batch["values"][t], value)
+        clipped += int((actions.abs() > 2).sum())
+        step = replay.step(actions.clamp(-2, 2).reshape(2, 1))
+        obs = step.obs
+    assert clipped > 0
+    assert torch.allclose(task.obs, obs)
+    # the deterministic policy is the mean clipped to the bounds
+    means = torch.tensor([[[3.0], [-0.5], [-7.0]]])
+    got = task.deterministic_actions(lambda x: (means, None), torch.zeros(1, 3, 3))
+    assert got.tolist() == [[[2.0], [-0.5], [-2.0]]]
+
+
+def test_deterministic_discrete_actions_are_the_argmax():
+    task = make()
+    logits = torch.tensor([[[0.1, 0.3], [2.0, -1.0], [-5.0, 5.0]]])
+    got = task.deterministic_actions(lambda x: (logits, None), torch.zeros(1, 3, 4))
+    assert got.tolist() == [[1, 0, 1]]
+    assert task.env_actions(torch.tensor([[0, 1]])).tolist() == [[0, 1]]
+
+
+# ---- advantages ----------------------------------------------------------------------------------
+
+
+def test_advantages_are_gae_with_the_truncation_bootstrap():
+    """T=3, one agent, 2 envs: env 0 is truncated at t=1 (bootstraps from V(final obs)), env 1 terminates at t=1."""
+    task = make(gamma=0.5, gae_lambda=0.5)
+    f, t_ = False, True
+    batch = {
+        "rewards": torch.tensor([[[1.0, 1.0]], [[2.0, 2.0]], [[3.0, 3.0]]]),
+        "values": torch.tensor([[[0.5, 0.5]], [[1.0, 1.0]], [[2.0, 2.0]]]),
+        "terminated": torch.tensor([[[f, f]], [[f, t_]], [[f, f]]]),
+        "truncated": torch.tensor([[[f, f]], [[t_, f]], [[f, f]]]),
+        "final_values": torch.tensor([[[0.0, 0.0]], [[4.0, 9.0]], [[0.0, 0.0]]]),
+        "last_values": torch.tensor([[8.0, 8.0]]),
+    }
+    adv, ret = task.advantages(batch)
+    # by hand, gamma = lambda = 0.5:
+    # env 0: d2 = 3 + .5*8 - 2 = 5; d1 = 2 + .5*4 - 1 = 3 (truncated: V(final)=4, no carry); d0 = 1 + .5*1 - .5 = 1
+    #        A2 = 5, A1 = 3, A0 = 1 + .25*3 = 1.75
+    # env 1: d2 = 5; d1 = 2 - 1 = 1 (terminated: no bootstrap, no carry); d0 = 1; A0 = 1 + .25*1 = 1.25
+    assert adv[:, 0].tolist() == [[1.75, 1.25], [3.0, 1.0], [5.0, 5.0]]
+    assert ret[:, 0].tolist() == [[2.25, 1.75], [4.0, 2.0], [7.0, 7.0]]
+
+
+# ---- an update -----------------------------------------------------------------------------------
+
+
+def hand_update(net, batch, i, adv, ret, seed, lr, hp, n_minibatches=2, epochs=1):
+    """PPO's minibatch updates of agent i redone on a plain ActorCritic with plain torch (categorical, or a
+    diagonal Gaussian when the net has a log-std)."""
+    opt = torch.optim.Adam(net.parameters(), lr=lr)
+    g = torch.Generator().manual_seed(seed)
+
+    def flat(x):
+        return x[:, i].reshape(-1, *x.shape[3:])
+
+    obs, actions, old_logp, old_v = (flat(batch[k]) for k in ("obs", "actions", "log_probs", "values"))
+    adv, ret = flat(adv), flat(ret)
+    n = obs.shape[0]
+    c = hp["clip_coef"]
+    for _ in range(epochs):
+        perm = torch.randperm(n, generator=g)
+        for idx in perm.view(n_minibatches, -1):
+            params, v = net(obs[idx])
+            if net.log_std is None:
+                logp_all = F.log_softmax(params, -1)
+                logp = logp_all.gather(-1, actions[idx].unsqueeze(-1)).squeeze(-1)
+                ent = -(logp_all.exp() * logp_all).sum(-1).mean()
+            else:
+                log_std = net.log_std.value
+                z = (actions[idx] - params) / log_std.exp()
+                logp = (-0.5 * z**2 - log_std - 0.5 * np.log(2 * np.pi)).sum(-1)
+                ent = (0.5 + 0.5 * np.log(2 * np.pi) + log_std).sum() * torch.ones(len(idx)).mean()
+            a = adv[idx]
+            if hp["norm_adv"]:
+                a = (a - a.mean()) / (a.std() + 1e-8)
+            ratio = torch.exp(logp - old_logp[idx])
+            pg = torch.maximum(-a * ratio, -a * ratio.clamp(1 - c, 1 + c)).mean()
+            err = (v - ret[idx]) ** 2
+            if hp["clip_value_loss"]:
+                moved = old_v[idx] + (v - old_v[idx]).clamp(-c, c)
+                err = torch.maximum(err, (moved - ret[idx]) ** 2)
+            vl = 0.5 * err.mean()
+            loss = pg - hp["ent_coef"] * ent + hp["vf_coef"] * vl
+            opt.zero_grad()
+            loss.backward()
+            if hp["max_grad_norm"] is not None:
+                torch.nn.utils.clip_grad_norm_(net.parameters(), hp["max_grad_norm"])
+            opt.step()
+    return pg, vl, ent, logp, old_logp[idx]
+
+
+HP = dict(clip_coef=0.2, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5, norm_adv=True, clip_value_loss=True)
+CASES = [
+    dict(),
+    dict(clip_coef=0.05, max_grad_norm=None),
+    dict(norm_adv=False, clip_value_loss=False, ent_coef=0.3, vf_coef=2.0),
+    dict(max_grad_norm=0.01),
+    dict(clip_value_loss=False, clip_coef=1e-3, update_epochs=2),
+]
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_an_update_is_the_hand_written_ppo_step(case):
+    hp = {**HP, **CASES[case]}
+    task = make(seed=7, gamma=0.9, gae_lambda=0.8, **hp)
+    start(task)
+    torch.manual_seed(1)
+    batch = task.rollout()
+    adv, ret = task.advantages(batch)
+    net = plain(task, 0)
+    task.learn(batch)
+    pg, vl, ent, logp, old = hand_update(net, batch, 0, adv, ret, 7, LR, hp, epochs=hp.get("update_epochs", 1))
+    assert same(weights(task, 0), dict(net.state_dict()), atol=1e-6)
+    assert task.updates == 1
+    recent = task._recent
+    assert recent["train/policy_loss"] == [pytest.approx(pg.item(), abs=1e-6)]
+    assert recent["train/value_loss"] == [pytest.approx(vl.item(), abs=1e-6)]
+    assert recent["train/entropy"] == [pytest.approx(ent.item(), abs=1e-6)]
+    log_ratio = (logp - old).detach()
+    kl = ((log_ratio.exp() - 1) - log_ratio).mean().item()
+    clipfrac = ((log_ratio.exp() - 1).abs() > hp["clip_coef"]).float().mean().item()
+    assert recent["train/approx_kl"] == [pytest.approx(kl, abs=1e-7)]
+    assert recent["train/clipfrac"] == [pytest.approx(clipfrac)]
+    assert recent["train/lr"] == [LR]
+
+
+def test_a_gaussian_update_is_the_hand_written_ppo_step():
+    task = make(env=PEND, seed=5, ent_coef=0.5, max_grad_norm=None)
+    start(task)
+    with torch.no_grad():
+        task.net.log_std.value.fill_(-0.3)
+    torch.manual_seed(2)
+    batch = task.rollout()
+    adv, ret = task.advantages(batch)
+    net = plain(task, 0, continuous=True)
+    task.learn(batch)
+    pg, vl, ent, _, _ = hand_update(net, batch, 0, adv, ret, 5, LR, {**HP, "ent_coef": 0.5, "max_grad_norm": None})
+    assert same(weights(task, 0), dict(net.state_dict()), atol=1e-6)
+    assert task.net.log_std.value.item() != pytest.approx(-0.3)  # the entropy bonus moved the log-std
+    assert task._recent["train/entropy"] == [pytest.approx(ent.item(), abs=1e-6)]
+    assert task._recent["train/policy_loss"] == [pytest.approx(pg.item(), abs=1e-6)]
+
+
+def test_two_epochs_reshuffle_with_the_agents_generator():
+    task = make(seed=3, update_epochs=2, num_minibatches=4, anneal_lr=False)
+    start(task)
+    torch.manual_seed(0)
+    batch = task.rollout()
+    adv, ret = task.advantages(batch)
+    net = plain(task, 0)
+    task.learn(batch)
+    hand_update(net, batch, 0, adv, ret, 3, LR, HP, n_minibatches=4, epochs=2)
+    assert same(weights(task, 0), dict(net.state_dict()), atol=1e-6)
+
+
+def test_agent_i_of_a_batch_updates_like_the_single_run_of_its_seed():
+    """Rollouts differ (the action noise is shared), so both learn from the same stored rollout."""
+    pair, single = make(k=2, seed=3), make(seed=4)
+    start(pair), start(single)
+    torch.manual_seed(0)
+    batch = pair.rollout()
+    one = {k: v[:, 1:] for k, v in batch.items() if k != "last_values"}
+    one["last_values"] = batch["last_values"][1:]
+    single.learn(one)
+    before0 = weights(pair, 0)
+    pair.learn(batch)
+    assert same(weights(pair, 1), weights(single, 0), atol=1e-6)
+    assert not same(weights(pair, 0), before0, atol=1e-4)  # agent 0 learnt too, from its own samples
+    assert pair._recent["train/policy_loss"][1] == pytest.approx(single._recent["train/policy_loss"][0], abs=1e-6)
+    assert pair._recent["train/lr"] == [LR, LR]
+
+
+def test_gradients_are_clipped_per_agent():
+    """A tiny max_grad_norm: each agent's step is clipped by its own norm, as its single run's is."""
+    pair, single = make(k=2, seed=3, max_grad_norm=1e-3), make(seed=4, max_grad_norm=1e-3)
+    start(pair), start(single)
+    torch.manual_seed(0)
+    batch = pair.rollout()
+    batch = {k: (v * torch.tensor([100.0, 1.0]).view(1, 2, 1) if k == "rewards" else v) for k, v in batch.items()}
+    one = {k: v[:, 1:] for k, v in batch.items() if k != "last_values"}
+    one["last_values"] = batch["last_values"][1:]
+    single.learn(one)
+    pair.learn(batch)
+    assert same(weights(pair, 1), weights(single, 0), atol=1e-6)
+
+
+def test_the_learning_rate_is_annealed_linearly_over_the_iterations():
+    task = make(total_steps=32)  # 4 iterations
+    start(task)
+    lrs = []
+    for _ in range(4):
+        task.learn(task.rollout())
+        lrs.append(task._recent["train/lr"][0])
+    assert lrs == pytest.approx([0.01, 0.0075, 0.005, 0.0025])
+    flat = make(total_steps=32, anneal_lr=False)
+    start(flat)
+    for _ in range(2):
+        flat.learn(flat.rollout())
+    assert flat._recent["train/lr"] == [LR]
+
+
+def test_a_non_finite_loss_stops_with_a_hint():
+    task = make()
+    start(task)
+    batch = task.rollout()
+    batch["rewards"][0, 0, 0] = float("nan")
+    with pytest.raises(ppo_base.NonFiniteLossError, match=r"^loss became nan at step 8; lower the learning rate or clip gradients$"):
+        task.learn(batch)
+
+
+# ---- normalisation -------------------------------------------------------------------------------
+
+
+def test_observations_are_normalised_by_each_agents_running_statistics():
+    task = make(k=2, seed=1, normalize_obs=True, obs_clip=10.0)
+    start(task)
+    reset = task.obs.view(2, 2, 4).double()
+    assert torch.allclose(task.obs_stats.mean, reset.mean(1), atol=1e-4)
+    batch = task.rollout()
+    # the first step's inputs, normalised by gymnasium's running statistics of the two reset observations of each
+    # agent (count from 1e-4, mean 0, variance 1; Chan et al.'s update), written out here
+    n, c = 2, 1e-4
+    mean = reset.mean(1) * n / (c + n)
+    var = (c + reset.var(1, unbiased=False) * n + reset.mean(1) ** 2 * c * n / (c + n)) / (c + n)
+    expected = (reset - mean.unsqueeze(1)) / torch.sqrt(var.unsqueeze(1) + 1e-8)
+    assert torch.allclose(batch["obs"][0].double(), expected, atol=1e-5)
+    # the statistics hold every observation seen: the reset and one per step
+    replay = make_vector_env(CART, [1, 2], 2)
+    obs = [replay.reset().view(2, 2, 4)]
+    for t in range(4):
+        obs.append(replay.step(batch["actions"][t].reshape(-1)).obs.view(2, 2, 4))
+    seen = torch.stack(obs).transpose(0, 1).reshape(2, 10, 4).double()
+    assert torch.allclose(task.obs_stats.mean, seen.mean(1), atol=1e-4)
+    assert torch.allclose(task.obs_stats.var, seen.var(1, unbiased=False), atol=1e-4)
+    assert task.obs_stats.count.tolist() == pytest.approx([10.0001, 10.0001])
+    clipped, unclipped = make(normalize_obs=True, obs_clip=0.5), make(normalize_obs=True, obs_clip=10.0)
+    start(clipped), start(unclipped)
+    first, free = clipped.rollout()["obs"][0], unclipped.rollout()["obs"][0]
+    assert torch.equal(first, free.clamp(-0.5, 0.5)) and (free.abs() > 0.5).any() and (free.abs() < 0.5).any()
+    # the evaluation policy sees normalised observations too
+    x = torch.randn(1, 3, 4)
+    params, _ = clipped.net(clipped.obs_stats.normalize(x.float(), 0.5))
+    assert torch.equal(clipped.deterministic_actions(clipped.net, x), params.argmax(-1))
+
+
+def test_rewards_are_scaled_for_learning_and_returns_stay_raw():
+    env = {**CART, "kwargs": {"max_episode_steps": 3}}
+    task = make(env=env, normalize_reward=True, reward_clip=0.5, gamma=0.5)
+    start(task)
+    batch = task.rollout()
+    # every raw reward is 1; the first step's return std is ~0, so it scales far past the clip
+    assert batch["rewards"][0].tolist() == [[0.5, 0.5]]
+    assert (batch["rewards"] <= 0.5).all() and (batch["rewards"] > 0).all()
+    assert task.episode_returns == [[3.0, 3.0]]
+    assert task.reward_scaler.gamma == 0.5
+    # the accumulator restarted after the truncation at step 3: one reward since
+    assert task.reward_scaler.returns.tolist() == [[1.0, 1.0]]
+    unclipped = make(env=env, normalize_reward=True, reward_clip=1000.0)
+    start(unclipped)
+    # the first return is 1 everywhere: its variance (count from 1e-4, variance 1) is tiny
+    var = (1e-4 + 1.0 * 1e-4 * 2 / 2.0001) / 2.0001
+    assert unclipped.rollout()["rewards"][0, 0].tolist() == pytest.approx([1 / np.sqrt(var + 1e-8)] * 2, rel=1e-5)
+
+
+# ---- the loop, logging, evaluation ---------------------------------------------------------------
+
+
+def test_training_steps_count_log_and_evaluate_on_schedule(monkeypatch):
+    task = make(k=2, total_steps=32, log_every=16, eval_every=24, eval_episodes=2)
+    start(task)
+    calls = []
+    monkeypatch.setattr(ppo, "evaluate_agents", lambda policy, env, seeds, n, offset, device: (
+        calls.append((env, list(seeds), n, offset)) or torch.tensor([[1.0, 3.0], [5.0, 9.0]])))
+    shared = []
+    task._log_shared = lambda metrics, step=None: shared.append((task.env_steps, dict(metrics)))
+    saved = []
+    task.checkpoint_hook = lambda final=False: saved.append((task.env_steps, final))
+    for i in range(4):
+        assert task.training_step(None, i) is None
+    assert task.env_steps == 32 and task.updates == 4
+    assert saved == [(8, False), (16, False), (24, False), (32, False)]
+    assert calls == [(CART, [0, 1], 2, ppo.EVAL_SEED_OFFSET)]  # crossing 24 once
+    assert task.evaluations == [[(24, 2.0, 1.0)], [(24, 7.0, 2.0)]]
+    rows = task.curves[1].rows
+    logged_at = [s for s, r in rows if "perf/env_steps_per_s" in r]
+    assert logged_at == [16, 32]
+    step, row = rows[-1]
+    assert set(row) == {"perf/env_steps_per_s", "train/policy_loss", "train/value_loss", "train/entropy", "train/approx_kl",
+                        "train/clipfrac", "train/lr"} | ({"train/episodic_return"} if task.episode_returns[1] else set())
+    assert row["train/lr"] == pytest.approx(LR * 0.25)
+    assert row["train/policy_loss"] == task._recent["train/policy_loss"][1]
+    assert (24, {"eval/return_mean": 7.0, "eval/return_std": 2.0}) in rows
+    assert (24, {"batch/eval_return_mean": 4.5}) in shared
+    assert [s for s, m in shared if "batch/env_steps_per_s" in m] == [16, 32]
+    assert task._last_log_step == 32
+    # the batch rate is K times the per-agent rate
+    (rate,) = [m["batch/env_steps_per_s"] for s, m in shared if s == 32]
+    assert rate == pytest.approx(2 * row["perf/env_steps_per_s"], rel=0.2)
+    # once every iteration is done, a further step stops the fit
+    task._trainer = None
+    stopped = SimpleNamespace(should_stop=False)
+    monkeypatch.setattr(PPOTask, "trainer", property(lambda self: stopped))
+    assert task.training_step(None, 4) is None and stopped.should_stop and task.env_steps == 32
+    # the end of training logs what is new and saves the final checkpoint
+    task.on_train_end()
+    assert saved[-1] == (32, True) and len([r for s, r in rows if "perf/env_steps_per_s" in r]) == 2
+    task.env_steps = 40
+    task.on_train_end()
+    assert [s for s, r in task.curves[1].rows if "perf/env_steps_per_s" in r] == [16, 32, 40]
+
+
+def test_episodic_return_is_the_mean_of_the_last_ten():
+    task = make()
+    task.curves = [Rows()]
+    task.episode_returns = [[100.0] + [float(i) for i in range(10)]]
+    task._t_train_start = None
+    task._elapsed_before = 2.0
+    task.env_steps = 10
+    task.log_progress()
+    (step, row), = task.curves[0].rows
+    assert step == 10 and row == {"perf/env_steps_per_s": 5.0, "train/episodic_return": 4.5}
+    task.episode_returns = [[]]
+    task._elapsed_before = 0.0
+    task.log_progress()
+    assert task.curves[0].rows[-1][1] == {"perf/env_steps_per_s": 10 / 1e-9}
+
+
+def test_a_pruned_trial_stops_the_fit(monkeypatch):
+    task = make(k=2)
+    start(task)
+    monkeypatch.setattr(ppo, "evaluate_agents", lambda *a, **kw: torch.tensor([[1.0, 3.0], [5.0, 7.0]]))
+    stopped = SimpleNamespace(should_stop=False)
+    monkeypatch.setattr(PPOTask, "trainer", property(lambda self: stopped))
+    reports = []
+    task.trial_reporter = SimpleNamespace(report=lambda step, values: reports.append((step, values)) or len(reports) > 1)
+    task.env_steps = 8
+    task.evaluate_now()
+    assert reports == [(8, [2.0, 6.0])] and not stopped.should_stop
+    task.evaluate_now()
+    assert stopped.should_stop and "eval" in task.time_breakdown_s
+
+
+def test_evaluation_plays_each_agents_deterministic_policy_on_its_own_seeds():
+    task = make(k=2, seed=6)
+    got = task.deterministic_returns(2, ppo.EVAL_SEED_OFFSET)
+    assert got.dtype == np.float64 and got.shape == (2, 2)
+    nets = [plain(task, i) for i in range(2)]
+
+    def policy(obs):
+        return torch.stack([nets[i](obs[i].float())[0].argmax(-1) for i in range(2)])
+
+    expected = evaluate_agents(policy, CART, [6, 7], 2, ppo.EVAL_SEED_OFFSET)
+    assert got.tolist() == expected.double().tolist()
+    assert ppo.EVAL_SEED_OFFSET == 10_000 and ppo.FINAL_EVAL_SEED_OFFSET == 20_000
+
+
+def trainer():
+    return L.Trainer(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False,
+                     enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
+
+
+def test_a_fit_trains_every_iteration_and_scores_the_final_policy(monkeypatch):
+    task = make(k=2, total_steps=16, final_eval_episodes=3)
+    task.curves = [Rows(), Rows()]
+    offsets = []
+    real = ppo.evaluate_agents
+    monkeypatch.setattr(ppo, "evaluate_agents", lambda *a, **kw: offsets.append((a[3], a[4])) or real(*a, **kw))
+    shared = []
+    monkeypatch.setattr(PPOTask, "_log_shared", lambda self, metrics, step=None: shared.append(dict(metrics)))
+    metrics = task.fit_and_evaluate(trainer(), None, None)
+    assert task.updates == 2 and task.env_steps == 16 and offsets == [(3, ppo.FINAL_EVAL_SEED_OFFSET)]
+    nets = [plain(task, i) for i in range(2)]
+    expected = evaluate_agents(lambda obs: torch.stack([nets[i](obs[i].float())[0].argmax(-1) for i in range(2)]),
+                               CART, [0, 1], 3, ppo.FINAL_EVAL_SEED_OFFSET).double().numpy()
+    for i in range(2):
+        assert metrics[i] == {"eval/return_mean": pytest.approx(expected[i].mean()), "eval/return_std": pytest.approx(expected[i].std()),
+                              "train/episodes": float(len(task.episode_returns[i])), "train/updates": 2.0}
+        assert task.curves[i].rows[-1] == (16, {"final_eval/return_mean": pytest.approx(expected[i].mean()),
+                                                "final_eval/return_std": pytest.approx(expected[i].std())})
+    assert shared[-1] == {"batch/final_eval_return_mean": pytest.approx(expected.mean())}
+    assert task.final_metrics == metrics and "final_eval" in task.time_breakdown_s and task._train_seconds > 0
+    # a finished run is not trained again: only the final evaluation is redone
+    before = weights(task, 0)
+    task.fit_and_evaluate(trainer(), None, None)
+    assert task.updates == 2 and same(weights(task, 0), before)
+    rec = task.agent_record(1)
+    assert rec["env_steps"] == 16 and rec["batch_env_steps_per_s"] == round(2 * 16 / task._train_seconds, 1)
+    assert "batch_env_steps_per_s" not in make().agent_record(0)
+    sd = task.agent_state_dict(1)
+    assert same(sd, weights(task, 1)) and all(v.device.type == "cpu" and not v.requires_grad for v in sd.values())
+
+
+# ---- checkpoints ---------------------------------------------------------------------------------
+
+
+def saved_and_loaded(state):
+    """Through a file, as the lifecycle keeps it (plain values: weights_only loads)."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=True)
+
+
+@pytest.mark.parametrize("hp", [dict(), dict(normalize_obs=True, normalize_reward=True)])
+def test_a_resumed_run_continues_exactly(hp):
+    env = {**CART, "kwargs": {"max_episode_steps": 3}}
+    task = make(k=2, env=env, seed=2, **hp)
+    start(task)
+    torch.manual_seed(0)
+    task.learn(task.rollout())
+    task.evaluations = [[(8, 1.0, 0.0)], [(8, 2.0, 0.5)]]
+    task.time_to_threshold_s = [None, 1.5]
+    task._last_log_step = 8
+    state = saved_and_loaded(task.checkpoint_state())
+    assert state["format"] == "pipeline.ppo/1" and state["agent_seeds"] == [2, 3] and state["env_steps"] == 8
+    assert state["updates"] == 1 and state["config"]["normalize_obs"] == bool(hp)
+    resumed = make(k=2, env=env, seed=2, **hp)
+    assert resumed.load_checkpoint_state(state) == 8
+    assert resumed.env_steps == 8 and resumed.updates == 1 and resumed.episode_returns == task.episode_returns
+    assert resumed.evaluations == [[(8, 1.0, 0.0)], [(8, 2.0, 0.5)]] and resumed.time_to_threshold_s == [None, 1.5]
+    assert resumed._recent == task._recent and resumed._last_log_step == 8
+    assert resumed._elapsed_before == pytest.approx(state["elapsed_s"]) and resumed.time_breakdown_s == state["time_breakdown_s"]
+    assert same(weights(resumed, 1), weights(task, 1))
+    if hp:
+        assert same(resumed.obs_stats.state_dict(), task.obs_stats.state_dict())
+        assert same(resumed.reward_scaler.state_dict(), task.reward_scaler.state_dict())
+    start(resumed)
+    assert resumed._resume is None and torch.equal(resumed.obs, task.obs)
+    assert torch.equal(resumed.episode_return, task.episode_return)
+    if hp:  # the reset did not add to the restored statistics
+        assert same(resumed.obs_stats.state_dict(), task.obs_stats.state_dict())
+    # both go on from here identically: the same noise, shuffles, Adam moments, env states, statistics
+    for run in (task, resumed):
+        torch.manual_seed(9)
+        run.learn(run.rollout())
+    assert same(weights(resumed, 0), weights(task, 0)) and same(weights(resumed, 1), weights(task, 1))
+    assert resumed.episode_returns == task.episode_returns and torch.equal(resumed.obs, task.obs)
+
+
+def test_a_resume_restores_the_global_rng_and_generators():
+    task = make(seed=2)
+    start(task)
+    torch.manual_seed(5)
+    state = task.checkpoint_state()
+    expected = torch.rand(3)
+    g_expected = torch.randperm(8, generator=task.generators[0])
+    resumed = make(seed=2)
+    resumed.load_checkpoint_state(state)
+    torch.manual_seed(99)
+    start(resumed)
+    assert torch.equal(torch.rand(3), expected)
+    assert torch.equal(torch.randperm(8, generator=resumed.generators[0]), g_expected)
+
+
+def test_bad_checkpoints_are_refused_in_one_line():
+    task = make(k=2)
+    start(task)
+    state = task.checkpoint_state()
+    with pytest.raises(ValueError, match=r"^checkpoint format 'x' is not 'pipeline.ppo/1'"):
+        make(k=2).load_checkpoint_state({**state, "format": "x"})
+    with pytest.raises(ValueError, match=r"^checkpoint weights do not fit this model \(changed model.\* since\?\): Error"):
+        make(k=2, hidden=(4,)).load_checkpoint_state(state)
+    with pytest.raises(ValueError, match="seeds"):
+        make(k=2, seed=1).load_checkpoint_state(state)
+    old = {k: v for k, v in state.items() if k != "time_breakdown_s"}
+    fresh = make(k=2)
+    fresh.load_checkpoint_state(old)
+    assert fresh.time_breakdown_s == {}
+
+
+# ---- more edges ------------------------------------------------------------------------------------
+
+
+def test_missing_parts_and_wrong_networks_are_refused_in_one_line():
+    opt = functools.partial(torch.optim.Adam, lr=LR)
+    net = functools.partial(ActorCritic, hidden=(8,))
+    with pytest.raises(ValueError, match=r"^task=ppo needs net: choose the network with model=actor_critic$"):
+        PPOTask.create(optimizer=opt, env=CART)
+    with pytest.raises(ValueError, match=r"^task=ppo needs optimizer: choose one with optimizer=adam\|sgd\|\.\.\.$"):
+        PPOTask.create(net=net, env=CART)
+    with pytest.raises(ValueError, match=r"^task=ppo needs env: choose an environment with env=cartpole\|pendulum\|\.\.\.$"):
+        PPOTask.create(net=net, optimizer=opt)
+    from pipeline.nets.mlp import MLP
+
+    with pytest.raises(ValueError, match=r"^task=ppo needs model=actor_critic \(an actor and a critic\); got <class 'pipeline.nets.mlp.MLP'>$"):
+        PPOTask.create(net=functools.partial(MLP, hidden=(8,)), optimizer=opt, env=CART)
+
+    def factory(in_features, out_features):
+        return ActorCritic(in_features, out_features)
+
+    with pytest.raises(ValueError, match=r"^task=ppo needs model=actor_critic \(an actor and a critic\); got <function .*factory at 0x[0-9a-f]+>$"):
+        PPOTask.create(net=factory, optimizer=opt, env=CART)
+    # a partial of something else: its function is named
+    with pytest.raises(ValueError, match=r"^task=ppo needs model=actor_critic .*; got <function .*factory at 0x[0-9a-f]+>$"):
+        PPOTask.create(net=functools.partial(factory), optimizer=opt, env=CART)
+
+
+def unbounded_pendulum(**kwargs):
+    env = ppo.gym.make("Pendulum-v1", **kwargs)
+    env.action_space = ppo.gym.spaces.Box(-np.inf, np.inf, (1,), np.float32)
+    return env
+
+
+ppo.gym.register("PPOUnitsUnboundedPendulum-v0", entry_point=unbounded_pendulum, max_episode_steps=200)
+
+
+def test_an_unbounded_action_space_is_named_in_the_refusal():
+    with pytest.raises(ValueError, match=r"^task=ppo clips Gaussian actions to the action bounds, and PPOUnitsUnboundedPendulum-v0's are"):
+        make(env={"id": "PPOUnitsUnboundedPendulum-v0"})
+
+
+def test_the_time_breakdown_fits_in_the_wall_time_and_names_each_phase(monkeypatch):
+    monkeypatch.setattr(PPOTask, "_log_shared", lambda self, metrics, step=None: None)
+    t0 = time.perf_counter()
+    task = make(k=2, total_steps=16, log_every=8, eval_every=8)
+    task.curves = [Rows(), Rows()]
+    task.fit_and_evaluate(trainer(), None, None)
+    wall = time.perf_counter() - t0
+    phases = task.time_breakdown_s
+    assert set(phases) == {"act", "env", "learn", "log", "eval", "final_eval"}
+    assert all(0 < v <= wall for v in phases.values()) and sum(phases.values()) <= wall
+    assert 0 < task._train_seconds <= wall
+    rec = task.agent_record(0)
+    assert rec["env_steps_per_s"] == round(16 / task._train_seconds, 1)
+    assert rec["metric_bounds"] == {"eval/return_mean": [0.0, 500.0], "train/episodic_return": [0.0, 500.0]}
+    assert task.return_bounds == (0.0, 500.0)
+    task._train_seconds = 3.0
+    assert task.agent_record(0)["batch_env_steps_per_s"] == 10.7  # 2 * 16 / 3, one decimal
+    assert task.episode_return.dtype == torch.float64
+
+
+def test_one_agent_logs_no_batch_rows_and_the_fit_runs_only_when_iterations_are_left(monkeypatch):
+    task = make(total_steps=16, log_every=8, eval_every=8)
+    shared = []
+    monkeypatch.setattr(PPOTask, "_log_shared", lambda self, metrics, step=None: shared.append(dict(metrics)))
+    task.fit_and_evaluate(trainer(), None, None)
+    assert shared and not any(k.startswith("batch/") for m in shared for k in m)
+    fits = []
+
+    class Closing:
+        closed = 0
+
+        def close(self):
+            Closing.closed += 1
+
+    done = SimpleNamespace(precision="32", fit=fits.append)
+    task.env = Closing()
+    task.fit_and_evaluate(done, None, None)  # updates == n_updates: no fit, only the final evaluation
+    assert fits == [] and Closing.closed == 1
+    fresh = make(total_steps=16)
+    fresh.fit_and_evaluate(done, None, None)
+    assert fits == [fresh] and not hasattr(fresh, "env")
+
+
+def test_evaluations_note_the_time_to_threshold_and_hand_videos_each_agents_weights(monkeypatch):
+    task = make(k=2, threshold=5.0, video_every=1)
+    start(task)
+    monkeypatch.setattr(ppo, "evaluate_agents", lambda *a, **kw: torch.tensor([[1.0, 3.0], [5.0, 7.0]]))
+    videos = []
+    task.video_hook = lambda agent, step, state: videos.append((agent, step, state))
+    task._elapsed_before = 4.0
+    task.evaluate_now()
+    assert task.time_to_threshold_s[0] is None and task.time_to_threshold_s[1] >= 4.0
+    assert [(a, s) for a, s, _ in videos] == [(0, 0), (1, 0)]
+    assert same(videos[1][2], weights(task, 1))
+
+
+def float64_torque_pendulum(**kwargs):
+    env = ppo.gym.make("Pendulum-v1", **kwargs)
+    env.action_space = ppo.gym.spaces.Box(-2.0, 2.0, (1,), np.float64)
+    return env
+
+
+ppo.gym.register("PPOUnitsFloat64Pendulum-v0", entry_point=float64_torque_pendulum, max_episode_steps=200)
+
+
+def test_the_action_bounds_are_float32_whatever_the_spaces_dtype():
+    """The env is sent float32 actions, as the policy makes them, even where the Box's bounds are float64."""
+    task = make(env={"id": "PPOUnitsFloat64Pendulum-v0"})
+    assert task.action_low.dtype == torch.float32 and task.action_high.dtype == torch.float32
+    sent = task.env_actions(torch.tensor([[[3.0], [-0.5], [-9.0]]]))
+    assert sent.dtype == torch.float32 and sent.tolist() == [[[2.0], [-0.5], [-2.0]]]
