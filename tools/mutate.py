@@ -335,13 +335,6 @@ STABLE = [
 # summary's "left out" list). A module in MODULES but not in STABLE without an entry here is "not in STABLE yet".
 LEFT_OUT: dict[str, str] = {
     # tasks/ and runtime/ (2026-12-04, second)
-    "tasks/ppo.py": "912 mutants; its fast tests (tests/tasks/test_ppo.py, 16 tests, 28 s a pass here) are mostly "
-    "runs: the 7 that train (1.4-3.8 s each, ~16 s together) reach every method of the task, so a mutant costs ~16 s "
-    "and the module ~4 h on one core (2026-12-04, not measured); it needs unit tests of rollout/learn/advantages on "
-    "tiny envs, as tasks/dqn.py has in test_dqn_units",
-    "tasks/gan.py": "826 mutants; tests/tasks/test_gan.py's fast part (25 tests, 34 s a pass here) reaches the task "
-    "through runs (7.4, 5.3, 2.0, 1.8 s) and a 4 s classifier fixture: ~17 s a mutant, ~4 h on one core "
-    "(2026-12-04, not measured); its metrics module, tasks/gan_metrics.py, is in STABLE",
     "runtime/run.py": "1197 mutants; the lifecycle (run_job, _run_locked, _finish, _fail, _interrupted, "
     "_start_records, make_trainer, build_task: 1000 of them) is reached only by tests that train runs (0.5-9 s each "
     "across a dozen files; test_early_stopping.py alone is 21.7 s a pass), so the file as a whole is not measured. "
