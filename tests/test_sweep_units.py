@@ -258,8 +258,10 @@ def shown(monkeypatch):
     from pipeline.runtime.job import RELAY_ENV
 
     monkeypatch.setattr(sweep, "SweepProgress", _Shown)
-    monkeypatch.delenv(RELAY_ENV, raising=False)
-    monkeypatch.delenv(SWEEP_ENV, raising=False)
+    # Set then removed, so that monkeypatch removes what the callback sets again when the test ends.
+    for name in (RELAY_ENV, SWEEP_ENV):
+        monkeypatch.setenv(name, "x")
+        monkeypatch.delenv(name)
     _Shown.made = []
     return RELAY_ENV
 
