@@ -77,13 +77,13 @@ def test_play_frames_area_interpolation(monkeypatch):
     class Stripes(_Env):
         def step(self, action):
             obs, *rest = super().step(action)
-            obs = np.zeros((4, 4), dtype=np.uint8)
-            obs[:, ::2] = 200
+            obs = np.zeros((6, 6), dtype=np.uint8)
+            obs[:, ::3] = 201
             return (obs, *rest)
 
     monkeypatch.setattr(atari_frames, "make_ale_env", lambda game, seed: Stripes(episode=100))
     frames = play_frames("Pong", 1, seed=0, frame_interval=1, size=2)
-    assert frames.tolist() == [[[100, 100], [100, 100]]]  # area averaging of 200, 0 columns
+    assert frames.tolist() == [[[67, 67], [67, 67]]]  # area averaging of 201, 0, 0 columns
 
 
 def test_play_frames_closes_the_env_when_playing_fails(monkeypatch):
@@ -128,7 +128,7 @@ def test_defaults_and_cache_path(monkeypatch, tmp_path):
     dm = AtariFramesDataModule()
     assert (dm.game, dm.n_frames, dm.policy, dm.frame_interval, dm.size) == ("Pong", 1000, "random", 4, 64)
     assert (dm.test_fraction, dm.seed, dm.batch_size, dm.cache_dir) == (0.2, 0, 32, None)
-    assert dm.image_shape == (1, 64, 64) and dm.n_classes is None and not dm.loaded_from_cache and dm.splits == {}
+    assert dm.image_shape == (1, 64, 64) and dm.n_classes is None and dm.loaded_from_cache is False and dm.splits == {}
     assert dm.cache_path == tmp_path / "atari_frames" / "Pong-n1000-seed0-random-k4-64px.npz"
     other = AtariFramesDataModule("Breakout", "20", frame_interval="2", size="16", test_fraction=0.5, seed="7",
                                   batch_size="5", cache_dir=str(tmp_path / "c"))
@@ -186,6 +186,10 @@ def test_prepare_data_plays_once_and_writes_the_cache(tmp_path, monkeypatch, cap
         again.prepare_data()
     assert again.loaded_from_cache and len(calls) == 1
     assert f"atari frames: loading the cache {dm.cache_path}" in caplog.text
+    # another game's cache already made the folder: playing still writes its own file there
+    third = AtariFramesDataModule("Breakout", 10, size=8, cache_dir=str(tmp_path / "deep" / "c"))
+    third.prepare_data()
+    assert third.cache_path.is_file() and third.cache_path.parent == dm.cache_path.parent
 
 
 def test_frames_plays_when_there_is_no_cache_and_setup_splits_at_random(tmp_path, monkeypatch):

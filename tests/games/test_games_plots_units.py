@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import struct
 
+import matplotlib
 import matplotlib.colors as mcolors
 import numpy as np
 import pytest
+from cycler import cycler
 from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 
@@ -119,14 +121,36 @@ def test_several_seeds_mean_line_range_band_bounds_and_truth(tmp_path, figures):
 
 def test_three_epsilons_are_shaded_palest_to_darkest_by_width(tmp_path, figures):
     t = _table({0.0: 0.3, 0.5: 0.4, 1.0: 0.1})
-    for eps in ("0.5", "0.02", "0.1"):
+    for eps in ("10", "0.02", "2"):
         for r in (0.0, 0.5, 1.0):
             t[f"cf/second_price_r{r}/lower_eps{eps}"] = 0.0
             t[f"cf/second_price_r{r}/upper_eps{eps}"] = 1.0
     plot_revenue_vs_reserve([t], tmp_path / "rev.png")
     fills = _fills(figures[0].axes[0])
-    assert [f.get_label() for f in fills] == ["bounds, eps=0.5", "bounds, eps=0.1", "bounds, eps=0.02"]
+    assert [f.get_label() for f in fills] == ["bounds, eps=10", "bounds, eps=2", "bounds, eps=0.02"]
     assert [f.get_alpha() for f in fills] == pytest.approx([0.12, 0.235, 0.35])
+    for f in fills:
+        assert mcolors.same_color(f.get_facecolor()[0][:3], mcolors.to_rgb("tab:blue"))
+
+
+def test_the_figure_keeps_its_colours_widths_and_legend_place_whatever_the_style(tmp_path, figures):
+    truth = {0.0: 0.33, 0.5: 0.41, 1.0: 0.0}
+    a = _table({0.0: 0.2, 0.5: 0.4, 1.0: 0.1}, {0.0: 0.1, 0.5: 0.3, 1.0: 0.0}, {0.0: 0.5, 0.5: 0.6, 1.0: 0.2}, truth)
+    b = _table({0.0: 0.4, 0.5: 0.6, 1.0: 0.3}, {0.0: 0.3, 0.5: 0.1, 1.0: 0.2}, {0.0: 0.7, 0.5: 0.8, 1.0: 0.4},
+               {0.0: 9.0, 0.5: 9.0, 1.0: 9.0})
+    style = {"axes.prop_cycle": cycler(color=["red", "green", "purple"]), "lines.linewidth": 3.0,
+             "legend.loc": "upper left"}
+    with matplotlib.rc_context(style):
+        plot_revenue_vs_reserve([a, b], tmp_path / "rev.png")
+    (ax,) = figures[0].axes
+    point, dashed = ax.lines
+    assert mcolors.same_color(point.get_color(), "tab:blue") and point.get_linewidth() == 2
+    assert dashed.get_linewidth() == 1.5
+    assert list(dashed.get_ydata()) == [0.33, 0.41, 0.0]  # the first table's truth
+    bounds, seeds = _fills(ax)
+    assert mcolors.same_color(bounds.get_facecolor()[0][:3], mcolors.to_rgb("tab:blue"))
+    assert mcolors.same_color(seeds.get_facecolor()[0][:3], mcolors.to_rgb("tab:orange"))
+    assert ax.get_legend()._loc == 0  # "best"
 
 
 def test_truth_is_drawn_only_when_every_table_has_it(tmp_path, figures):
