@@ -44,7 +44,8 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: int = 600, env: dict |
 
 def run_module(module: str, *args: str, cwd: Path | None = None, timeout: int = 600, env: dict | None = None):
     """`python -m <module> ...` (pipeline, pipeline.eval, pipeline.report) as `run_cli` runs `python -m pipeline`."""
-    full_env = {**os.environ, "WANDB_MODE": "offline", **(env or {})}
+    # As from a user's shell: not the W&B service an in-process test may have started in this test process.
+    full_env = {**{k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}, "WANDB_MODE": "offline", **(env or {})}
     cmd = [sys.executable, "-m", module, *args]
     if os.environ.get("PIPELINE_TEST_FORKSERVER", "1") != "0":
         with _SERVER_LOCK:

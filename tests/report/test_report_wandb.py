@@ -73,3 +73,53 @@ def test_offline_report_run(tmp_path, monkeypatch):
     # A rebuilt report must not mistake the W&B folder for run records.
     with pytest.warns(RunRecordWarning, match="corrupt"):
         assert build_report([sweep], tmp_path / "again", reps=200)["n_runs"] == 10
+
+
+# A process that starts a W&B service from its own folder and keeps it up until its stdin closes; it prints the
+# token (WANDB_SERVICE) its children would inherit.
+OWNER = (
+    "import os, sys, wandb\n"
+    "run = wandb.init(project='owner', mode='offline', dir=os.getcwd())\n"
+    "run.finish()\n"
+    "print(os.environ['WANDB_SERVICE'], flush=True)\n"
+    "sys.stdin.read()\n"
+)
+CHILD = (
+    "import warnings\n"
+    "from pipeline.report import build_report\n"
+    "from pipeline.report.wandb_summary import log_report_to_wandb\n"
+    "warnings.simplefilter('ignore')\n"
+    "report = build_report(['.'], 'report', reps=50)\n"
+    "log_report_to_wandb(report, 'report', project='pipeline-tests', mode='offline')\n"
+)
+
+
+@pytest.mark.slow
+def test_a_relative_report_dir_keeps_its_offline_run_through_a_service_another_process_started(tmp_path):
+    """A sweep's report dir is relative (Hydra's sweep dir is). A process that inherits WANDB_SERVICE (started from a
+    notebook or a script with a W&B run of its own; in the suite, a test process that used W&B) hands its runs to that
+    service, which resolved the relative dir against its own folder: the report's offline run file was written
+    nowhere (seen as a CI flake of the joblib + W&B sweep test)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    env.pop("WANDB_SERVICE", None)
+    (tmp_path / "owner").mkdir()
+    owner = subprocess.Popen([sys.executable, "-c", OWNER], cwd=tmp_path / "owner", env=env, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        token = owner.stdout.readline().strip()
+        assert token, "the owner process did not start a W&B service"
+        sweep = write_two_group_sweep(tmp_path / "sweep")
+        child = subprocess.run([sys.executable, "-c", CHILD], cwd=sweep, env={**env, "WANDB_SERVICE": token},
+                               capture_output=True, text=True, timeout=300)
+        assert child.returncode == 0, child.stderr[-2000:]
+    finally:
+        owner.stdin.close()  # the owner tears its service down (flushing what it holds) and exits
+        owner.wait(timeout=120)
+    (run_dir,) = (sweep / "report" / "wandb").glob("offline-run-*")
+    (log,) = run_dir.glob("run-*.wandb")
+    assert b"pipeline-tests" in log.read_bytes()
+    assert not list((tmp_path / "owner").rglob("report"))  # nothing landed beside the service's owner

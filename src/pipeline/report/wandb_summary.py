@@ -83,7 +83,9 @@ def log_report_to_wandb(
         job_type="report",
         name=name,
         mode=mode,
-        dir=str(report_dir),
+        # Absolute: a W&B service another process started (WANDB_SERVICE inherited) resolves a relative dir against its
+        # own working folder, and the offline run was lost (a sweep's report dir is relative, as Hydra's sweep dir is).
+        dir=str(report_dir.resolve()),
         config={"inputs": report["inputs"], **report["settings"], **({"sweep_id": sweep} if sweep else {})},
         tags=[f"sweep={sweep}"] if sweep else None,
         # A training run may still be active in this process (a sweep's last job); leave it alone.

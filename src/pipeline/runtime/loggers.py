@@ -74,7 +74,7 @@ def build_loggers(
             group=group,
             job_type=job_type,
             tags=tags,
-            save_dir=str(run_dir),
+            save_dir=str(Path(run_dir).resolve()),  # absolute: see report/wandb_summary.py
             mode=wandb_mode(opts.get("mode")),
             config=wandb_config(config),
             # Each run is its own process's run: no reinit surprises under joblib.
@@ -144,7 +144,7 @@ def log_records_to_wandb(records: list[dict], run_dirs: list[Path], wandb_cfg: d
                 project=wandb_cfg.get("project", "pipeline"), entity=wandb_cfg.get("entity"), group=record["group"],
                 job_type=record["task"], name=f"{record['experiment']}-seed{record['seed']}",
                 tags=wandb_tags(record["seed"], wandb_cfg.get("tags")),
-                config=wandb_config({**config, "seed": record["seed"]}), dir=str(run_dir), mode=mode,
+                config=wandb_config({**config, "seed": record["seed"]}), dir=str(Path(run_dir).resolve()), mode=mode,
                 settings=_wandb_settings(wandb_cfg.get("init_timeout")), reinit="create_new",
             )
         except Exception as exc:

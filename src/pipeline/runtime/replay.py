@@ -285,7 +285,7 @@ def log_to_run_loggers(cfg: DictConfig, result: dict, run_dir: Path) -> list[str
         group = record.group if record is not None else None
         run = wandb.init(
             project=opts.get("project", "pipeline"), entity=opts.get("entity"), group=group, job_type="replay",
-            name=f"{cfg.get('name', 'run')}-seed{result['run_seed']}-replay", dir=str(run_dir),
+            name=f"{cfg.get('name', 'run')}-seed{result['run_seed']}-replay", dir=str(Path(run_dir).resolve()),
             mode=str(opts.get("mode") or os.environ.get("WANDB_MODE") or "offline"),
             config={"run_dir": str(run_dir), "episodes": result["episodes"], "seeds": result["seeds"]},
             settings=wandb.Settings(silent=True, console="off"),

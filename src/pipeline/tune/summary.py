@@ -348,7 +348,7 @@ def log_tune_to_wandb(summary: dict, out: Path, group: str, wandb_cfg: dict) -> 
     if summary["preset"]:
         flat["preset/confirmed_value"] = summary["preset"]["value"]
     run = wandb.init(project=wandb_cfg.get("project", "pipeline"), entity=wandb_cfg.get("entity"), mode=mode,
-                     group=group, job_type="tune", name=f"tune-{summary['study_name']}", dir=str(out),
+                     group=group, job_type="tune", name=f"tune-{summary['study_name']}", dir=str(Path(out).resolve()),
                      config={"best_params": summary["best_params"], "objective": summary["objective"]},
                      reinit="create_new")  # a trial's run may still be open in this process
     try:
