@@ -157,6 +157,20 @@ def test_group_curve_of_rl_seeds_ends_at_the_table_and_clips_to_the_bounds():
     assert summary["held_from"] == [30.0, None]
 
 
+def test_group_curve_final_point_is_rliables_seeded_bootstrap_of_the_finals():
+    finals = [3.0, 7.5, 1.0, 9.0, 4.0, 6.5, 2.0, 8.0, 5.5]
+    runs = [Run([0, 10], [0.0, 1.0], final=f, x="env_step", env_steps=10) for f in finals]
+    summary, _ = group_curve(runs, reps=200, seed=5)
+    from rliable import library, metrics
+
+    np.random.seed(5)
+    _, expected = library.get_interval_estimates(
+        {"g": np.array(finals)[:, None]}, lambda x: np.array([metrics.aggregate_iqm(x)]), reps=200
+    )
+    assert summary["iqm"][-1] == pytest.approx(5.3)  # the middle five of nine: (3 + 4 + 5.5 + 6.5 + 7.5) / 5
+    assert (summary["ci_low"][-1], summary["ci_high"][-1]) == pytest.approx(tuple(np.asarray(expected["g"]).ravel()), abs=1e-12)
+
+
 def test_group_curve_of_supervised_seeds_holds_the_last_values():
     a = Run([1, 2, 3], [0.1, 0.2, 0.3], final=0.9, curve="val/acc", metric="test/acc")
     b = Run([1, 2], [0.5, 0.6], final=0.8, curve="val/acc", metric="test/acc", bounds=(0.0, 1.0))

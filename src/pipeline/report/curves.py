@@ -86,10 +86,11 @@ def iqm_curve(
     if values.shape[0] < 2:
         return point, low, high
     patterns, which = np.unique(np.isfinite(values).T, axis=0, return_inverse=True)
+    which = which.reshape(-1)
     for k, seeds in enumerate(patterns):
         if seeds.sum() < 2:
             continue
-        steps = which.reshape(-1) == k
+        steps = which == k
         # rliable wants (runs, tasks, ...): one task, steps last.
         scores = values[seeds][:, steps][:, None, :]
         with seeded_global_numpy(seed), np.errstate(invalid="ignore"):
