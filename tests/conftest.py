@@ -5,6 +5,8 @@ import torch
 from hydra import compose, initialize_config_module
 from hypothesis import HealthCheck, settings
 
+import pipeline_testing  # noqa: F401  (first: it keeps the import-time environment the suite was started with)
+
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 torch.set_num_threads(1)
@@ -28,3 +30,17 @@ def make_cfg():
             return compose(config_name="config", overrides=list(overrides))
 
     return _make
+
+
+@pytest.fixture(autouse=True)
+def _keep_import_time_environment():
+    """An in-process run seeds (PYTHONHASHSEED, PL_GLOBAL_SEED go into os.environ): put such variables back after
+    each test, so no test sees what an earlier one left and CLI runs keep going to the warm fork server (a run
+    whose import-time variables differ from the server's starts a fresh interpreter, 3-4 s; pipeline_testing)."""
+    from pipeline_testing import _IMPORT_TIME_ENV
+
+    before = {k: v for k, v in os.environ.items() if k.startswith(_IMPORT_TIME_ENV)}
+    yield
+    for key in [k for k in os.environ if k.startswith(_IMPORT_TIME_ENV) and k not in before]:
+        del os.environ[key]
+    os.environ.update(before)

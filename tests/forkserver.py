@@ -9,7 +9,13 @@ environment and argv and runs the requested module (`pipeline` unless named) as 
 files. Only the import cost is shared: nothing of a test's state is, since the server is its own fresh process.
 
 Protocol (one JSON object per line): request {"module", "args", "cwd", "env", "timeout"} on stdin; reply
-{"returncode", "stdout", "stderr", "timed_out"} (the two outputs are file paths the caller reads and removes).
+{"returncode", "stdout", "stderr", "timed_out", "maxrss_kb"} (the two outputs are file paths the caller reads and
+removes; maxrss_kb is the child's peak resident memory, from wait4).
+
+A request with "detach": true is a process started in the background, as `subprocess.Popen` starts one (the
+kill -9 / signal tests): the reply comes at once, {"pid", "stdout", "stderr", "status"}, and a small monitor (a
+fork of this server that waits for the child) writes {"returncode", "timed_out", "maxrss_kb"} to the `status` file
+when the child ends. "merge_stderr": true sends both streams to the `stdout` file (stderr=STDOUT).
 """
 
 from __future__ import annotations
@@ -71,6 +77,64 @@ def _child(request: dict, out_fd: int, err_fd: int, channel: list[int]) -> None:
             os._exit(code)
 
 
+def _wait(pid: int, timeout: float) -> dict:
+    """Wait for child `pid` (killing its process group past `timeout` seconds): its exit and peak memory."""
+    deadline = time.monotonic() + timeout
+    timed_out = False
+    while True:
+        done, status, usage = os.wait4(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            timed_out = True
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            _, status, usage = os.wait4(pid, 0)
+            break
+        time.sleep(0.02)
+    return {"returncode": os.waitstatus_to_exitcode(status), "timed_out": timed_out, "maxrss_kb": usage.ru_maxrss}
+
+
+def _start_detached(request: dict, out_fd: int, err_fd: int, channel: list[int]) -> int:
+    """Fork a monitor that forks the child and waits for it; return the child's pid (the monitor's own is reaped
+    later by `_reap`)."""
+    read_end, write_end = os.pipe()
+    monitor = os.fork()
+    if monitor == 0:
+        try:
+            os.close(read_end)
+            pid = os.fork()
+            if pid == 0:
+                _child(request, out_fd, err_fd, [*channel, write_end])
+            for fd in (out_fd, err_fd, *channel):
+                os.close(fd)
+            os.write(write_end, str(pid).encode())
+            os.close(write_end)
+            status = _wait(pid, float(request["timeout"]))
+            tmp = request["status"] + ".tmp"
+            with open(tmp, "w") as f:
+                json.dump(status, f)
+            os.replace(tmp, request["status"])
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        pid = int(pipe.read())
+    _MONITORS.append(monitor)
+    return pid
+
+
+_MONITORS: list[int] = []
+
+
+def _reap() -> None:
+    for monitor in list(_MONITORS):
+        if os.waitpid(monitor, os.WNOHANG)[0]:
+            _MONITORS.remove(monitor)
+
+
 def serve() -> None:
     requests = os.fdopen(os.dup(0), "r")
     replies = os.fdopen(os.dup(1), "w")
@@ -90,29 +154,26 @@ def serve() -> None:
         err_fd, err_path = tempfile.mkstemp(prefix="forkserver-err-")
         sys.stdout.flush()
         sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            _child(request, out_fd, err_fd, [requests.fileno(), replies.fileno()])
-        os.close(out_fd)
-        os.close(err_fd)
-        deadline = time.monotonic() + float(request["timeout"])
-        timed_out = False
-        while True:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                break
-            if time.monotonic() > deadline:
-                timed_out = True
-                try:
-                    os.killpg(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                _, status = os.waitpid(pid, 0)
-                break
-            time.sleep(0.02)
-        returncode = os.waitstatus_to_exitcode(status)
-        replies.write(json.dumps({"returncode": returncode, "stdout": out_path, "stderr": err_path,
-                                  "timed_out": timed_out}) + "\n")
+        if request.get("detach"):
+            if request.get("merge_stderr"):
+                os.close(err_fd)
+                os.unlink(err_path)
+                err_fd, err_path = os.dup(out_fd), None
+            status_path = out_path + ".status"
+            pid = _start_detached({**request, "status": status_path}, out_fd, err_fd,
+                                  [requests.fileno(), replies.fileno()])
+            os.close(out_fd)
+            os.close(err_fd)
+            reply = {"pid": pid, "stdout": out_path, "stderr": err_path, "status": status_path}
+        else:
+            pid = os.fork()
+            if pid == 0:
+                _child(request, out_fd, err_fd, [requests.fileno(), replies.fileno()])
+            os.close(out_fd)
+            os.close(err_fd)
+            reply = {**_wait(pid, float(request["timeout"])), "stdout": out_path, "stderr": err_path}
+        _reap()
+        replies.write(json.dumps(reply) + "\n")
         replies.flush()
 
 

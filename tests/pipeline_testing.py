@@ -1,11 +1,14 @@
 """Helpers shared by the test files (a module of its own: every test folder may have a conftest.py)."""
 
 import atexit
+import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -15,14 +18,22 @@ ROOT = Path(__file__).resolve().parents[1]
 # unless PIPELINE_TEST_FORKSERVER=0, or the run's environment differs from the server's in a variable read
 # while those libraries import (threads, devices, the interpreter): then it starts a fresh interpreter.
 _IMPORT_TIME_ENV = ("CUDA", "NVIDIA", "OMP_", "MKL_", "KMP_", "OPENBLAS", "TORCH", "PYTORCH", "PYTHON", "LD_", "PL_", "HYDRA")
+# Those variables as the suite's shell set them (tests/conftest.py imports this module first): an in-process run
+# seeds and so writes PYTHONHASHSEED and PL_GLOBAL_SEED into the test process's environment, which a CLI run a
+# user types would not inherit (and which would send every later run to a fresh interpreter).
+_SHELL_IMPORT_ENV = {k: v for k, v in os.environ.items() if k.startswith(_IMPORT_TIME_ENV)}
 _SERVER: dict = {}
 _SERVER_LOCK = threading.Lock()
+# Why the last run that could have been forked started a fresh interpreter (for a test's failure message).
+fresh_because: list[str] = []
 
 
 def _forkserver() -> tuple[subprocess.Popen, dict] | None:
     proc = _SERVER.get("proc")
     if proc is None or proc.poll() is not None:
-        env = dict(os.environ)
+        if proc is not None:
+            fresh_because.append(f"the fork server ended ({proc.returncode}); started another")
+        env = _module_env(None)
         proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "forkserver.py")], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env)
         if not proc.stdout.readline():
@@ -42,25 +53,138 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: int = 600, env: dict |
     return run_module("pipeline", *args, cwd=cwd, timeout=timeout, env=env)
 
 
-def run_module(module: str, *args: str, cwd: Path | None = None, timeout: int = 600, env: dict | None = None):
-    """`python -m <module> ...` (pipeline, pipeline.eval, pipeline.report) as `run_cli` runs `python -m pipeline`."""
-    # As from a user's shell: not the W&B service an in-process test may have started in this test process.
-    full_env = {**{k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}, "WANDB_MODE": "offline", **(env or {})}
+class Completed(subprocess.CompletedProcess):
+    """subprocess.run's answer, plus a forked run's peak resident memory (MB, wait4's maxrss: the process and what
+    it waited for). None for a fresh interpreter: one started from this (large) test process inherits its
+    high-water mark through exec, so wait4 cannot tell the run's own (test_debug measures those from a small parent)."""
+
+    peak_mb: float | None
+
+
+def _completed(cmd, returncode: int, out: str, err: str, maxrss_kb: int | None) -> Completed:
+    done = Completed(cmd, returncode, out, err)
+    done.peak_mb = None if maxrss_kb is None else maxrss_kb / 1024
+    return done
+
+
+def _module_env(env: dict | None) -> dict:
+    """The environment of a CLI run: as from the suite's shell (not the W&B service an in-process test may have
+    started in this test process, nor the import-time variables it may have changed), plus `env`."""
+    inherited = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE" and not k.startswith(_IMPORT_TIME_ENV)}
+    return {**inherited, **_SHELL_IMPORT_ENV, "WANDB_MODE": "offline", **(env or {})}
+
+
+def _ask_server(request: dict) -> dict | None:
+    """Send one request to the warm server; None where the run needs a fresh interpreter (see _IMPORT_TIME_ENV)."""
+    if os.environ.get("PIPELINE_TEST_FORKSERVER", "1") == "0":
+        return None
+    with _SERVER_LOCK:
+        server = _forkserver()
+        if server is None:
+            fresh_because.append("the fork server did not start")
+            return None
+        if not _same_import_env(request["env"], server[1]):
+            keys = sorted(k for k in {*request["env"], *server[1]} if k.startswith(_IMPORT_TIME_ENV)
+                          and request["env"].get(k) != server[1].get(k))
+            fresh_because.append(f"the run sets {', '.join(keys)}")
+            return None
+        proc = server[0]
+        proc.stdin.write(json.dumps(request) + "\n")
+        proc.stdin.flush()
+        return json.loads(proc.stdout.readline())
+
+
+def run_module(module: str, *args: str, cwd: Path | None = None, timeout: int = 600, env: dict | None = None,
+               fresh: bool = False) -> Completed:
+    """`python -m <module> ...` (pipeline, pipeline.eval, pipeline.report) as `run_cli` runs `python -m pipeline`
+    (`fresh=True`: in a fresh interpreter, never forked)."""
+    full_env = _module_env(env)
     cmd = [sys.executable, "-m", module, *args]
-    if os.environ.get("PIPELINE_TEST_FORKSERVER", "1") != "0":
-        with _SERVER_LOCK:
-            server = _forkserver()
-            if server is not None and _same_import_env(full_env, server[1]):
-                proc = server[0]
-                proc.stdin.write(json.dumps({"module": module, "args": list(args), "cwd": str(cwd or ROOT),
-                                             "env": full_env, "timeout": timeout}) + "\n")
-                proc.stdin.flush()
-                reply = json.loads(proc.stdout.readline())
-                out, err = (_read_and_remove(reply[k]) for k in ("stdout", "stderr"))
-                if reply["timed_out"]:
-                    raise subprocess.TimeoutExpired(cmd, timeout, output=out, stderr=err)
-                return subprocess.CompletedProcess(cmd, reply["returncode"], out, err)
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd or ROOT, env=full_env)
+    request = {"module": module, "args": list(args), "cwd": str(cwd or ROOT), "env": full_env, "timeout": timeout}
+    reply = None if fresh else _ask_server(request)
+    if reply is not None:
+        out, err = (_read_and_remove(reply[k]) for k in ("stdout", "stderr"))
+        if reply["timed_out"]:
+            raise subprocess.TimeoutExpired(cmd, timeout, output=out, stderr=err)
+        return _completed(cmd, reply["returncode"], out, err, reply["maxrss_kb"])
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd or ROOT, env=full_env)
+    return _completed(cmd, done.returncode, done.stdout, done.stderr, None)
+
+
+def start_module(module: str, *args: str, cwd: Path | None = None, env: dict | None = None,
+                 merge_stderr: bool = True, timeout: int = 900):
+    """`python -m <module> ...` in the background, as `subprocess.Popen(..., stdout=PIPE, stderr=STDOUT or PIPE,
+    text=True)` starts it: forked from the warm server where it can be (a `Forked`), else a fresh interpreter."""
+    full_env = _module_env(env)
+    cmd = [sys.executable, "-m", module, *args]
+    reply = _ask_server({"module": module, "args": list(args), "cwd": str(cwd or ROOT), "env": full_env,
+                         "timeout": timeout, "detach": True, "merge_stderr": merge_stderr})
+    if reply is not None:
+        return Forked(cmd, reply)
+    return subprocess.Popen(cmd, cwd=cwd or ROOT, env=full_env, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE)
+
+
+class Forked:
+    """The part of `subprocess.Popen` the tests use, for a process the warm server forked (it is the server's
+    grandchild, not ours: its exit status comes from the monitor's status file, signals go to its pid)."""
+
+    def __init__(self, args: list[str], reply: dict) -> None:
+        self.args, self.pid, self.returncode = args, reply["pid"], None
+        self._paths = reply
+        self.peak_mb: float | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                status = json.loads(Path(self._paths["status"]).read_text())
+            except FileNotFoundError:
+                return None
+            self.returncode, self.peak_mb = status["returncode"], status["maxrss_kb"] / 1024
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        end = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if end is not None and time.monotonic() > end:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            time.sleep(0.05)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:  # as Popen: never a signal to a pid that may have been reused
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    @property
+    def stdout(self) -> io.StringIO:
+        """What the process wrote so far (read it after it ended for all of it)."""
+        return io.StringIO(Path(self._paths["stdout"]).read_text(errors="replace"))
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str | None]:
+        self.wait(timeout)
+        out = _read_and_remove(self._paths["stdout"])
+        err = None if self._paths["stderr"] is None else _read_and_remove(self._paths["stderr"])
+        os.unlink(self._paths["status"])
+        return out, err
+
+    def __del__(self) -> None:  # a test that failed before its end: stop the process, keep no files
+        if self.returncode is None and self.poll() is None:
+            self.kill()
+        for key in ("stdout", "stderr", "status"):
+            if self._paths.get(key):
+                try:
+                    os.unlink(self._paths[key])
+                except OSError:
+                    pass
 
 
 def _read_and_remove(path: str) -> str:

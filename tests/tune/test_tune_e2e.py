@@ -2,14 +2,12 @@
 
 import json
 import sqlite3
-import subprocess
-import sys
 
 import optuna
 import pytest
 import yaml
 
-from pipeline_testing import ROOT, read_result, run_cli
+from pipeline_testing import read_result, run_cli, start_module
 
 pytestmark = pytest.mark.slow
 
@@ -91,12 +89,12 @@ def test_bad_input_is_one_line(tmp_path):
 
 
 def _worker(tmp_path, i, url):
-    return subprocess.Popen(
-        # isolate_jobs=false: trials in the worker's process (a fresh process per trial is the default; slower here)
-        [sys.executable, "-m", "pipeline", "-m", *SMALL, "trainer=debug", "isolate_jobs=false", "optimizer.lr=tag(log, interval(1e-4, 1e-1))",
-         "hydra.sweeper.n_trials=6", "hydra.sweeper.seeds=1", "hydra.sweeper.confirm_top=0", "hydra.sweeper.pruner=none",
-         f"hydra.sweeper.storage={url}", "hydra.sweeper.study_name=shared", f"hydra.sweep.dir={tmp_path / f'worker{i}'}"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    # isolate_jobs=false: trials in the worker's process (a fresh process per trial is the default; slower here)
+    return start_module(
+        "pipeline", "-m", *SMALL, "trainer=debug", "isolate_jobs=false", "optimizer.lr=tag(log, interval(1e-4, 1e-1))",
+        "hydra.sweeper.n_trials=6", "hydra.sweeper.seeds=1", "hydra.sweeper.confirm_top=0", "hydra.sweeper.pruner=none",
+        f"hydra.sweeper.storage={url}", "hydra.sweeper.study_name=shared", f"hydra.sweep.dir={tmp_path / f'worker{i}'}",
+        merge_stderr=False,
     )
 
 
