@@ -49,3 +49,29 @@ def test_install_leaves_one_filter_per_harmless_message_and_nothing_else():
         filters = list(warnings.filters)
     assert len(filters) == 3
     assert all(f[0] == "ignore" for f in filters)
+
+
+def test_a_run_from_python_is_quiet_on_a_machine_with_slurms_tools(make_cfg, tmp_path, monkeypatch):
+    """runtime.run.run (notebooks, benchmarks, tests) silences the same warnings the CLI does: with an `srun` on
+    PATH Lightning warned that it is "available on your system but is not used"."""
+    from pipeline.runtime.run import run
+
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "srun").write_text("#!/bin/sh\nexit 0\n")
+    (tools / "srun").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}:{__import__('os').environ['PATH']}")
+    cfg = make_cfg("experiment=supervised_digits", "trainer=debug", "device=cpu")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        (record,) = run(cfg, tmp_path / "run")
+    assert record["status"] == "ok", record["error"]
+    messages = [str(w.message) for w in caught]
+    assert not [m for m in messages if "srun" in m], messages
+    # The check can fail: without quiet's filters Lightning's SLURM probe does warn here.
+    from lightning.fabric.plugins.environments import SLURMEnvironment
+
+    with warnings.catch_warnings(record=True) as probe:
+        warnings.simplefilter("always")
+        SLURMEnvironment._validate_srun_used()
+    assert any("srun" in str(w.message) for w in probe)

@@ -39,6 +39,7 @@ from omegaconf.errors import OmegaConfBaseException
 from pipeline.config import checks as config_checks
 from pipeline.config.checks import one_line
 from pipeline.config.grouping import group_name, semantic_config
+from pipeline.runtime import quiet
 from pipeline.runtime.callbacks import early_stop_of
 from pipeline.runtime.checkpointing import (
     CheckpointPolicy,
@@ -207,6 +208,10 @@ def run_job(cfg: DictConfig, ctx: JobContext) -> list[dict]:
     # The run flushes denormals (device.flush_denormal); whoever called it gets their own setting back
     # (hypothesis, for one, refuses to run in a process that flushes subnormal floats).
     flushing = flushes_denormals()
+    # The harmless third-party warnings (runtime.quiet: exact messages only) are silenced for a run from Python
+    # too, as the CLI and a sweep's job process do: Lightning's "srun is available" on every machine with
+    # SLURM's tools.
+    quiet.install()
     try:
         return _run_locked(cfg, ctx, run_dir, seeds, dirs)
     finally:
