@@ -171,7 +171,9 @@ def _unknown_key_line(message: str, argv: list[str]) -> str | None:
 
 
 def _user_config_dirs(argv: list[str]) -> bool:
-    return any(a in ("--config-dir", "-cd", "--config-path", "-cp") or "searchpath" in a for a in argv)
+    """Whether the user adds config folders (`--config-dir DIR` or `--config-dir=DIR`, `-cd`, `--config-path`,
+    `-cp`, hydra.searchpath): then a group option may live there, and the packaged groups cannot judge it."""
+    return any(a.split("=", 1)[0] in ("--config-dir", "-cd", "--config-path", "-cp") or "searchpath" in a for a in argv)
 
 
 def main(argv: list[str] | None = None) -> None:
