@@ -219,12 +219,21 @@ def test_sweeps_flags_and_other_hydra_errors_are_left_to_hydra(argv, capsys):
 
 @pytest.fixture
 def main_env(tmp_path, monkeypatch):
+    """A process as `python -m pipeline` starts in, given back afterwards: cwd, sys.path, argv, WANDB_MODE, the
+    warning filters, and Hydra's global state (an in-process Hydra app leaves its config behind, which later
+    in-process runs would take for their own)."""
+    from hydra.core.singleton import Singleton
+
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", list(sys.path))
     monkeypatch.setattr(sys, "argv", ["pipeline"])
     monkeypatch.delenv("WANDB_MODE", raising=False)
-    with warnings.catch_warnings():
-        yield tmp_path
+    hydra_state = Singleton.get_state()
+    try:
+        with warnings.catch_warnings():
+            yield tmp_path
+    finally:
+        Singleton.set_state(hydra_state)
 
 
 def test_main_refuses_an_unknown_group_option_in_one_line_after_setting_up_the_process(main_env, capsys):
