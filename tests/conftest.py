@@ -31,16 +31,3 @@ def make_cfg():
 
     return _make
 
-
-@pytest.fixture(autouse=True)
-def _keep_import_time_environment():
-    """An in-process run seeds (PYTHONHASHSEED, PL_GLOBAL_SEED go into os.environ): put such variables back after
-    each test, so no test sees what an earlier one left and CLI runs keep going to the warm fork server (a run
-    whose import-time variables differ from the server's starts a fresh interpreter, 3-4 s; pipeline_testing)."""
-    from pipeline_testing import _IMPORT_TIME_ENV
-
-    before = {k: v for k, v in os.environ.items() if k.startswith(_IMPORT_TIME_ENV)}
-    yield
-    for key in [k for k in os.environ if k.startswith(_IMPORT_TIME_ENV) and k not in before]:
-        del os.environ[key]
-    os.environ.update(before)

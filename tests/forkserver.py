@@ -14,7 +14,7 @@ removes; maxrss_kb is the child's peak resident memory, from wait4).
 
 A request with "detach": true is a process started in the background, as `subprocess.Popen` starts one (the
 kill -9 / signal tests): the reply comes at once, {"pid", "stdout", "stderr", "status"}, and a small monitor (a
-fork of this server that waits for the child) writes {"returncode", "timed_out", "maxrss_kb"} to the `status` file
+fork of this server that waits for the child) writes {"returncode", "timed_out", ...} to the `status` file
 when the child ends. "merge_stderr": true sends both streams to the `stdout` file (stderr=STDOUT).
 """
 

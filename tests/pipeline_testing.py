@@ -43,9 +43,12 @@ def _forkserver() -> tuple[subprocess.Popen, dict] | None:
     return _SERVER["proc"], _SERVER["env"]
 
 
+def _import_env_differences(a: dict, b: dict) -> list[str]:
+    return sorted(k for k in {*a, *b} if k.startswith(_IMPORT_TIME_ENV) and a.get(k) != b.get(k))
+
+
 def _same_import_env(a: dict, b: dict) -> bool:
-    keys = {k for k in (*a, *b) if k.startswith(_IMPORT_TIME_ENV)}
-    return all(a.get(k) == b.get(k) for k in keys)
+    return not _import_env_differences(a, b)
 
 
 def run_cli(*args: str, cwd: Path | None = None, timeout: int = 600, env: dict | None = None):
@@ -83,10 +86,9 @@ def _ask_server(request: dict) -> dict | None:
         if server is None:
             fresh_because.append("the fork server did not start")
             return None
-        if not _same_import_env(request["env"], server[1]):
-            keys = sorted(k for k in {*request["env"], *server[1]} if k.startswith(_IMPORT_TIME_ENV)
-                          and request["env"].get(k) != server[1].get(k))
-            fresh_because.append(f"the run sets {', '.join(keys)}")
+        differences = _import_env_differences(request["env"], server[1])
+        if differences:
+            fresh_because.append(f"the run sets {', '.join(differences)}")
             return None
         proc = server[0]
         proc.stdin.write(json.dumps(request) + "\n")
@@ -132,7 +134,6 @@ class Forked:
     def __init__(self, args: list[str], reply: dict) -> None:
         self.args, self.pid, self.returncode = args, reply["pid"], None
         self._paths = reply
-        self.peak_mb: float | None = None
 
     def poll(self) -> int | None:
         if self.returncode is None:
@@ -140,7 +141,7 @@ class Forked:
                 status = json.loads(Path(self._paths["status"]).read_text())
             except FileNotFoundError:
                 return None
-            self.returncode, self.peak_mb = status["returncode"], status["maxrss_kb"] / 1024
+            self.returncode = status["returncode"]
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
