@@ -86,7 +86,7 @@ def test_kill_9_then_ckpt_path_last_continues_a_dqn_run(tmp_path, batch):
     pd.testing.assert_frame_equal(curve.drop(columns=["perf/env_steps_per_s"]), ref_curve)
 
 
-PPO_ARGS = ("experiment=ppo_cartpole", "trainer.enable_progress_bar=false", "model.hidden=[32,32]")
+PPO_ARGS = ("experiment=ppo_cartpole", "task.stop_at_return=null", "trainer.enable_progress_bar=false", "model.hidden=[32,32]")
 
 
 @pytest.mark.parametrize("batch", [(), ("seeds_per_process=2", "env=pendulum_tensor")], ids=["k1-cartpole", "k2-pendulum"])

@@ -290,3 +290,37 @@ def test_normalisers_round_trip_through_their_state_dicts_and_refuse_other_shape
         stats.load_state_dict(RunningMeanStd(3, (3,)).state_dict())
     with pytest.raises(ValueError, match=r"return accumulators of shape \(2, 1\) cannot load into \(2, 4\)"):
         scaler.load_state_dict(RewardScaler(2, 1, 0.99).state_dict())
+
+
+def test_statistics_of_some_agents_follow_gymnasiums_and_leave_the_others_alone():
+    """update/normalize with `agents`: the batch's rows are those agents' (agents that stopped learning keep theirs)."""
+    rng = np.random.default_rng(3)
+    stats = RunningMeanStd(3, shape=(2,))
+    refs = [GymRunningMeanStd(shape=(2,)) for _ in range(3)]
+    for agents, n in (([0, 1, 2], 4), ([2, 0], 7), ([1], 3), ([0, 2], 5)):
+        batch = rng.normal(loc=[[3.0, -1.0]], scale=[[2.0, 0.5]], size=(len(agents), n, 2))
+        stats.update(torch.from_numpy(batch), torch.tensor(agents))
+        for row, k in enumerate(agents):
+            refs[k].update(batch[row])
+    for k in range(3):
+        assert np.allclose(stats.mean[k].numpy(), refs[k].mean, rtol=1e-12, atol=1e-12)
+        assert np.allclose(stats.var[k].numpy(), refs[k].var, rtol=1e-12, atol=1e-12)
+        assert stats.count[k].item() == pytest.approx(refs[k].count, rel=1e-12)
+    obs = torch.from_numpy(rng.normal(size=(2, 4, 2)))
+    out = stats.normalize(obs, agents=torch.tensor([2, 1]))
+    for row, k in enumerate((2, 1)):
+        assert np.allclose(out[row].numpy(), (obs[row].numpy() - refs[k].mean) / np.sqrt(refs[k].var + 1e-8), rtol=1e-12)
+
+
+def test_normalisers_shrink_to_the_agents_kept_in_that_order():
+    rng = torch.Generator().manual_seed(1)
+    stats, scaler = RunningMeanStd(3, (2,)), RewardScaler(3, 2, 0.9)
+    stats.update(torch.randn(3, 6, 2, generator=rng))
+    for _ in range(3):
+        scaler(torch.randn(3, 2, generator=rng), torch.zeros(3, 2, dtype=torch.bool))
+    before, scaler_before = stats.state_dict(), scaler.state_dict()
+    keep = torch.tensor([2, 0])
+    stats.keep_agents_(keep)
+    scaler.keep_agents_(keep)
+    assert all(torch.equal(stats.state_dict()[k], before[k][[2, 0]]) for k in before)
+    assert all(torch.equal(scaler.state_dict()[k], scaler_before[k][[2, 0]]) for k in scaler_before)

@@ -137,6 +137,38 @@ def test_model_pt_replays_the_final_deterministic_return(make_cfg, tmp_path):
         assert returns.mean().item() == pytest.approx(record["metrics"]["eval/return_mean"], rel=1e-6)
 
 
+def test_agents_that_reach_stop_at_return_end_their_records_there(make_cfg, tmp_path):
+    """A bar between the seeds' first evaluations (read from a run without one): the best seed stops there, the
+    others go on. Each record, curve and model.pt ends where its agent stopped learning, and the final evaluation
+    scores the weights it stopped with."""
+    args = ("experiment=ppo_cartpole", "trainer.enable_progress_bar=false", "model.hidden=[16]", "seeds_per_process=3",
+            "task.eval_episodes=2", "task.final_eval_episodes=3", *PRESETS["ppo_cartpole"])
+    free_cfg = make_cfg(*args, "task.stop_at_return=null")
+    free = run(free_cfg, tmp_path / "free")
+    first = [r["evaluations"][0]["return_mean"] for r in free]
+    best = int(np.argmax(first))
+    assert first.count(first[best]) == 1, f"the seeds' first evaluations tie at the top: {first}"
+    bar = (first[best] + max(f for f in first if f < first[best])) / 2
+    records = run(make_cfg(*args, f"task.stop_at_return={bar}"), tmp_path / "stopped")
+    for i, record in enumerate(records):
+        assert record["status"] == "ok", record["error"]
+        assert record["evaluations"][0] == free[i]["evaluations"][0]  # the same run up to the first stop
+        # the others can only stop at the second evaluation, which is the budget's end
+        stopped_at = 128 if i == best else 256
+        stop = record["early_stop"]
+        assert stop["env_step"] == 128 if i == best else stop is None or stop["env_step"] == 256
+        assert record["env_steps"] == stopped_at and record["metrics"]["train/updates"] == stopped_at // 64
+        curve = pd.read_csv(f"{record['run_dir']}/metrics.csv")
+        assert curve["step"].max() == stopped_at
+        assert curve["final_eval/return_mean"].dropna().tolist() == [record["metrics"]["eval/return_mean"]]
+        net = ActorCritic(4, 2, hidden=(16,))
+        net.load_state_dict(torch.load(f"{record['run_dir']}/model.pt", weights_only=True))
+        returns = evaluate_agents(lambda obs, net=net: net(obs[0].float())[0].argmax(-1).unsqueeze(0), dict(free_cfg.env),
+                                  [record["seed"]], 3, FINAL_EVAL_SEED_OFFSET)
+        assert returns.mean().item() == pytest.approx(record["metrics"]["eval/return_mean"], rel=1e-6)
+    assert records[best]["early_stop"]["reason"] == f"deterministic evaluation mean {first[best]:.1f} >= stop_at_return {bar}"
+
+
 @pytest.mark.slow
 def test_ppo_cartpole_learns_on_most_seeds(make_cfg, tmp_path):
     """4 seeds in one process, a quarter of the preset's budget: well past a random policy (~22). Which seed
@@ -144,7 +176,7 @@ def test_ppo_cartpole_learns_on_most_seeds(make_cfg, tmp_path):
     123, 500, 416, 368), so the bounds come from the distribution: over seeds 0-19 here the finals ranged
     122.7-500, mean 327 (sd 149), 14 of 20 >= 200 (">= 3 of 4 seeds >= 200" failed about one time in three). A
     learner that does not learn stays near 22-40."""
-    cfg = make_cfg("experiment=ppo_cartpole", "trainer.enable_progress_bar=false", "seeds_per_process=4",
+    cfg = make_cfg("experiment=ppo_cartpole", "trainer.enable_progress_bar=false", "seeds_per_process=4", "task.stop_at_return=null",
                    "task.total_steps=25600", "task.eval_every=6400", "task.final_eval_episodes=10")
     records = run(cfg, tmp_path)
     finals = [r["metrics"]["eval/return_mean"] for r in records]

@@ -506,7 +506,7 @@ def test_training_steps_count_log_and_evaluate_on_schedule(monkeypatch):
     assert row["train/lr"] == pytest.approx(LR * 0.25)
     assert row["train/policy_loss"] == task._recent["train/policy_loss"][1]
     assert (24, {"eval/return_mean": 7.0, "eval/return_std": 2.0}) in rows
-    assert (24, {"batch/eval_return_mean": 4.5}) in shared
+    assert (24, {"batch/eval_return_mean": 4.5, "batch/agents_learning": 2.0}) in shared
     assert [s for s, m in shared if "batch/env_steps_per_s" in m] == [16, 32]
     assert task._last_log_step == 32
     # the batch rate is K times the per-agent rate
@@ -628,7 +628,7 @@ def test_a_resumed_run_continues_exactly(hp):
     task.time_to_threshold_s = [None, 1.5]
     task._last_log_step = 8
     state = saved_and_loaded(task.checkpoint_state())
-    assert state["format"] == "pipeline.ppo/1" and state["agent_seeds"] == [2, 3] and state["env_steps"] == 8
+    assert state["format"] == "pipeline.ppo/2" and state["agent_seeds"] == [2, 3] and state["env_steps"] == 8
     assert state["updates"] == 1 and state["config"]["normalize_obs"] == bool(hp)
     resumed = make(k=2, env=env, seed=2, **hp)
     assert resumed.load_checkpoint_state(state) == 8
@@ -672,7 +672,7 @@ def test_bad_checkpoints_are_refused_in_one_line():
     task = make(k=2)
     start(task)
     state = task.checkpoint_state()
-    with pytest.raises(ValueError, match=r"^checkpoint format 'x' is not 'pipeline.ppo/1'"):
+    with pytest.raises(ValueError, match=r"^checkpoint format 'x' is not 'pipeline.ppo/2'"):
         make(k=2).load_checkpoint_state({**state, "format": "x"})
     with pytest.raises(ValueError, match=r"^checkpoint weights do not fit this model \(changed model.\* since\?\): Error"):
         make(k=2, hidden=(4,)).load_checkpoint_state(state)
@@ -796,3 +796,147 @@ def test_the_action_bounds_are_float32_whatever_the_spaces_dtype():
     assert task.action_low.dtype == torch.float32 and task.action_high.dtype == torch.float32
     sent = task.env_actions(torch.tensor([[[3.0], [-0.5], [-9.0]]]))
     assert sent.dtype == torch.float32 and sent.tolist() == [[[2.0], [-0.5], [-2.0]]]
+
+
+# ---- agents that stop early ------------------------------------------------------------------------
+
+
+def scripted_evaluations(monkeypatch, by_seed):
+    """evaluate_agents replaced: each seed's episodes return by_seed[seed]; the calls are kept (seeds, offset)."""
+    calls = []
+
+    def evaluate(policy, env, seeds, n, offset, device):
+        calls.append((list(seeds), offset))
+        return torch.tensor([[float(by_seed[s])] * n for s in seeds])
+
+    monkeypatch.setattr(ppo, "evaluate_agents", evaluate)
+    return calls
+
+
+def test_an_agent_that_reaches_stop_at_return_leaves_the_batch_and_the_others_carry_on(monkeypatch):
+    task = make(k=3, seed=4, total_steps=48, eval_every=16, stop_at_return=100.0, normalize_obs=True, normalize_reward=True)
+    start(task)
+    calls = scripted_evaluations(monkeypatch, {4: 10.0, 5: 100.0, 6: 99.9})
+    task.checkpoint_hook = None
+    task.training_step(None, 0)
+    assert task.slots == [0, 1, 2] and calls == []
+    opt = task.optimizers().optimizer
+    stopped_weights, kept_weights = weights(task, 1), [weights(task, 0), weights(task, 2)]
+    generators = [task.generators[0], task.generators[2]]
+    stats = task.obs_stats.state_dict()
+    before_stop = {}
+    stop_agents = task.stop_agents
+
+    def snapshot_then_stop(slots, reasons):
+        before_stop.update(obs=task.obs.clone(), scaler=task.reward_scaler.returns.clone(),
+                           moments={name: opt.state[p]["exp_avg"].clone() for name, p in task.net.named_parameters()})
+        stop_agents(slots, reasons)
+
+    task.stop_agents = snapshot_then_stop
+    task.training_step(None, 1)  # 16 env steps: the first evaluation, where seed 5 reaches 100
+    assert calls == [([4, 5, 6], ppo.EVAL_SEED_OFFSET)]
+    assert task.slots == [0, 2] and task.net.n_members == 2
+    assert task.early_stop == [None, {"env_step": 16, "reason": "deterministic evaluation mean 100.0 >= stop_at_return 100.0"}, None]
+    assert task.stop_step == [None, 16, None] and task.stop_updates == [None, 2, None] and task.stop_time_s[1] > 0
+    # the stopped agent's weights are the record's; everything of the others is only re-indexed
+    assert same(task.agent_state_dict(1), {k: v for k, v in task.agents_net.member_state_dict(1).items()})
+    assert not same(task.agent_state_dict(1), stopped_weights)  # (it had learned in the second iteration)
+    after_second = task.agent_state_dict(1)
+    assert same(weights(task, 0), task.agent_state_dict(0)) and same(weights(task, 1), task.agent_state_dict(2))
+    for name, p in task.net.named_parameters():
+        assert torch.equal(opt.state[p]["exp_avg"], before_stop["moments"][name][[0, 2]])
+        assert any(q is p for q in opt.param_groups[0]["params"])
+    assert task.generators == generators and task.episode_return.shape == (4,)
+    assert torch.equal(task.obs, before_stop["obs"][[0, 1, 4, 5]]) and task.env.num_envs == 4
+    assert torch.equal(task.reward_scaler.returns, before_stop["scaler"][[0, 2]])
+    assert all(len(v) == 2 for v in task._recent.values())
+    frozen = {k: v[1].clone() for k, v in task.obs_stats.state_dict().items()}
+    task.training_step(None, 2)
+    assert task.env_steps == 24 and task.total_env_steps() == 24 + 16 + 24
+    # agent 1 no longer learns, acts or updates its statistics; the others do
+    assert same(task.agent_state_dict(1), after_second)
+    assert all(torch.equal(task.obs_stats.state_dict()[k][1], frozen[k]) for k in frozen)
+    assert not torch.equal(task.obs_stats.state_dict()["mean"][0], stats["mean"][0])
+    assert not same(task.agent_state_dict(0), kept_weights[0])
+    # the evaluations that follow are of the learning agents only; the record says when agent 1 stopped
+    task.training_step(None, 3)
+    assert calls[-1] == ([4, 6], ppo.EVAL_SEED_OFFSET) and [len(e) for e in task.evaluations] == [2, 1, 2]
+    assert task.progress().shown["eval"] == pytest.approx((10.0 + 99.9) / 2)
+    task.on_train_end()
+    final = scripted_evaluations(monkeypatch, {4: 1.0, 5: 2.0, 6: 3.0})
+    task.n_updates = task.updates  # the budget spent: the final evaluation only
+    metrics = task.fit_and_evaluate(trainer(), None, None)
+    assert final == [([4, 5, 6], ppo.FINAL_EVAL_SEED_OFFSET)]
+    assert [m["eval/return_mean"] for m in metrics] == [1.0, 2.0, 3.0]
+    assert [m["train/updates"] for m in metrics] == [4.0, 2.0, 4.0]
+    record = task.agent_record(1)
+    assert record["env_steps"] == 16 and record["early_stop"]["env_step"] == 16 and task.agent_record(0)["early_stop"] is None
+    assert task.curves[1].rows[-1][0] == 16 and task.curves[0].rows[-1][0] == 32  # the final row at each one's last step
+
+
+def test_stopped_agents_are_scored_with_their_own_frozen_statistics(monkeypatch):
+    task = make(k=2, total_steps=32, eval_every=8, stop_at_return=50.0, normalize_obs=True)
+    start(task)
+    scripted_evaluations(monkeypatch, {0: 60.0, 1: 0.0})
+    task.checkpoint_hook = None
+    task.training_step(None, 0)
+    assert task.slots == [1]
+    task.training_step(None, 1)
+    seen = []
+    monkeypatch.setattr(ppo, "evaluate_agents", lambda policy, env, seeds, n, offset, device: seen.append(policy) or torch.zeros(len(seeds), n))
+    task.deterministic_returns(1, ppo.FINAL_EVAL_SEED_OFFSET)
+    stats = task.obs_stats
+    assert stats.count[0] < stats.count[1]  # agent 0 stopped folding in observations
+    obs = 3.0 * torch.randn(2, 5, 4, generator=torch.Generator().manual_seed(0))
+    got = seen[0](obs)
+    for i in range(2):
+        net = ActorCritic(4, 2, hidden=(8,))
+        net.load_state_dict(task.agent_state_dict(i))
+        x = ((obs[i].double() - stats.mean[i]) / torch.sqrt(stats.var[i] + 1e-8)).clamp(-10, 10).float()
+        assert torch.equal(got[i], net(x)[0].argmax(-1))
+
+
+def test_a_run_resumed_after_an_agent_stopped_continues_exactly(monkeypatch):
+    hp = dict(k=3, seed=1, total_steps=64, eval_every=16, stop_at_return=5.0, normalize_obs=True, normalize_reward=True)
+    task = make(**hp)
+    start(task)
+    scripted_evaluations(monkeypatch, {1: 0.0, 2: 0.0, 3: 5.0})
+    task.checkpoint_hook = None
+    for i in range(2):
+        task.training_step(None, i)
+    assert task.slots == [0, 1]
+    state = saved_and_loaded(task.checkpoint_state())
+    assert state["slots"] == [0, 1] and state["stopped"]["stop_step"] == [None, None, 16]
+    resumed = make(**hp)
+    resumed.load_checkpoint_state(state)
+    assert resumed.slots == [0, 1] and resumed.net.n_members == 2 and resumed.early_stop == task.early_stop
+    assert resumed.stop_updates == task.stop_updates and resumed.stop_time_s == task.stop_time_s
+    start(resumed)
+    assert [g.get_state().tolist() for g in resumed.generators] == [g.get_state().tolist() for g in task.generators]
+    for run in (task, resumed):
+        torch.manual_seed(3)
+        run.learn(run.rollout())
+    for i in range(3):
+        assert same(resumed.agent_state_dict(i), task.agent_state_dict(i))
+    assert same(resumed.obs_stats.state_dict(), task.obs_stats.state_dict())
+    assert same(resumed.reward_scaler.state_dict(), task.reward_scaler.state_dict())
+
+
+def test_when_every_agent_has_stopped_the_fit_ends_and_a_resume_only_scores(monkeypatch):
+    task = make(k=2, total_steps=64, eval_every=8, stop_at_return=0.0)
+    start(task)
+    scripted_evaluations(monkeypatch, {0: 1.0, 1: 0.0})
+    task.checkpoint_hook = None
+    stopped = SimpleNamespace(should_stop=False)
+    monkeypatch.setattr(PPOTask, "trainer", property(lambda self: stopped))
+    task.training_step(None, 0)
+    assert task.slots == [] and stopped.should_stop and task.stop_step == [8, 8]
+    state = saved_and_loaded(task.checkpoint_state())
+    resumed = make(k=2, total_steps=64, eval_every=8, stop_at_return=0.0)
+    resumed.load_checkpoint_state(state)
+    assert resumed.slots == [] and same(resumed.agents_net.member_state_dict(1), task.agents_net.member_state_dict(1))
+    resumed.curves = [Rows(), Rows()]
+    fit = []
+    fake = SimpleNamespace(precision="32-true", fit=lambda module: fit.append(module))
+    resumed.fit_and_evaluate(fake, None, None)
+    assert fit == [] and [r["env_steps"] for r in map(resumed.agent_record, range(2))] == [8, 8]

@@ -124,23 +124,40 @@ class RunningMeanStd:
         self.var = torch.ones(n_agents, *shape, dtype=torch.float64, device=device)
         self.count = torch.full((n_agents,), float(epsilon), dtype=torch.float64, device=device)
 
-    def update(self, batch: torch.Tensor) -> None:
-        """Fold in a batch [K, N, *shape] (N samples per agent)."""
+    def update(self, batch: torch.Tensor, agents: torch.Tensor | None = None) -> None:
+        """Fold in a batch [K, N, *shape] (N samples per agent); with `agents` (indices), the batch's rows are those agents'."""
         x = batch.to(torch.float64)
         n = x.shape[1]
+        mean, var, count = self._rows(agents)
         batch_mean, batch_var = x.mean(1), x.var(1, unbiased=False)
-        count = self.count.view(-1, *([1] * (self.mean.dim() - 1)))
-        total = count + n
-        delta = batch_mean - self.mean
-        self.mean = self.mean + delta * n / total
-        self.var = (self.var * count + batch_var * n + delta**2 * count * n / total) / total
-        self.count = self.count + n
+        count_b = count.view(-1, *([1] * (mean.dim() - 1)))
+        total = count_b + n
+        delta = batch_mean - mean
+        new_mean = mean + delta * n / total
+        new_var = (var * count_b + batch_var * n + delta**2 * count_b * n / total) / total
+        if agents is None:
+            self.mean, self.var, self.count = new_mean, new_var, count + n
+        else:
+            self.mean = self.mean.index_copy(0, agents, new_mean)
+            self.var = self.var.index_copy(0, agents, new_var)
+            self.count = self.count.index_copy(0, agents, count + n)
 
-    def normalize(self, batch: torch.Tensor, clip: float | None = None, eps: float = 1e-8) -> torch.Tensor:
-        """(batch - mean) / sqrt(var + eps) per agent, optionally clipped to [-clip, clip], in batch's dtype."""
-        out = (batch - self.mean.unsqueeze(1)) / torch.sqrt(self.var.unsqueeze(1) + eps)
+    def _rows(self, agents: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if agents is None:
+            return self.mean, self.var, self.count
+        return self.mean.index_select(0, agents), self.var.index_select(0, agents), self.count.index_select(0, agents)
+
+    def normalize(self, batch: torch.Tensor, clip: float | None = None, eps: float = 1e-8, agents: torch.Tensor | None = None) -> torch.Tensor:
+        """(batch - mean) / sqrt(var + eps) per agent, optionally clipped to [-clip, clip], in batch's dtype
+        (with `agents`, the batch's rows are those agents')."""
+        mean, var, _ = self._rows(agents)
+        out = (batch - mean.unsqueeze(1)) / torch.sqrt(var.unsqueeze(1) + eps)
         out = out if clip is None else out.clamp(-clip, clip)
         return out.to(batch.dtype)
+
+    def keep_agents_(self, agents: torch.Tensor) -> None:
+        """Keep only `agents` (indices, in that order): the others left the batch."""
+        self.mean, self.var, self.count = self._rows(agents)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {"mean": self.mean.clone(), "var": self.var.clone(), "count": self.count.clone()}
@@ -171,6 +188,11 @@ class RewardScaler:
         self.returns = self.returns.masked_fill(done, 0.0)
         scaled = scaled if self.clip is None else scaled.clamp(-self.clip, self.clip)
         return scaled.to(rewards.dtype)
+
+    def keep_agents_(self, agents: torch.Tensor) -> None:
+        """Keep only `agents` (indices, in that order): the others left the batch."""
+        self.returns = self.returns.index_select(0, agents)
+        self.stats.keep_agents_(agents)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {"returns": self.returns.clone(), **{f"stats.{k}": v for k, v in self.stats.state_dict().items()}}

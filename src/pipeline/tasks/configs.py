@@ -159,6 +159,7 @@ class PPOConfig:
     eval_every: int = 10_000
     eval_episodes: int = 10
     final_eval_episodes: int = 20
+    stop_at_return: float | None = None  # an agent whose evaluation mean reaches this stops learning (null: never)
     log_every: int = 2_048
     threshold: float | None = None
     capture_video: bool = False

@@ -15,15 +15,19 @@ its final observation, a terminated one from nothing: `pipeline.rl.ppo`), then `
 passes over `num_minibatches` shuffled minibatches. The run is `total_steps // (num_steps *
 envs_per_agent)` iterations, with the learning rate annealed linearly over them when `anneal_lr`.
 Every `eval_every` env steps each agent plays deterministic episodes (the most likely action, or the
-Gaussian's mean clipped to the bounds) on separately seeded envs.
+Gaussian's mean clipped to the bounds) on separately seeded envs. An agent whose evaluation reaches
+`stop_at_return` stops learning (as DQN's do): its weights go to `agents_net` (the record) and it leaves
+the batch, so later iterations cost what the remaining agents cost; the run ends when all have stopped
+or the budget is spent.
 
 Durable: `checkpoint_state()` holds everything a resumed run needs to continue exactly (weights,
-optimizer, counters, evaluations, normalisers, every RNG, the envs mid-episode); it is saved
-between iterations.
+optimizer, counters, evaluations, which agents still learn, normalisers, every RNG, the envs
+mid-episode); it is saved between iterations.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import time
 from dataclasses import asdict
@@ -43,7 +47,7 @@ from pipeline.nets.actor_critic import (
     gaussian_log_prob,
     gaussian_sample,
 )
-from pipeline.nets.ensemble import clip_grad_norm_per_member_, make_ensemble
+from pipeline.nets.ensemble import clip_grad_norm_per_member_, keep_optimizer_members_, make_ensemble
 from pipeline.rl.envs import env_threshold, make_env
 from pipeline.rl.ppo import (
     RewardScaler,
@@ -58,6 +62,7 @@ from pipeline.rl.ppo import (
     ratio_diagnostics,
     value_loss,
 )
+from pipeline.rl.targets import freeze
 from pipeline.rl.vector import evaluate_agents, make_vector_env
 from pipeline.store.checkpoint import rng_state, set_rng_state
 from pipeline.tasks.base import Task, TaskParts, check_finite
@@ -67,7 +72,7 @@ from pipeline.tasks.rl_agents import RLAgents
 # Evaluation envs are seeded away from the training envs' streams (as DQN's are).
 EVAL_SEED_OFFSET = 10_000
 FINAL_EVAL_SEED_OFFSET = 20_000
-CHECKPOINT_FORMAT = "pipeline.ppo/1"
+CHECKPOINT_FORMAT = "pipeline.ppo/2"
 
 
 def action_space_of(env_id: str, kwargs: dict) -> tuple[tuple[int, ...], gym.spaces.Space]:
@@ -134,6 +139,10 @@ class PPOTask(RLAgents, Task):
         if not (isinstance(net, functools.partial) and isinstance(net.func, type) and issubclass(net.func, ActorCritic)):
             raise ValueError(f"task=ppo needs model=actor_critic (an actor and a critic); got {getattr(net, 'func', net)}")
         self.net = make_ensemble(functools.partial(net, continuous=self.continuous), self.agent_seeds, self.obs_shape, n_out)
+        # `net` trains the agents still learning (member m is agent slots[m]); `agents_net` holds every agent's
+        # weights for the record, each written when the agent stops or the run ends.
+        self.agents_net = freeze(copy.deepcopy(self.net))
+        self.slots = list(range(self.n_agents))
         if self.continuous:
             self.register_buffer("action_low", torch.as_tensor(act_space.low, dtype=torch.float32), persistent=False)
             self.register_buffer("action_high", torch.as_tensor(act_space.high, dtype=torch.float32), persistent=False)
@@ -152,6 +161,10 @@ class PPOTask(RLAgents, Task):
         self.episode_returns: list[list[float]] = [[] for _ in range(K)]
         self.evaluations: list[list[tuple[int, float, float]]] = [[] for _ in range(K)]
         self.time_to_threshold_s: list[float | None] = [None] * K
+        self.early_stop: list[dict | None] = [None] * K
+        self.stop_step: list[int | None] = [None] * K
+        self.stop_time_s: list[float | None] = [None] * K
+        self.stop_updates: list[int | None] = [None] * K
         self.final_metrics: list[dict[str, float]] = []
         self._recent: dict[str, list[float]] = {}
         self._elapsed_before = 0.0
@@ -173,13 +186,14 @@ class PPOTask(RLAgents, Task):
 
     def on_fit_start(self) -> None:
         E = self.config.envs_per_agent
-        self.env = make_vector_env(self.env_cfg, self.agent_seeds, E, device=self.device)
+        seeds = [self.agent_seeds[a] for a in self.slots]
+        self.env = make_vector_env(self.env_cfg, seeds, E, device=self.device)
         self.return_bounds = self.env.return_bounds
         self.obs = self.env.reset()
-        self.generators = [torch.Generator(device=self.device).manual_seed(s) for s in self.agent_seeds]
-        self.episode_return = torch.zeros(self.n_agents * E, device=self.device, dtype=torch.float64)
+        self.generators = [torch.Generator(device=self.device).manual_seed(s) for s in seeds]
+        self.episode_return = torch.zeros(len(self.slots) * E, device=self.device, dtype=torch.float64)
         if self._resume is None and self.obs_stats is not None:
-            self.obs_stats.update(self.agent_view(self.obs))
+            self.obs_stats.update(self.agent_view(self.obs), self.slot_index())
 
     def on_train_start(self) -> None:
         if self._resume is not None:
@@ -189,13 +203,20 @@ class PPOTask(RLAgents, Task):
 
     # ---- the policy ----------------------------------------------------------------------------
     def agent_view(self, x: torch.Tensor) -> torch.Tensor:
-        """[K * E, ...] rows of the vector env -> [K, E, ...]."""
-        return x.view(self.n_agents, -1, *x.shape[1:])
+        """[K * E, ...] rows of the vector env -> [K, E, ...] (K: the agents still learning)."""
+        return x.view(len(self.slots), -1, *x.shape[1:])
 
-    def net_input(self, obs: torch.Tensor) -> torch.Tensor:
-        """Observations [K, N, *obs_shape] as the networks see them: normalised by each agent's statistics, when asked."""
+    def slot_index(self) -> torch.Tensor | None:
+        """The learning agents' indices among all K (for the per-agent statistics); None while all of them learn."""
+        if len(self.slots) == self.n_agents:
+            return None
+        return torch.tensor(self.slots, device=self.device)
+
+    def net_input(self, obs: torch.Tensor, agents: torch.Tensor | None = None) -> torch.Tensor:
+        """Observations [K, N, *obs_shape] as the networks see them: normalised by each agent's statistics, when asked
+        (`agents`: whose rows these are, None for all K in order)."""
         obs = obs.float()
-        return obs if self.obs_stats is None else self.obs_stats.normalize(obs, self.config.obs_clip)
+        return obs if self.obs_stats is None else self.obs_stats.normalize(obs, self.config.obs_clip, agents=agents)
 
     def sample(self, params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Actions drawn from the policy with parameters `params` [K, N, A], and their log-probabilities [K, N]."""
@@ -218,9 +239,9 @@ class PPOTask(RLAgents, Task):
             return actions
         return torch.maximum(torch.minimum(actions, self.action_high), self.action_low)
 
-    def deterministic_actions(self, net: nn.Module, obs: torch.Tensor) -> torch.Tensor:
+    def deterministic_actions(self, net: nn.Module, obs: torch.Tensor, agents: torch.Tensor | None = None) -> torch.Tensor:
         """The evaluation policy: the most likely action, or the Gaussian's mean clipped to the bounds. obs [K, n, ...]."""
-        params, _ = net(self.net_input(obs))
+        params, _ = net(self.net_input(obs, agents))
         return self.env_actions(params) if self.continuous else params.argmax(-1)
 
     # ---- the algorithm ---------------------------------------------------------------------
@@ -228,7 +249,8 @@ class PPOTask(RLAgents, Task):
     def rollout(self) -> dict[str, torch.Tensor]:
         """`num_steps` lockstep steps of every agent's envs; returns the rollout, time-major [T, K, E, ...]."""
         hp = self.config
-        K, E, T = self.n_agents, hp.envs_per_agent, hp.num_steps
+        K, E, T = len(self.slots), hp.envs_per_agent, hp.num_steps
+        agents = self.slot_index()
         keys = ("obs", "actions", "log_probs", "values", "rewards", "terminated", "truncated", "final_values")
         steps: dict[str, list[torch.Tensor]] = {k: [] for k in keys}
         finished_returns: list[torch.Tensor] = []
@@ -236,21 +258,21 @@ class PPOTask(RLAgents, Task):
         t_act = t_env = 0.0
         for _ in range(T):
             t0 = time.perf_counter()
-            obs = self.net_input(self.agent_view(self.obs))
+            obs = self.net_input(self.agent_view(self.obs), agents)
             params, values = self.net(obs)
             actions, log_probs = self.sample(params)
             t1 = time.perf_counter()
             step = self.env.step(self.env_actions(actions).reshape(K * E, *self.action_shape))
             t2 = time.perf_counter()
             if self.obs_stats is not None:
-                self.obs_stats.update(self.agent_view(step.obs))
+                self.obs_stats.update(self.agent_view(step.obs), agents)
             rewards = self.agent_view(step.reward)
             learn_rewards = rewards if self.reward_scaler is None else self.reward_scaler(rewards, self.agent_view(step.done))
             truncated = self.agent_view(step.truncated)
             final_values = torch.zeros_like(values)
             if bool(truncated.any()):
                 # Where the time limit cut an episode, its last step is worth V(where it really got to).
-                _, final_values = self.net(self.net_input(self.agent_view(step.final_obs)))
+                _, final_values = self.net(self.net_input(self.agent_view(step.final_obs), agents))
             self.episode_return = self.episode_return + step.reward
             finished_returns.append(self.episode_return)
             finished.append(step.done)
@@ -264,11 +286,11 @@ class PPOTask(RLAgents, Task):
         self.env_steps += T * E
         ended, returns = torch.stack(finished), torch.stack(finished_returns)
         for t, row in ended.nonzero().tolist():
-            self.episode_returns[row // E].append(float(returns[t, row]))
+            self.episode_returns[self.slots[row // E]].append(float(returns[t, row]))
         self.add_time("act", t_act)
         self.add_time("env", t_env)
         batch = {k: torch.stack(v) for k, v in steps.items()}
-        _, last_values = self.net(self.net_input(self.agent_view(self.obs)))
+        _, last_values = self.net(self.net_input(self.agent_view(self.obs), agents))
         batch["last_values"] = last_values
         return batch
 
@@ -282,7 +304,7 @@ class PPOTask(RLAgents, Task):
     def learn(self, batch: dict[str, torch.Tensor]) -> None:
         """`update_epochs` passes of minibatch updates over the rollout, every agent on its own samples."""
         hp = self.config
-        K = self.n_agents
+        K = len(self.slots)
         advantages, returns = self.advantages(batch)
 
         def per_agent(x: torch.Tensor) -> torch.Tensor:
@@ -341,50 +363,118 @@ class PPOTask(RLAgents, Task):
             self.log_progress()
         if self.env_steps // hp.eval_every != before // hp.eval_every:
             self.evaluate_now()
+        if not self.slots:
+            self.trainer.should_stop = True
         if self.checkpoint_hook is not None:
             self.checkpoint_hook()  # saves when due, and stops the fit when a stop was requested
         return None
 
     # ---- evaluation and logging ---------------------------------------------------------------
-    def deterministic_returns(self, n_episodes: int, seed_offset: int) -> np.ndarray:
-        """[K, n_episodes] returns of every agent's deterministic policy on envs seeded apart from training."""
+    def deterministic_returns(self, n_episodes: int, seed_offset: int, learning_only: bool = False) -> np.ndarray:
+        """[K, n_episodes] returns of every agent's deterministic policy now, on envs seeded apart from training
+        (`learning_only`: only the agents still learning, [len(slots), n_episodes], in slot order)."""
+        if learning_only:
+            net, agents, index = self.net, list(self.slots), self.slot_index()
+        else:
+            self.sync_agents_net()
+            net, agents, index = self.agents_net, list(range(self.n_agents)), None
         returns = evaluate_agents(
-            functools.partial(self.deterministic_actions, self.net), self.env_cfg, self.agent_seeds, n_episodes,
-            seed_offset, device=self.device,
+            functools.partial(self.deterministic_actions, net, agents=index), self.env_cfg,
+            [self.agent_seeds[a] for a in agents], n_episodes, seed_offset, device=self.device,
         )
         return returns.double().cpu().numpy()
 
+    def sync_agents_net(self) -> None:
+        """The learning agents' current weights into `agents_net` (the stopped ones are there already)."""
+        for slot, agent in enumerate(self.slots):
+            self.agents_net.load_member_state_dict(agent, self.net.member_state_dict(slot))
+
     def evaluate_now(self) -> None:
         t0 = time.perf_counter()
-        returns = self.deterministic_returns(self.config.eval_episodes, EVAL_SEED_OFFSET)
+        returns = self.deterministic_returns(self.config.eval_episodes, EVAL_SEED_OFFSET, learning_only=True)
         self.add_time("eval", time.perf_counter() - t0)
         elapsed = self.elapsed_s()
-        for agent in range(self.n_agents):
-            self.note_evaluation(agent, float(returns[agent].mean()), float(returns[agent].std()), elapsed)
+        stop = self.config.stop_at_return
+        stopping, reasons = [], {}
+        for slot, agent in enumerate(self.slots):
+            mean = float(returns[slot].mean())
+            self.note_evaluation(agent, mean, float(returns[slot].std()), elapsed)
+            if stop is not None and mean >= stop:
+                stopping.append(slot)
+                reasons[slot] = f"deterministic evaluation mean {mean:.1f} >= stop_at_return {stop}"
         if self.n_agents > 1:
-            self._log_shared({"batch/eval_return_mean": float(returns.mean())})
+            self._log_shared({"batch/eval_return_mean": float(returns.mean()), "batch/agents_learning": float(len(self.slots))})
         self.record_training_videos(self.net.member_state_dict)
-        if self.trial_reporter is not None and self.trial_reporter.report(self.env_steps, returns.mean(1).tolist()):
-            self.trainer.should_stop = True
+        # The tuner sees every agent: one that stopped early holds its last evaluation.
+        if self.trial_reporter is not None:
+            everyone = [self.evaluations[a][-1][1] for a in range(self.n_agents) if self.evaluations[a]]
+            if self.trial_reporter.report(self.env_steps, everyone):
+                self.trainer.should_stop = True
+        if stopping:
+            self.stop_agents(stopping, reasons)
+
+    def stop_agents(self, stopping: list[int], reasons: dict[int, str]) -> None:
+        """The agents at slots `stopping` stop learning: their weights go to the record and they leave the batch
+        (their weights, Adam moments, envs, generators and return statistics; the others are only re-indexed)."""
+        elapsed = self.elapsed_s()
+        for slot in stopping:
+            agent = self.slots[slot]
+            self.agents_net.load_member_state_dict(agent, self.net.member_state_dict(slot))
+            self.stop_step[agent], self.stop_time_s[agent], self.stop_updates[agent] = self.env_steps, elapsed, self.updates
+            self.early_stop[agent] = {"env_step": self.env_steps, "reason": reasons[slot]}
+        keep = [s for s in range(len(self.slots)) if s not in stopping]
+        if keep:
+            self._keep_slots(keep)
+        else:
+            self.slots = []
+
+    def _keep_slots(self, keep_slots: list[int], training: bool = True) -> None:
+        """Shrink the batch to `keep_slots`; `training`: the optimizer, envs and generators exist and shrink too."""
+        keep = torch.tensor(keep_slots, device=self.device)
+        E = self.config.envs_per_agent
+        n_before = len(self.slots)
+        pairs = self.net.keep_members_(keep)
+        if self.reward_scaler is not None:
+            self.reward_scaler.keep_agents_(keep)
+        if training:
+            keep_optimizer_members_(self.optimizers().optimizer, pairs, keep, n_before)
+            keep_envs = (keep.view(-1, 1) * E + torch.arange(E, device=self.device)).view(-1)
+            self.env.keep_envs_(keep_envs)
+            self.obs = self.obs.index_select(0, keep_envs)
+            self.episode_return = self.episode_return.index_select(0, keep_envs)
+            self.generators = [self.generators[s] for s in keep_slots]
+            self._recent = {k: [v[s] for s in keep_slots] for k, v in self._recent.items()}
+        self.slots = [self.slots[s] for s in keep_slots]
+
+    def learning_agents(self) -> list[int]:
+        return list(self.slots)
+
+    def agent_env_steps(self, i: int) -> int:
+        return self.stop_step[i] if self.stop_step[i] is not None else self.env_steps
+
+    def total_env_steps(self) -> int:
+        """Env steps over all agents: each stopped agent counts until its stop."""
+        return sum(self.agent_env_steps(i) for i in range(self.n_agents))
 
     def log_progress(self) -> None:
         t0 = time.perf_counter()
         elapsed = max(self.elapsed_s(), 1e-9)
-        for agent in range(self.n_agents):
+        for slot, agent in enumerate(self.slots):
             row = {"perf/env_steps_per_s": self.env_steps / elapsed}
             if self.episode_returns[agent]:
                 row["train/episodic_return"] = float(np.mean(self.episode_returns[agent][-10:]))
-            row.update({key: float(values[agent]) for key, values in self._recent.items()})
+            row.update({key: float(values[slot]) for key, values in self._recent.items()})
             self._agent_row(agent, row)
         if self.n_agents > 1:
-            self._log_shared({"batch/env_steps_per_s": self.n_agents * self.env_steps / elapsed})
+            self._log_shared({"batch/env_steps_per_s": self.total_env_steps() / elapsed})
         self._last_log_step = self.env_steps
         self.add_time("log", time.perf_counter() - t0)
 
     def on_train_end(self) -> None:
         self._train_seconds = self.elapsed_s()
-        if self.env_steps != self._last_log_step:
+        if self.slots and self.env_steps != self._last_log_step:
             self.log_progress()
+        self.sync_agents_net()
         if self.checkpoint_hook is not None:
             self.checkpoint_hook(final=True)
 
@@ -397,6 +487,9 @@ class PPOTask(RLAgents, Task):
             "episode_returns": [list(r) for r in self.episode_returns],
             "evaluations": [[list(e) for e in ev] for ev in self.evaluations],
             "time_to_threshold_s": list(self.time_to_threshold_s), "recent": dict(self._recent),
+            "slots": list(self.slots), "agents_net": self.agents_net.state_dict(),
+            "stopped": {"early_stop": copy.deepcopy(self.early_stop), "stop_step": list(self.stop_step),
+                        "stop_time_s": list(self.stop_time_s), "stop_updates": list(self.stop_updates)},
             "elapsed_s": self.elapsed_s(), "last_log_step": self._last_log_step, "time_breakdown_s": dict(self.time_breakdown_s),
             "net": self.net.state_dict(), "optimizer": self.optimizers().optimizer.state_dict(),
             "obs_stats": None if self.obs_stats is None else self.obs_stats.state_dict(),
@@ -412,10 +505,18 @@ class PPOTask(RLAgents, Task):
     def load_checkpoint_state(self, state: dict) -> int:
         """Before fit: weights, counters and statistics; the optimizer, RNGs and envs at train start."""
         self.check_checkpoint(state, CHECKPOINT_FORMAT)
-        try:
-            self.net.load_state_dict(state["net"])
-        except RuntimeError as exc:
-            raise ValueError(f"checkpoint weights do not fit this model (changed model.* since?): {str(exc).splitlines()[0]}") from None
+        slots = [int(s) for s in state["slots"]]
+        if slots and slots != self.slots:
+            self._keep_slots([self.slots.index(s) for s in slots], training=False)
+        self.slots = slots
+        # With every agent stopped, only the record's weights matter (the learning net is not used again).
+        for name in ("net", "agents_net") if slots else ("agents_net",):
+            try:
+                getattr(self, name).load_state_dict(state[name])
+            except RuntimeError as exc:
+                raise ValueError(f"checkpoint weights do not fit this model (changed model.* since?): {str(exc).splitlines()[0]}") from None
+        for name, value in state["stopped"].items():
+            setattr(self, name, copy.deepcopy(list(value)))
         self.env_steps, self.updates = int(state["env_steps"]), int(state["updates"])
         self.episode_returns = [list(r) for r in state["episode_returns"]]
         self.evaluations = [[tuple(e) for e in ev] for ev in state["evaluations"]]
@@ -433,18 +534,19 @@ class PPOTask(RLAgents, Task):
 
     def _restore_training_state(self, state: dict) -> None:
         self.optimizers().optimizer.load_state_dict(state["optimizer"])
-        for g, s in zip(self.generators, state["generators"]):
-            g.set_state(s)
-        self.env.load_state_dict(state["env"])
-        self.obs = state["obs"].to(self.device)
-        self.episode_return = state["episode_return"].to(self.device)
+        if self.slots:
+            for g, s in zip(self.generators, state["generators"]):
+                g.set_state(s)
+            self.env.load_state_dict(state["env"])
+            self.obs = state["obs"].to(self.device)
+            self.episode_return = state["episode_return"].to(self.device)
         set_rng_state(state["rng"])
 
     # ---- the contract with the lifecycle ------------------------------------------------------
     def fit_and_evaluate(self, trainer, datamodule, ckpt_path) -> list[dict[str, float]]:
         if trainer.precision not in ("32-true", "32"):
             raise ValueError(f"task=ppo runs in fp32; got device.precision={trainer.precision}, use device.precision=32-true")
-        if self.updates < self.n_updates:
+        if self.updates < self.n_updates and self.slots:
             trainer.fit(self)
         t0 = time.perf_counter()
         returns = self.deterministic_returns(self.config.final_eval_episodes, FINAL_EVAL_SEED_OFFSET)
@@ -452,8 +554,9 @@ class PPOTask(RLAgents, Task):
         self.final_metrics = []
         for i in range(self.n_agents):
             final = {"eval/return_mean": float(returns[i].mean()), "eval/return_std": float(returns[i].std())}
-            self._agent_row(i, {f"final_{k}": v for k, v in final.items()})
-            self.final_metrics.append({**final, "train/episodes": float(len(self.episode_returns[i])), "train/updates": float(self.updates)})
+            self._agent_row(i, {f"final_{k}": v for k, v in final.items()}, step=self.agent_env_steps(i))
+            updates = self.stop_updates[i] if self.stop_updates[i] is not None else self.updates
+            self.final_metrics.append({**final, "train/episodes": float(len(self.episode_returns[i])), "train/updates": float(updates)})
         if self.n_agents > 1:
             self._log_shared({"batch/final_eval_return_mean": float(returns.mean())})
         if hasattr(self, "env"):
@@ -461,11 +564,14 @@ class PPOTask(RLAgents, Task):
         return self.final_metrics
 
     def agent_record(self, i: int) -> dict:
-        extras = self.rl_record(i, self.env_steps, self._train_seconds)
+        seconds = self.stop_time_s[i] if self.stop_time_s[i] is not None else self._train_seconds
+        extras = self.rl_record(i, self.agent_env_steps(i), seconds)
+        extras["early_stop"] = self.early_stop[i]
         if self.n_agents > 1:
-            extras["batch_env_steps_per_s"] = round(self.n_agents * self.env_steps / self._train_seconds, 1) if self._train_seconds else None
+            extras["batch_env_steps_per_s"] = round(self.total_env_steps() / self._train_seconds, 1) if self._train_seconds else None
         return extras
 
     def agent_state_dict(self, i: int) -> dict[str, torch.Tensor]:
-        """Agent i's weights as the plain ActorCritic's state_dict (what model.pt holds)."""
-        return {k: v.detach().cpu() for k, v in self.net.member_state_dict(i).items()}
+        """Agent i's weights now as the plain ActorCritic's state_dict (what model.pt holds)."""
+        state = self.net.member_state_dict(self.slots.index(i)) if i in self.slots else self.agents_net.member_state_dict(i)
+        return {k: v.detach().cpu() for k, v in state.items()}
