@@ -12,7 +12,9 @@ Both sides train K agents in one process on one CPU core (`taskset -c <core>`, o
   never a dependency of the pipeline). The code is cloned into outputs/bench-jax/ at run time, never
   vendored. Its compile time is reported separately and counted in its cost.
 - Ours: `python -m pipeline experiment=ppo_cartpole seeds_per_process=K` (rl-baselines3-zoo's settings,
-  100k env steps a seed), through `benchmarks/seed_batching.py`.
+  at most 100k env steps a seed; each seed stops at its first 30-episode deterministic evaluation of 500,
+  the preset's `task.stop_at_return`), through `benchmarks/seed_batching.py`. The table shows the env
+  steps each side spent: PureJaxRL's fixed scan cannot stop a seed early.
 A seed is solved when its greedy/deterministic mean over fresh episodes reaches 475 (JAX: 10 episodes;
 ours: the record's 20-episode final evaluation). Cost per solved seed = a side's wall seconds (JAX:
 compile + run; ours: the whole run) over its solved seeds; the ratio is ours / JAX (target <= 1.0 at K = 64).
@@ -117,14 +119,14 @@ def main(argv=None) -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "result.json").write_text(json.dumps({"purejaxrl_commit": commit, "packages": JAX_PACKAGES, "rows": rows}, indent=1))
     print(f"\nPPO CartPole-v1, one CPU core each (PureJaxRL {commit[:7]}; solved: deterministic mean >= {SOLVED:.0f})")
-    print("| K | seed | PureJaxRL solved | compile s | run s | s / solved seed | process CPU s | pipeline solved | wall s | "
-          "s / solved seed | CPU s | ratio (ours/JAX) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| K | seed | PureJaxRL solved | env steps a seed | compile s | run s | s / solved seed | process CPU s | "
+          "pipeline solved | env steps a seed (mean) | wall s | s / solved seed | CPU s | ratio (ours/JAX) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         j, o = r["purejaxrl"], r["pipeline"]
-        print(f"| {r['k']} | {r['seed']} | {j['solved']}/{r['k']} | {j['compile_s']} | {j['run_s']} | {j['cost_per_solved_seed_s']} | "
-              f"{j['process_cpu_s']} | {o['solved']}/{r['k']} | {o['wall_time_s']} | {o['cost_per_solved_seed_s']} | "
-              f"{o['cpu_time_s']} | {r['ratio']} |")
+        print(f"| {r['k']} | {r['seed']} | {j['solved']}/{r['k']} | {j['env_steps_per_seed']} | {j['compile_s']} | {j['run_s']} | "
+              f"{j['cost_per_solved_seed_s']} | {j['process_cpu_s']} | {o['solved']}/{r['k']} | {round(o['env_steps'] / r['k'])} | "
+              f"{o['wall_time_s']} | {o['cost_per_solved_seed_s']} | {o['cpu_time_s']} | {r['ratio']} |")
     return 0
 
 
