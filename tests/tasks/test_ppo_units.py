@@ -23,6 +23,7 @@ from pipeline.rl.vector import evaluate_agents, make_vector_env
 from pipeline.tasks import base as ppo_base
 from pipeline.tasks import ppo
 from pipeline.tasks.ppo import PPOTask
+from pipeline.tune.pruning import PRUNED_REASON
 
 CART = {"id": "CartPole-v1", "backend": "tensor", "dtype": "float64"}
 PEND = {"id": "Pendulum-v1", "backend": "tensor", "dtype": "float64"}
@@ -553,7 +554,11 @@ def test_a_pruned_trial_stops_the_fit(monkeypatch):
     task.evaluate_now()
     assert reports == [(8, [2.0, 6.0])] and not stopped.should_stop
     task.evaluate_now()
-    assert stopped.should_stop and "eval" in task.time_breakdown_s
+    assert task.slots == [] and "eval" in task.time_breakdown_s
+    assert task.early_stop == [{"env_step": 8, "reason": PRUNED_REASON}] * 2
+    task.checkpoint_hook = None
+    task.updates = 0
+    assert task.training_step(None, 0) is None and stopped.should_stop and task.env_steps == 8  # nothing more runs
 
 
 def test_evaluation_plays_each_agents_deterministic_policy_on_its_own_seeds():

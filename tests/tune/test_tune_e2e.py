@@ -179,3 +179,23 @@ def test_a_dead_workers_trial_is_failed_and_run_again_without_resume(tmp_path):
     assert len(done) == 2  # the failed trial does not count toward n_trials
     assert [t.params for t in done if t.user_attrs.get("rerun_of") == 0] == [killed.params]
     assert "[trial 0] its worker stopped answering" in proc.stdout
+
+
+def test_a_ppo_trial_trains_its_seeds_in_one_process(tmp_path):
+    """The sweeper reads the task's declared `trains_seeds_together` (no list of task names): PPO's K seeds are
+    one job, and the trial's value is the IQM of their records."""
+    sweep = tmp_path / "sweep"
+    proc = run_cli("-m", "experiment=ppo_cartpole", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=2", "hydra.sweeper.seeds=2",
+                   "hydra.sweeper.confirm_top=0", "hydra.sweeper.pruner=none", "optimizer.lr=choice(0.001, 0.003)",
+                   "model.hidden=[16]", "task.total_steps=512", "task.num_steps=32", "task.envs_per_agent=2",
+                   "task.eval_every=256", "task.eval_episodes=2", "task.final_eval_episodes=2",
+                   "trainer.enable_progress_bar=false", f"hydra.sweep.dir={sweep}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "2 trials x 2 seeds (one process per trial)" in proc.stdout
+    trials = _study(sweep, "ppo_cartpole").trials
+    assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE"]
+    for t in trials:
+        records = [read_result(sweep / "trials" / str(t.number) / f"seed{s}") for s in (0, 1)]
+        assert [r["seed"] for r in records] == [0, 1] and records[0]["pid"] == records[1]["pid"]
+        assert all(r["seeds_per_process"] == 2 for r in records)
+        assert t.value == pytest.approx(sum(r["metrics"]["eval/return_mean"] for r in records) / 2)

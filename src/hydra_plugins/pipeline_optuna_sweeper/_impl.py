@@ -27,8 +27,6 @@ RL_OBJECTIVES = ("time_to_threshold", "auc")
 # is marked FAIL and its parameters are enqueued again, so no trial stays RUNNING forever and none is lost.
 STALE_BEATS = 3
 
-# Tasks that train K seeds in one process (seeds_per_process=K); others run K launcher jobs per trial.
-BATCHABLE = ("DQNTask", "SupervisedTask")
 
 
 def _quote(text: str) -> str:
@@ -118,7 +116,9 @@ class SeedDistributionSearch:
         OmegaConf.save(self.config, self.sweep_dir / "multirun.yaml")  # as Hydra's own sweeper does; resume compares it
         fixed, self.space = parse_space(arguments, self.s.get("params"), self.config, group_options())
         self.fixed = [f for f in fixed if f.split("=", 1)[0] not in ("seed", "hydra.sweep.subdir")]
-        self.batched = str(self.config.task._target_).endswith(BATCHABLE)
+        # A task that declares it trains seeds together runs a trial's K seeds in one process (seeds_per_process=K);
+        # any other runs them as K launcher jobs.
+        self.batched = bool(getattr(self._task_class(), "trains_seeds_together", False))
         self.base_seed = int(self.config.seed)
         k = int(self.s.seeds)
         self.tune_seeds = list(range(self.base_seed, self.base_seed + k))
