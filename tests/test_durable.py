@@ -119,6 +119,40 @@ def test_kill_9_then_ckpt_path_last_continues_a_ppo_run_exactly(tmp_path, batch)
     pd.testing.assert_frame_equal(curve, ref_curve)
 
 
+def test_a_ppo_batch_resumed_after_an_agent_stopped_ends_where_it_would_have(tmp_path):
+    """PPO agents that reached stop_at_return left the batch before the checkpoint; kill -9, then the resume rebuilds
+    the smaller batch (weights, Adam moments, envs, generators) and ends bitwise where an uninterrupted run ends. The
+    bar comes from a run without one (the best evaluation by 7,680 env steps), so some agent stops by then on any CPU."""
+    args = (*PPO_ARGS[:1], *PPO_ARGS[2:], "task.eval_every=2560", "task.eval_episodes=10", "task.total_steps=15360",
+            "checkpoint.every_steps=2560", "seeds_per_process=3")
+    free = run_cli(*args, "task.stop_at_return=null", f"hydra.run.dir={tmp_path / 'free'}")
+    assert free.returncode == 0, free.stdout[-2000:]
+    evaluations = [read_result(tmp_path / "free" / f"seed{s}")["evaluations"] for s in range(3)]
+    bar = max(e["return_mean"] for ev in evaluations for e in ev if e["env_step"] <= 7680)
+    args = (*args, f"task.stop_at_return={bar}")
+    reference = run_cli(*args, f"hydra.run.dir={tmp_path / 'reference'}")
+    assert reference.returncode == 0, reference.stdout[-2000:]
+    stops = [read_result(tmp_path / "reference" / f"seed{s}")["early_stop"] for s in range(3)]
+    first_stop = min(s["env_step"] for s in stops if s is not None)
+    assert first_stop <= 7680
+    run_dir = tmp_path / "killed"
+    proc = start(*args, f"hydra.run.dir={run_dir}")
+    wait_for(lambda: (checkpoint_step(run_dir / "seed0") or 0) >= first_stop, proc=proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, f"the run ended ({proc.returncode}) before the kill: raise the budget"
+    saved = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+    assert len(saved["slots"]) < 3  # an agent had left the batch
+    resumed = run_cli(*args, f"hydra.run.dir={run_dir}", "ckpt_path=last")
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    for s in range(3):
+        ref, got = read_result(tmp_path / "reference" / f"seed{s}"), read_result(run_dir / f"seed{s}")
+        assert got["metrics"] == ref["metrics"] and got["early_stop"] == ref["early_stop"]
+        assert got["evaluations"] == ref["evaluations"] and got["env_steps"] == ref["env_steps"]
+        a, b = (torch.load(d / f"seed{s}" / "model.pt", weights_only=True) for d in (tmp_path / "reference", run_dir))
+        assert all(torch.equal(a[k], b[k]) for k in a)
+
+
 def test_sigint_records_interrupted_and_the_printed_command_finishes_the_run(tmp_path):
     args = (*DQN, "task.total_steps=60000", f"hydra.run.dir={tmp_path}")
     proc = start(*args)
