@@ -343,6 +343,7 @@ STABLE = [
     # checkpoints through a file): 805/912 (88.3%) on the first run -> 887/887 (100%) + 25 equivalent (device
     # arguments on the CPU, defaults spelled out, initial values overwritten before they are read); ~345 s a full
     # run on one core. (rollout carries @torch.no_grad(), so mutmut leaves it out; the tests still pin it.)
+    # 2026-12-05, stop_at_return (agents leaving the batch): 1106/1106 + 34 equivalent, ~200 s on one core.
     "tasks/ppo.py",
     # basecli (2026-12-04, fourth), --max-children 1, full runs. tasks/base.py (the task contract) against
     # test_contract alone 13/136 (9.6%: its defaults and refusals had no direct test) -> with the new test_base_units

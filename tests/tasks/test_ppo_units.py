@@ -876,6 +876,8 @@ def test_an_agent_that_reaches_stop_at_return_leaves_the_batch_and_the_others_ca
     assert [m["train/updates"] for m in metrics] == [4.0, 2.0, 4.0]
     record = task.agent_record(1)
     assert record["env_steps"] == 16 and record["early_stop"]["env_step"] == 16 and task.agent_record(0)["early_stop"] is None
+    assert record["env_steps_per_s"] == round(16 / task.stop_time_s[1], 1) and task.stop_time_s[1] < task._train_seconds
+    assert task.agent_record(0)["env_steps_per_s"] == round(32 / task._train_seconds, 1)
     assert task.curves[1].rows[-1][0] == 16 and task.curves[0].rows[-1][0] == 32  # the final row at each one's last step
 
 
@@ -892,13 +894,15 @@ def test_stopped_agents_are_scored_with_their_own_frozen_statistics(monkeypatch)
     task.deterministic_returns(1, ppo.FINAL_EVAL_SEED_OFFSET)
     stats = task.obs_stats
     assert stats.count[0] < stats.count[1]  # agent 0 stopped folding in observations
+    task.deterministic_returns(1, ppo.EVAL_SEED_OFFSET, learning_only=True)  # agent 1 alone, with its own statistics
     obs = 3.0 * torch.randn(2, 5, 4, generator=torch.Generator().manual_seed(0))
-    got = seen[0](obs)
+    everyone, learning = seen[0](obs), seen[1](obs[1:])
     for i in range(2):
         net = ActorCritic(4, 2, hidden=(8,))
         net.load_state_dict(task.agent_state_dict(i))
         x = ((obs[i].double() - stats.mean[i]) / torch.sqrt(stats.var[i] + 1e-8)).clamp(-10, 10).float()
-        assert torch.equal(got[i], net(x)[0].argmax(-1))
+        assert torch.equal(everyone[i], net(x)[0].argmax(-1))
+    assert torch.equal(learning[0], everyone[1])
 
 
 def test_a_run_resumed_after_an_agent_stopped_continues_exactly(monkeypatch):
@@ -928,20 +932,24 @@ def test_a_run_resumed_after_an_agent_stopped_continues_exactly(monkeypatch):
 
 
 def test_when_every_agent_has_stopped_the_fit_ends_and_a_resume_only_scores(monkeypatch):
-    task = make(k=2, total_steps=64, eval_every=8, stop_at_return=0.0)
+    hp = dict(k=3, total_steps=64, eval_every=8, stop_at_return=0.0)
+    task = make(**hp)
     start(task)
-    scripted_evaluations(monkeypatch, {0: 1.0, 1: 0.0})
+    scripted_evaluations(monkeypatch, {0: 1.0, 1: -1.0, 2: -1.0})
     task.checkpoint_hook = None
     stopped = SimpleNamespace(should_stop=False)
     monkeypatch.setattr(PPOTask, "trainer", property(lambda self: stopped))
     task.training_step(None, 0)
-    assert task.slots == [] and stopped.should_stop and task.stop_step == [8, 8]
+    assert task.slots == [1, 2] and not stopped.should_stop
+    scripted_evaluations(monkeypatch, {0: 1.0, 1: 0.0, 2: 0.0})
+    task.training_step(None, 1)
+    assert task.slots == [] and stopped.should_stop and task.stop_step == [8, 16, 16]
     state = saved_and_loaded(task.checkpoint_state())
-    resumed = make(k=2, total_steps=64, eval_every=8, stop_at_return=0.0)
-    resumed.load_checkpoint_state(state)
-    assert resumed.slots == [] and same(resumed.agents_net.member_state_dict(1), task.agents_net.member_state_dict(1))
-    resumed.curves = [Rows(), Rows()]
+    resumed = make(**hp)
+    resumed.load_checkpoint_state(state)  # the learning net (2 members when the last ones stopped) is not needed
+    assert resumed.slots == [] and all(same(resumed.agents_net.member_state_dict(i), task.agents_net.member_state_dict(i)) for i in range(3))
+    resumed.curves = [Rows(), Rows(), Rows()]
     fit = []
     fake = SimpleNamespace(precision="32-true", fit=lambda module: fit.append(module))
     resumed.fit_and_evaluate(fake, None, None)
-    assert fit == [] and [r["env_steps"] for r in map(resumed.agent_record, range(2))] == [8, 8]
+    assert fit == [] and [r["env_steps"] for r in map(resumed.agent_record, range(3))] == [8, 16, 16]

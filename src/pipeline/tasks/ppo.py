@@ -192,8 +192,8 @@ class PPOTask(RLAgents, Task):
         self.obs = self.env.reset()
         self.generators = [torch.Generator(device=self.device).manual_seed(s) for s in seeds]
         self.episode_return = torch.zeros(len(self.slots) * E, device=self.device, dtype=torch.float64)
-        if self._resume is None and self.obs_stats is not None:
-            self.obs_stats.update(self.agent_view(self.obs), self.slot_index())
+        if self._resume is None and self.obs_stats is not None:  # a fresh run: every agent learns
+            self.obs_stats.update(self.agent_view(self.obs))
 
     def on_train_start(self) -> None:
         if self._resume is not None:
