@@ -125,6 +125,12 @@ def ppo(k: int, single_seeds: int) -> dict:
     result = seed_batching.measure(k=k, single_seeds=single_seeds, single_experiment="ppo_cartpole", batched_experiment="ppo_cartpole")
     print(f"ppo{k}: CartPole-v1, experiment=ppo_cartpole, K={k} against K=1 (target <= 0.3x, >= 15/16 solved)")
     print(seed_batching.summary_line(result))
+    # The same, each run as its own `python -m pipeline` command: what 16 single runs cost a user, start-up included.
+    commands = seed_batching.measure(k=k, single_seeds=single_seeds, single_experiment="ppo_cartpole",
+                                     batched_experiment="ppo_cartpole", as_commands=True)
+    print(f"ppo{k}, each run as its own command (interpreter start and imports included):")
+    print(seed_batching.summary_line(commands))
+    result["commands"] = commands
     return result
 
 

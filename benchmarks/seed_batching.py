@@ -5,7 +5,9 @@
     python benchmarks/seed_batching.py --single-experiment dqn_acrobot --batched-experiment dqn_acrobot \
         --single env=acrobot --solved-at -100
 
-Both sides run here, in this process, on one CPU thread, one after the other, through `pipeline.runtime.run.run`:
+Both sides run here, in this process, on one CPU thread, one after the other, through `pipeline.runtime.run.run`
+(or, with `--as-commands`, each run as its own `python -m pipeline ...` command, as a user pays for it: the
+interpreter's start and imports included):
 (a) the single-seed preset (`experiment=dqn_cartpole`) for seeds 0..n-1;
 (b) one run of `seeds_per_process=K` agents of the batched preset (`experiment=dqn_cartpole_seeds`:
     the same recipe with tensor envs, 8 envs per agent and a narrower MLP; see its YAML header).
@@ -20,6 +22,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -54,6 +58,29 @@ def run_records(overrides: Sequence[str], run_dir: Path) -> tuple[float, float, 
     return wall, cpu, records
 
 
+def children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_command(overrides: Sequence[str], run_dir: Path) -> tuple[float, float, list[dict]]:
+    """One pipeline run as its own command (`python -m pipeline ...`, one thread): its wall time from start to exit,
+    its CPU time and the K records; a failed command or agent raises."""
+    cmd = [sys.executable, "-m", "pipeline", *overrides, "trainer.enable_progress_bar=false", "device.num_threads=1",
+           f"hydra.run.dir={run_dir}"]
+    t0, c0 = time.perf_counter(), children_cpu_s()
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    wall, cpu = time.perf_counter() - t0, children_cpu_s() - c0
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}: {done.stderr[-2000:]}")
+    paths = sorted(run_dir.glob("seed*/result.json"), key=lambda p: int(p.parent.name[4:])) or [run_dir / "result.json"]
+    records = [json.loads(p.read_text()) for p in paths]
+    failed = [r for r in records if r["status"] != "ok"]
+    if failed:
+        raise RuntimeError(f"run {' '.join(overrides)} failed: {failed[0]['error']}")
+    return wall, cpu, records
+
+
 def side(wall_s: float, cpu_s: float, records: list[dict], solved_at: float) -> dict:
     finals = [r["metrics"]["eval/return_mean"] for r in records]
     steps = sum(int(r["env_steps"]) for r in records)
@@ -72,21 +99,25 @@ def side(wall_s: float, cpu_s: float, records: list[dict], solved_at: float) -> 
     }
 
 
-def measure_single(experiment: str, seeds: Sequence[int], out: Path, overrides: Sequence[str] = (), solved_at: float = CARTPOLE_SOLVED) -> dict:
+def measure_single(experiment: str, seeds: Sequence[int], out: Path, overrides: Sequence[str] = (), solved_at: float = CARTPOLE_SOLVED,
+                   as_commands: bool = False) -> dict:
     """The single-seed preset, one run per seed, back to back."""
+    runner = run_command if as_commands else run_records
     wall, cpu, records = 0.0, 0.0, []
     for s in seeds:
-        w, c, recs = run_records([f"experiment={experiment}", f"seed={s}", *overrides], out / f"single_seed{s}")
+        w, c, recs = runner([f"experiment={experiment}", f"seed={s}", *overrides], out / f"single_seed{s}")
         wall, cpu = wall + w, cpu + c
         records += recs
     return side(wall, cpu, records, solved_at)
 
 
 def measure_batched(
-    experiment: str, k: int, seed: int, out: Path, overrides: Sequence[str] = (), solved_at: float = CARTPOLE_SOLVED
+    experiment: str, k: int, seed: int, out: Path, overrides: Sequence[str] = (), solved_at: float = CARTPOLE_SOLVED,
+    as_commands: bool = False,
 ) -> dict:
     """One run of K agents; the agents' records give the finals, the first one the shared time breakdown."""
-    wall, cpu, records = run_records([f"experiment={experiment}", f"seeds_per_process={k}", f"seed={seed}", *overrides], out / f"k{k}")
+    runner = run_command if as_commands else run_records
+    wall, cpu, records = runner([f"experiment={experiment}", f"seeds_per_process={k}", f"seed={seed}", *overrides], out / f"k{k}")
     result = side(wall, cpu, records, solved_at)
     result["time_breakdown_s"] = records[0].get("time_breakdown_s", {})
     return result
@@ -110,16 +141,18 @@ def measure(
     batched_experiment: str = "dqn_cartpole_seeds",
     solved_at: float = CARTPOLE_SOLVED,
     single: dict | None = None,
+    as_commands: bool = False,
 ) -> dict:
-    """Both sides in this process on one thread (or the batched side against a `single` measured before)."""
+    """Both sides in this process on one thread (or the batched side against a `single` measured before);
+    `as_commands`: each run as its own command."""
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(out_dir) if out_dir is not None else Path(tmp)
         if single is None and single_seeds:
-            single = measure_single(single_experiment, range(single_seeds), out, single_overrides, solved_at)
-        batched = measure_batched(batched_experiment, k, seed, out, batched_overrides, solved_at)
+            single = measure_single(single_experiment, range(single_seeds), out, single_overrides, solved_at, as_commands)
+        batched = measure_batched(batched_experiment, k, seed, out, batched_overrides, solved_at, as_commands)
     return {
-        "k": k, "seed": seed, "threads": torch.get_num_threads(), "solved_at": solved_at,
+        "k": k, "seed": seed, "threads": torch.get_num_threads(), "solved_at": solved_at, "as_commands": as_commands,
         "single_experiment": single_experiment, "batched_experiment": batched_experiment,
         "single": single, "batched": batched, "cost_ratio": ratio(batched, single),
         "cpu_cost_ratio": ratio(batched, single, "cpu_per_solved_seed_s"),
@@ -155,10 +188,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--batched", nargs="*", default=[], help="extra overrides for the K-agent run")
     parser.add_argument("--single", nargs="*", default=[], help="extra overrides for the single-seed runs")
     parser.add_argument("--out", default=None, help="keep the run records here (default: a temporary dir)")
+    parser.add_argument("--as-commands", action="store_true", help="each run as its own `python -m pipeline` command")
     args = parser.parse_args(argv)
     result = measure(
         args.k, args.seed, args.single_seeds, args.batched, args.single, args.out,
-        args.single_experiment, args.batched_experiment, args.solved_at,
+        args.single_experiment, args.batched_experiment, args.solved_at, as_commands=args.as_commands,
     )
     print(json.dumps(result, indent=2))
     print(summary_line(result))
