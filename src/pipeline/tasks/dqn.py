@@ -541,13 +541,10 @@ class DQNTask(RLAgents, Task):
         if self.n_agents > 1:
             self._log_shared({"batch/eval_return_mean": float(np.mean(means)), "batch/agents_learning": float(len(self.slots))})
         self.record_training_videos(self.net.member_state_dict)
-        # The tuner sees every agent: one that stopped early holds its last evaluation (dropping it would
-        # leave only the slow seeds in the trial's value and prune good trials).
-        if self.trial_reporter is not None and self.slots:
-            everyone = [self.evaluations[a][-1][1] for a in range(self.n_agents) if self.evaluations[a]]
-            if self.trial_reporter.report(self.env_steps, everyone):
-                stopping = list(range(len(self.slots)))
-                reasons = dict.fromkeys(stopping, "pruned by the tuner")
+        # A pruned trial stops every agent still learning, and their records say so (the tuner and the report count them).
+        if self.pruned_by_tuner():
+            stopping = list(range(len(self.slots)))
+            reasons = dict.fromkeys(stopping, "pruned by the tuner")
         if stopping:
             self.stop_agents(stopping, reasons)
 

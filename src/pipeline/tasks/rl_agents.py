@@ -71,6 +71,14 @@ class RLAgents:
         if self.threshold is not None and mean >= self.threshold and self.time_to_threshold_s[agent] is None:
             self.time_to_threshold_s[agent] = elapsed_s
 
+    def pruned_by_tuner(self) -> bool:
+        """In an Optuna trial: report every agent's last evaluation (one that stopped early holds its last; dropping
+        it would leave only the slow seeds in the trial's value and prune good trials). True when the trial is pruned."""
+        if self.trial_reporter is None or not self.learning_agents():
+            return False
+        everyone = [self.evaluations[a][-1][1] for a in range(self.n_agents) if self.evaluations[a]]
+        return bool(self.trial_reporter.report(self.env_steps, everyone))
+
     def rl_record(self, i: int, env_steps: int, seconds: float | None) -> dict:
         """The record fields of every RL agent: its env steps and their rate, the threshold and when it was reached,
         its evaluations, and the range its returns can take (when the env says)."""
