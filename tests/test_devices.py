@@ -1,6 +1,7 @@
 """The device group: accelerator resolution, CPU threads and denormal flushing, as a run applies them."""
 
 import logging
+import platform
 import types
 
 import pytest
@@ -202,3 +203,39 @@ def test_flushes_denormals_reads_float32_under_a_float64_default(monkeypatch):
         assert flushes_denormals() is True
     finally:
         torch.set_default_dtype(default)
+
+
+_FAULTS = """
+import resource, sys, torch
+from pipeline.runtime.devices import setup_device
+setup_device("cpu", 1, cpu_heap_mb=int(sys.argv[1]))
+x = torch.randn(16, 256, 64)  # 1 MiB, as a K = 16 PPO minibatch activation
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(100):  # a forward pass keeps its activations for the backward, then drops them
+    kept_for_backward = [torch.sigmoid(x * 2) * x for _ in range(6)]
+    del kept_for_backward
+print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 100)
+"""
+
+
+def _faults_per_step(mb: int) -> float:
+    import subprocess
+    import sys
+
+    return float(subprocess.run([sys.executable, "-c", _FAULTS, str(mb)], capture_output=True, text=True, check=True).stdout)
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt's thresholds are glibc's")
+def test_the_kept_cpu_heap_spares_the_page_faults_of_tensors_made_every_step():
+    """Each step makes six 1 MiB tensors (1,536 pages) and drops them: glibc maps fresh ones (a fault per page touched),
+    a kept heap reuses its own. Measured here: 258-2,534 faults per step with glibc's own thresholds, 31 kept."""
+    assert _faults_per_step(32) < 100
+
+
+def test_cpu_heap_unset_or_zero_changes_nothing():
+    assert devices.keep_cpu_heap(None) is False and devices.keep_cpu_heap(0) is False
+
+
+def test_the_packaged_device_options_keep_a_cpu_heap(make_cfg):
+    for option in ("auto", "cpu", "cuda", "mps"):
+        assert make_cfg(f"device={option}").device.cpu_heap_mb == 32

@@ -547,3 +547,46 @@ def test_an_ensemble_on_the_accelerator_shrinks_with_a_cpu_index():
     keep_optimizer_members_(opt, ensemble.keep_members_(keep), keep, n_before=K)
     assert all(torch.equal(ensemble.member_state_dict(0)[k], v) for k, v in before.items())
     assert all(v.shape[0] == 2 for p in ensemble.parameters() for v in opt.state[p].values() if v.dim() > 0)
+
+
+@pytest.mark.parametrize("n_members, rows", [(4, 256), (2, 100)])  # over and under the narrow form's row threshold
+@pytest.mark.parametrize("out_features", [1, 2, 8, 9])
+@pytest.mark.parametrize("bias", [True, False])
+def test_ensemble_linear_equals_float64_linears_in_both_forms(n_members, rows, out_features, bias):
+    """Outputs and all three gradients within float32's rounding of a float64 recomputation, member by member.
+
+    Bounds: a sum of n float32 products is within about n * eps * sum|terms| of the exact value.
+    """
+    gen = torch.Generator().manual_seed(out_features)
+    layer = EnsembleLinear(n_members, 64, out_features, bias=bias)
+    with torch.no_grad():
+        layer.weight.copy_(torch.randn(layer.weight.shape, generator=gen))
+        if bias:
+            layer.bias.copy_(torch.randn(layer.bias.shape, generator=gen))
+    x = torch.randn(n_members, rows, 64, generator=gen, requires_grad=True)
+    g = torch.randn(n_members, rows, out_features, generator=gen)
+    y = layer(x)
+    y.backward(g)
+    eps = torch.finfo(torch.float32).eps
+    x64, w64, g64 = x.detach().double(), layer.weight.detach().double(), g.double()
+    want = x64 @ w64 + (layer.bias.detach().double() if bias else 0)
+    assert (y.double() - want).abs().le(64 * eps * (x64.abs() @ w64.abs() + 1) + 1e-30).all()
+    want_gx = g64 @ w64.transpose(1, 2)
+    assert (x.grad.double() - want_gx).abs().le(out_features * eps * (g64.abs() @ w64.abs().transpose(1, 2)) + 1e-30).all()
+    want_gw = x64.transpose(1, 2) @ g64
+    assert (layer.weight.grad.double() - want_gw).abs().le(rows * eps * (x64.abs().transpose(1, 2) @ g64.abs()) + 1e-30).all()
+    if bias:
+        assert (layer.bias.grad.double() - g64.sum(1, keepdim=True)).abs().le(rows * eps * g64.abs().sum(1, keepdim=True)).all()
+
+
+@pytest.mark.parametrize("out_features", [1, 3])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("x_grad", [True, False])
+def test_the_narrow_form_passes_gradcheck(out_features, bias, x_grad):
+    from pipeline.nets.ensemble import _NarrowLinear
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 5, 4, dtype=torch.float64, generator=gen, requires_grad=x_grad)
+    w = torch.randn(3, 4, out_features, dtype=torch.float64, generator=gen, requires_grad=True)
+    b = torch.randn(3, 1, out_features, dtype=torch.float64, generator=gen, requires_grad=True) if bias else None
+    assert torch.autograd.gradcheck(_NarrowLinear.apply, (x, w, b))

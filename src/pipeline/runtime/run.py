@@ -245,6 +245,7 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
             cfg.device.accelerator,
             ctx.num_threads if ctx.num_threads is not None else cfg.device.num_threads,
             flush_denormal=OmegaConf.select(cfg, "device.flush_denormal", default=True),
+            cpu_heap_mb=OmegaConf.select(cfg, "device.cpu_heap_mb", default=None),
         )
         t0 = time.perf_counter()
         datamodule = None if _is_empty(cfg.get("data")) else instantiate(cfg.data)
