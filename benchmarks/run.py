@@ -11,7 +11,8 @@ k64     `experiment=dqn_cartpole` runs (seeds 0..4, measured once for both), wit
         time breakdown (act / env / learn / eval).
 acrobot `experiment=dqn_acrobot` at K = 16 against the same preset at K = 1 (solved: -100).
 ppo16   wall time per solved seed of `experiment=ppo_cartpole seeds_per_process=16` against single-seed
-        `experiment=ppo_cartpole` runs (seeds 0..n-1; solved: final deterministic mean >= 475; target <= 0.3x).
+        `experiment=ppo_cartpole` runs of the same seeds (solved: final deterministic mean >= 475; target <= 0.3x),
+        in process and as commands; `--ppo-seed-blocks N` pools N blocks of 16 seeds.
 atari   `experiment=dqn_atari device=cpu`, a short explicit budget: env steps/s over all agents at
         K = 4 against K = 1.
 debug   every preset with `trainer=debug device=cpu`, in seconds and as a multiple of
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import tempfile
 import time
@@ -121,10 +123,33 @@ def acrobot(k: int, single_seeds: int) -> dict:
     return result
 
 
-def ppo(k: int, single_seeds: int) -> dict:
-    result = seed_batching.measure(k=k, single_seeds=single_seeds, single_experiment="ppo_cartpole", batched_experiment="ppo_cartpole")
+def pooled(blocks: list[dict]) -> dict:
+    """Ratios over several seed blocks: each side's total wall time over its total solved seeds (or env steps)."""
+    total = {side: {key: sum(b[side][key] for b in blocks) for key in ("wall_time_s", "solved", "env_steps")} for side in ("single", "batched")}
+    per_seed = {side: t["wall_time_s"] / t["solved"] if t["solved"] else math.inf for side, t in total.items()}
+    per_step = {side: t["wall_time_s"] / t["env_steps"] for side, t in total.items()}
+    return {
+        "blocks": len(blocks), **{f"{side}_{key}": v for side, t in total.items() for key, v in t.items()},
+        "cost_ratio": round(per_seed["batched"] / per_seed["single"], 3),
+        "step_cost_ratio": round(per_step["batched"] / per_step["single"], 3),
+    }
+
+
+def ppo(k: int, single_seeds: int, blocks: int = 1) -> dict:
     print(f"ppo{k}: CartPole-v1, experiment=ppo_cartpole, K={k} against K=1 (target <= 0.3x, >= 15/16 solved)")
-    print(seed_batching.summary_line(result))
+    runs = []
+    for b in range(blocks):
+        # Block b: seeds b*k .. b*k+k-1 on both sides.
+        runs.append(seed_batching.measure(k=k, seed=b * k, single_seeds=single_seeds, single_experiment="ppo_cartpole",
+                                          batched_experiment="ppo_cartpole"))
+        print(f" seeds {b * k}-{b * k + k - 1}:")
+        print(seed_batching.summary_line(runs[-1]))
+    result = dict(runs[0])
+    if blocks > 1:
+        result["blocks"], result["pooled"] = runs, pooled(runs)
+        p = result["pooled"]
+        print(f" {blocks} blocks pooled: cost ratio per solved seed {p['cost_ratio']} ({p['batched_solved']} / "
+              f"{p['single_solved']} solved), per env step {p['step_cost_ratio']}")
     # The same, each run as its own `python -m pipeline` command: what 16 single runs cost a user, start-up included.
     commands = seed_batching.measure(k=k, single_seeds=single_seeds, single_experiment="ppo_cartpole",
                                      batched_experiment="ppo_cartpole", as_commands=True)
@@ -164,9 +189,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--single-seeds", type=int, default=5, help="k16/k64: single-seed CartPole runs (seeds 0..n-1)")
     parser.add_argument("--acrobot-single-seeds", type=int, default=2)
-    # Each ppo_cartpole seed stops when solved, between 10k and 60k env steps (6.7 s on average on one quiet core):
-    # six singles cost what two full-budget ones did, and average over more of that spread.
-    parser.add_argument("--ppo-single-seeds", type=int, default=6)
+    # Each side's cost per solved seed carries which of its seeds happened to stop sooner (10k-60k env steps; the
+    # per-seed mean over 16 seeds moved by 20% between blocks): all 16 singles, and --ppo-seed-blocks to pool more.
+    parser.add_argument("--ppo-single-seeds", type=int, default=16)
+    parser.add_argument("--ppo-seed-blocks", type=int, default=1, help="ppo16: blocks of 16 seeds (0-15, 16-31, ...), pooled")
     parser.add_argument("--debug-repeats", type=int, default=3, help="debug: runs per preset, the median kept")
     parser.add_argument("--out", type=Path, default=Path("outputs/bench/results.json"))
     args = parser.parse_args(argv)
@@ -183,7 +209,7 @@ def main(argv: list[str] | None = None) -> None:
     if "acrobot" in args.only:
         results["acrobot"] = acrobot(16, args.acrobot_single_seeds)
     if "ppo16" in args.only:
-        results["ppo16"] = ppo(16, args.ppo_single_seeds)
+        results["ppo16"] = ppo(16, args.ppo_single_seeds, args.ppo_seed_blocks)
     if "atari" in args.only:
         results["atari"] = atari(4)
     if "rmac_million" in args.only:

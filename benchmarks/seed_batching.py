@@ -8,7 +8,7 @@
 Both sides run here, in this process, on one CPU thread, one after the other, through `pipeline.runtime.run.run`
 (or, with `--as-commands`, each run as its own `python -m pipeline ...` command, as a user pays for it: the
 interpreter's start and imports included):
-(a) the single-seed preset (`experiment=dqn_cartpole`) for seeds 0..n-1;
+(a) the single-seed preset (`experiment=dqn_cartpole`) for seeds s..s+n-1 (s: `--seed`, the first of the K agents);
 (b) one run of `seeds_per_process=K` agents of the batched preset (`experiment=dqn_cartpole_seeds`:
     the same recipe with tensor envs, 8 envs per agent and a narrower MLP; see its YAML header).
 A seed is solved when its final greedy evaluation (`eval/return_mean`, 20 episodes) reaches
@@ -92,6 +92,7 @@ def side(wall_s: float, cpu_s: float, records: list[dict], solved_at: float) -> 
         "final_returns": [round(f, 1) for f in finals],
         "env_steps": steps,
         "env_steps_per_s": round(steps / wall_s, 1),
+        "wall_per_env_step_ms": round(1000 * wall_s / steps, 5) if steps else math.inf,
         "stop_env_steps": [(r.get("early_stop") or {}).get("env_step") for r in records],
         "cost_per_solved_seed_s": round(wall_s / solved, 2) if solved else math.inf,
         "cpu_time_s": round(cpu_s, 2),
@@ -149,13 +150,14 @@ def measure(
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(out_dir) if out_dir is not None else Path(tmp)
         if single is None and single_seeds:
-            single = measure_single(single_experiment, range(single_seeds), out, single_overrides, solved_at, as_commands)
+            single = measure_single(single_experiment, range(seed, seed + single_seeds), out, single_overrides, solved_at, as_commands)
         batched = measure_batched(batched_experiment, k, seed, out, batched_overrides, solved_at, as_commands)
     return {
         "k": k, "seed": seed, "threads": torch.get_num_threads(), "solved_at": solved_at, "as_commands": as_commands,
         "single_experiment": single_experiment, "batched_experiment": batched_experiment,
         "single": single, "batched": batched, "cost_ratio": ratio(batched, single),
         "cpu_cost_ratio": ratio(batched, single, "cpu_per_solved_seed_s"),
+        "step_cost_ratio": ratio(batched, single, "wall_per_env_step_ms"),
     }
 
 
@@ -174,6 +176,13 @@ def summary_line(result: dict) -> str:
     )
     lines.append(f"  time breakdown of the K={k} run (s): {json.dumps(batched['time_breakdown_s'])}")
     lines.append(f"  cost ratio K={k} / single per solved seed: wall {result['cost_ratio']}, CPU {result['cpu_cost_ratio']}")
+    if single and result.get("step_cost_ratio") is not None:
+        # With agents that stop when solved, the per-solved-seed ratio also carries which side's seeds happened to
+        # stop sooner (the two sides are the same seeds, equal in distribution, not bitwise); per env step it does not.
+        lines.append(
+            f"  per env step: wall {result['step_cost_ratio']} (env steps a seed: single {single['env_steps'] / single['seeds']:.0f}, "
+            f"K={k} {batched['env_steps'] / batched['seeds']:.0f})"
+        )
     return "\n".join(lines)
 
 
