@@ -324,20 +324,21 @@ class PPOTask(RLAgents, Task):
         # One minibatch is the whole rollout, in any order the same losses up to float rounding: it is not shuffled
         # (at K = 16 the 6 gathers and K permutations per update were ~3% of the learning time).
         whole = hp.num_minibatches == 1
+
+        def take(x: torch.Tensor, idx: torch.Tensor | None) -> torch.Tensor:
+            return x if idx is None else x[rows, idx]
+
         for _ in range(hp.update_epochs):
             order = [None] if whole else minibatch_indices(self.generators, self.batch_per_agent, hp.num_minibatches).to(self.device)
             for idx in order:
-
-                def take(x: torch.Tensor, idx=idx) -> torch.Tensor:
-                    return x if idx is None else x[rows, idx]
-
-                policy_params, new_values = self.net(take(obs))
-                new_log_probs, entropy = self.log_prob_and_entropy(policy_params, take(actions))
-                adv = take(advantages)
+                mb_old_log_probs = take(old_log_probs, idx)
+                policy_params, new_values = self.net(take(obs, idx))
+                new_log_probs, entropy = self.log_prob_and_entropy(policy_params, take(actions, idx))
+                adv = take(advantages, idx)
                 if hp.norm_adv:
                     adv = normalize_advantages(adv)
-                pg = clipped_surrogate_loss(new_log_probs, take(old_log_probs), adv, hp.clip_coef)
-                vl = value_loss(new_values, take(old_values), take(returns), hp.clip_coef if hp.clip_value_loss else None)
+                pg = clipped_surrogate_loss(new_log_probs, mb_old_log_probs, adv, hp.clip_coef)
+                vl = value_loss(new_values, take(old_values, idx), take(returns, idx), hp.clip_coef if hp.clip_value_loss else None)
                 ent = entropy.mean(-1)
                 loss = ppo_loss(pg, vl, ent, hp.vf_coef, hp.ent_coef)
                 check_finite(loss, self.env_steps)
@@ -346,7 +347,7 @@ class PPOTask(RLAgents, Task):
                 if hp.max_grad_norm is not None:
                     clip(params, hp.max_grad_norm)
                 opt.step()
-            kl, clipped = ratio_diagnostics(new_log_probs, take(old_log_probs), hp.clip_coef)
+            kl, clipped = ratio_diagnostics(new_log_probs, mb_old_log_probs, hp.clip_coef)
             stats.append(torch.stack((pg.detach(), vl.detach(), ent.detach(), kl, clipped)))
         self.updates += 1
         # The last epoch's last minibatch, as CleanRL logs it; one host transfer for all of it.
