@@ -14,6 +14,7 @@ from pipeline.nets.actor_critic import (
     LogStd,
     categorical_entropy,
     categorical_log_prob,
+    categorical_log_prob_and_entropy,
     categorical_sample,
     gaussian_entropy,
     gaussian_log_prob,
@@ -137,6 +138,22 @@ def test_categorical_functions_are_torch_distributions():
     dist = D.Categorical(logits=logits)
     assert torch.allclose(categorical_log_prob(logits, actions), dist.log_prob(actions), atol=1e-12)
     assert torch.allclose(categorical_entropy(logits), dist.entropy(), atol=1e-12)
+    log_prob, entropy = categorical_log_prob_and_entropy(logits, actions)
+    assert torch.allclose(log_prob, dist.log_prob(actions), atol=1e-12)
+    assert torch.allclose(entropy, dist.entropy(), atol=1e-12)
+
+
+def test_the_joint_log_prob_and_entropy_have_the_distributions_gradients():
+    g = torch.Generator().manual_seed(3)
+    logits = (torch.randn(2, 6, 3, generator=g, dtype=torch.float64) * 2).requires_grad_()
+    actions = torch.randint(0, 3, (2, 6), generator=g)
+    w_lp, w_ent = torch.randn(2, 6, generator=g, dtype=torch.float64), torch.randn(2, 6, generator=g, dtype=torch.float64)
+    log_prob, entropy = categorical_log_prob_and_entropy(logits, actions)
+    (grad,) = torch.autograd.grad((w_lp * log_prob + w_ent * entropy).sum(), logits)
+    ref_logits = logits.detach().clone().requires_grad_()
+    dist = D.Categorical(logits=ref_logits)
+    (ref,) = torch.autograd.grad((w_lp * dist.log_prob(actions) + w_ent * dist.entropy()).sum(), ref_logits)
+    assert torch.allclose(grad, ref, atol=1e-12)
 
 
 def test_categorical_samples_follow_the_softmax():

@@ -65,7 +65,7 @@ def test_image_shaped_and_unbatched_inputs_give_the_outputs_of_the_flat_batch():
     assert torch.allclose(net(x[1].view(4)), batch[1], atol=1e-6)  # one input without a batch axis
 
 
-@pytest.mark.parametrize("shape", [(5, 7), (16, 128, 64), (3, 200, 100)])
+@pytest.mark.parametrize("shape", [(5, 7), (16, 8, 64), (16, 128, 64), (3, 200, 100)])
 @pytest.mark.parametrize("grad", [False, True])
 def test_the_tanh_activation_is_tanh_in_value_and_gradient_at_every_size(shape, grad):
     # Large float32 CPU tensors go through 2 sigmoid(2x) - 1: float32 rounding near 0 bounds the difference

@@ -121,7 +121,17 @@ def categorical_log_prob(logits: torch.Tensor, actions: torch.Tensor) -> torch.T
 
 def categorical_entropy(logits: torch.Tensor) -> torch.Tensor:
     """The entropy [...] of softmax(logits [..., A])."""
+    return _entropy_of(F.log_softmax(logits, -1))
+
+
+def categorical_log_prob_and_entropy(logits: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`categorical_log_prob` and `categorical_entropy` from one log-softmax (PPO's update needs both: over a K = 16
+    CartPole minibatch, [16, 256, 2], the second log-softmax and its backward were ~170 us of a ~6.9 ms step)."""
     log_p = F.log_softmax(logits, -1)
+    return log_p.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1), _entropy_of(log_p)
+
+
+def _entropy_of(log_p: torch.Tensor) -> torch.Tensor:
     return -(log_p.exp() * log_p).sum(-1)
 
 

@@ -7,8 +7,10 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-# Tensors at least this large take tanh's sigmoid form on CPU (measured crossover ~16k-65k values, see Tanh).
+# Tensors at least this large take tanh's sigmoid form on CPU (measured crossover ~16k-65k values, see Tanh);
+# without autograd (rollouts, evaluation) the form has no Function overhead and wins from ~4k values.
 FAST_TANH_MIN_NUMEL = 32768
+FAST_TANH_NOGRAD_MIN_NUMEL = 8192
 
 
 class _SigmoidTanh(torch.autograd.Function):
@@ -32,16 +34,17 @@ class Tanh(nn.Tanh):
     This torch CPU build's float32 tanh is several times slower than its sigmoid (one thread, AVX-512; us per
     call, forward [+ backward]: 65,536 values tanh 343 [552], sigmoid form 105 [189]; 4,096 values tanh 22 [63],
     sigmoid form 20 [128]: the autograd Function's overhead wins below ~16k values). In K-seed PPO the
-    minibatch activations ([16, 128, 64] at K = 16) are where torch.tanh took ~27% of the update. The two forms
-    differ by at most ~2e-7 (float32 rounding of 2 sigmoid - 1 near 0); smaller tensors, other dtypes and other
-    devices keep torch.tanh.
+    minibatch activations ([16, 128, 64] at K = 16) are where torch.tanh took ~27% of the update. Without
+    autograd the form is three plain ops (us per call, 4,096 values: tanh 12.1, form 12.0; 8,192: 22.4 / 14.2;
+    the rollout's [16, 8, 64] at K = 16). The two forms differ by at most ~2e-7 (float32 rounding of
+    2 sigmoid - 1 near 0); smaller tensors, other dtypes and other devices keep torch.tanh.
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.numel() < FAST_TANH_MIN_NUMEL or x.dtype != torch.float32 or x.device.type != "cpu":
+        if x.dtype != torch.float32 or x.device.type != "cpu" or x.numel() < FAST_TANH_NOGRAD_MIN_NUMEL:
             return torch.tanh(x)
         if torch.is_grad_enabled() and x.requires_grad:
-            return _SigmoidTanh.apply(x)
+            return _SigmoidTanh.apply(x) if x.numel() >= FAST_TANH_MIN_NUMEL else torch.tanh(x)
         return torch.sigmoid(x * 2).mul_(2).sub_(1)
 
 

@@ -40,8 +40,8 @@ from torch.utils.data import DataLoader
 
 from pipeline.nets.actor_critic import (
     ActorCritic,
-    categorical_entropy,
     categorical_log_prob,
+    categorical_log_prob_and_entropy,
     categorical_sample,
     gaussian_entropy,
     gaussian_log_prob,
@@ -231,7 +231,7 @@ class PPOTask(RLAgents, Task):
         if self.continuous:
             log_std = self.net.log_std.value
             return gaussian_log_prob(params, log_std, actions), gaussian_entropy(params, log_std)
-        return categorical_log_prob(params, actions), categorical_entropy(params)
+        return categorical_log_prob_and_entropy(params, actions)
 
     def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
         """What the env is sent: a Gaussian's sample clipped to the action bounds (its log-probability stays the sample's)."""
