@@ -135,14 +135,15 @@ def pooled(blocks: list[dict]) -> dict:
     }
 
 
-def ppo(k: int, single_seeds: int, blocks: int = 1) -> dict:
+def ppo(k: int, single_seeds: int, blocks: int = 1, first_seed: int = 0) -> dict:
     print(f"ppo{k}: CartPole-v1, experiment=ppo_cartpole, K={k} against K=1 (target <= 0.3x, >= 15/16 solved)")
     runs = []
     for b in range(blocks):
-        # Block b: seeds b*k .. b*k+k-1 on both sides.
-        runs.append(seed_batching.measure(k=k, seed=b * k, single_seeds=single_seeds, single_experiment="ppo_cartpole",
+        # Block b: seeds first + b*k .. first + b*k + k - 1 on both sides.
+        s = first_seed + b * k
+        runs.append(seed_batching.measure(k=k, seed=s, single_seeds=single_seeds, single_experiment="ppo_cartpole",
                                           batched_experiment="ppo_cartpole"))
-        print(f" seeds {b * k}-{b * k + k - 1}:")
+        print(f" seeds {s}-{s + k - 1}:", flush=True)
         print(seed_batching.summary_line(runs[-1]))
     result = dict(runs[0])
     if blocks > 1:
@@ -151,7 +152,7 @@ def ppo(k: int, single_seeds: int, blocks: int = 1) -> dict:
         print(f" {blocks} blocks pooled: cost ratio per solved seed {p['cost_ratio']} ({p['batched_solved']} / "
               f"{p['single_solved']} solved), per env step {p['step_cost_ratio']}")
     # The same, each run as its own `python -m pipeline` command: what 16 single runs cost a user, start-up included.
-    commands = seed_batching.measure(k=k, single_seeds=single_seeds, single_experiment="ppo_cartpole",
+    commands = seed_batching.measure(k=k, seed=first_seed, single_seeds=single_seeds, single_experiment="ppo_cartpole",
                                      batched_experiment="ppo_cartpole", as_commands=True)
     print(f"ppo{k}, each run as its own command (interpreter start and imports included):")
     print(seed_batching.summary_line(commands))
@@ -193,6 +194,7 @@ def main(argv: list[str] | None = None) -> None:
     # per-seed mean over 16 seeds moved by 20% between blocks): all 16 singles, and --ppo-seed-blocks to pool more.
     parser.add_argument("--ppo-single-seeds", type=int, default=16)
     parser.add_argument("--ppo-seed-blocks", type=int, default=1, help="ppo16: blocks of 16 seeds (0-15, 16-31, ...), pooled")
+    parser.add_argument("--ppo-first-seed", type=int, default=0, help="ppo16: the first block's first seed")
     parser.add_argument("--debug-repeats", type=int, default=3, help="debug: runs per preset, the median kept")
     parser.add_argument("--out", type=Path, default=Path("outputs/bench/results.json"))
     args = parser.parse_args(argv)
@@ -209,7 +211,7 @@ def main(argv: list[str] | None = None) -> None:
     if "acrobot" in args.only:
         results["acrobot"] = acrobot(16, args.acrobot_single_seeds)
     if "ppo16" in args.only:
-        results["ppo16"] = ppo(16, args.ppo_single_seeds, args.ppo_seed_blocks)
+        results["ppo16"] = ppo(16, args.ppo_single_seeds, args.ppo_seed_blocks, args.ppo_first_seed)
     if "atari" in args.only:
         results["atari"] = atari(4)
     if "rmac_million" in args.only:
