@@ -211,9 +211,39 @@ def test_load_policy_errors_are_one_line(tmp_path):
     assert "\n" not in text and err.value.__suppress_context__
     with pytest.raises(EvalError) as err:
         load_policy(_cfg(task={"normalize_obs": True}), tmp_path, (4,), 2, "cpu")
-    assert str(err.value) == ("this run normalised its observations (task.normalize_obs=true); their statistics are in its "
-                              "checkpoint, not in model.pt, so a replay cannot see what the agent saw")
+    assert str(err.value).startswith(f"{tmp_path / 'obs_norm.pt'}: no such file; this run normalised its observations "
+                                     "(task.normalize_obs=true) and its policy needs their statistics beside model.pt")
+    (tmp_path / "obs_norm.pt").write_bytes(b"")
+    with pytest.raises(EvalError, match=r"^observation statistics .*obs_norm\.pt: the file is empty"):
+        load_policy(_cfg(task={"normalize_obs": True}), tmp_path, (4,), 2, "cpu")
     assert load_policy(_cfg(task={"normalize_obs": False}), tmp_path, (4,), 2, "cpu") is not None
+
+
+@pytest.mark.parametrize("clip", [None, 0.5])
+def test_a_policy_that_normalised_its_observations_sees_them_normalised_again(tmp_path, clip):
+    """obs_norm.pt (PPO with task.normalize_obs) is applied before the network: (x - mean) / sqrt(var + eps), clipped."""
+    _run_dir(tmp_path)
+    torch.manual_seed(0)
+    weights = MLP(4, 2, hidden=(8,)).state_dict()
+    mean = torch.tensor([0.5, -1.0, 2.0, 0.0], dtype=torch.float64)
+    var = torch.tensor([4.0, 0.25, 1.0, 9.0], dtype=torch.float64)
+    stats = {"mean": mean, "var": var, "count": torch.tensor(100.0, dtype=torch.float64), "eps": torch.tensor(1e-8, dtype=torch.float64)}
+    if clip is not None:
+        stats["clip"] = torch.tensor(clip, dtype=torch.float64)
+    torch.save(stats, tmp_path / "obs_norm.pt")
+    cfg = _cfg(task={"normalize_obs": True})
+    x = torch.tensor([[2.5, -0.5, 2.0, 3.0], [0.5, -1.0, 4.0, -6.0]])
+    # By hand: [1.0, 1.0, 0.0, 1.0] and [0.0, 0.0, 2.0, -2.0] (up to eps), clipped to +-0.5 when asked.
+    seen = torch.tensor([[1.0, 1.0, 0.0, 1.0], [0.0, 0.0, 2.0, -2.0]])
+    if clip is not None:
+        seen = seen.clamp(-clip, clip)
+    plain = MLP(4, 2, hidden=(8,))
+    plain.load_state_dict(weights)
+    for net in (load_policy(cfg, tmp_path, (4,), 2, "cpu", state_dict=weights),  # model.pt's weights, obs_norm.pt's statistics
+                load_policy(cfg, tmp_path / "elsewhere", (4,), 2, "cpu", state_dict=weights, files={"obs_norm.pt": stats})):
+        with torch.no_grad():
+            assert torch.allclose(net(x), plain(seen), atol=1e-6)
+            assert not torch.allclose(net(x), plain(x), atol=1e-3)
 
 
 # ---- play ---------------------------------------------------------------------------------------------------

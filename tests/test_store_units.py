@@ -191,6 +191,13 @@ def test_save_and_load_a_checkpoint(tmp_path):
     assert save_model({"w": torch.ones(2)}, tmp_path) == (tmp_path / "model.pt").stat().st_size
     assert load_model(str(tmp_path))["w"].tolist() == [1.0, 1.0]
     assert load_model(tmp_path, map_location="meta")["w"].is_meta
+    # What else the policy needs goes beside model.pt (a task's agent_files); only plain names other than model.pt.
+    save_model({"w": torch.zeros(1)}, tmp_path, {"obs_norm.pt": {"mean": torch.full((2,), 3.0)}})
+    assert load_safely(tmp_path / "obs_norm.pt")["mean"].tolist() == [3.0, 3.0] and load_model(tmp_path)["w"].tolist() == [0.0]
+    for bad in ("model.pt", "../x.pt", "sub/x.pt"):
+        with pytest.raises(ValueError, match="a plain file name other than model.pt"):
+            save_model({"w": torch.ones(1)}, tmp_path / "other", {bad: {}})
+    assert not (tmp_path / "other").exists() and not (tmp_path / "x.pt").exists()
 
 
 def test_checkpoint_errors_are_one_line_naming_the_file(tmp_path, monkeypatch):

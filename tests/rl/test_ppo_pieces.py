@@ -17,6 +17,7 @@ from pipeline.rl.ppo import (
     gae,
     minibatch_indices,
     normalize_advantages,
+    normalize_observation,
     ppo_loss,
     ratio_diagnostics,
     value_loss,
@@ -220,6 +221,31 @@ def test_running_statistics_are_float64_whatever_the_batch_and_start_as_gymnasiu
     assert scaler.returns.dtype == torch.float64 and scaler.stats.mean.shape == (2,)
     scaler.load_state_dict({k: v.float() for k, v in scaler.state_dict().items()})
     assert scaler.returns.dtype == torch.float64 and scaler.stats.var.dtype == torch.float64
+
+
+@pytest.mark.parametrize("clip", [None, 0.75])
+def test_one_agents_statistics_normalise_its_observations_as_in_training(clip):
+    """`agent_state(i)` and `normalize_observation` (a replay's) give what `normalize` gave agent i in training."""
+    g = torch.Generator().manual_seed(2)
+    stats = RunningMeanStd(3, (4,))
+    stats.update(torch.randn(3, 50, 4, generator=g) * torch.tensor([1.0, 3.0, 0.1, 10.0]) + torch.tensor([0.0, 5.0, -1.0, 2.0]))
+    obs = torch.randn(3, 6, 4, generator=g) * 4
+    trained = stats.normalize(obs, clip)
+    for i in range(3):
+        state = stats.agent_state(i, clip)
+        assert set(state) == {"mean", "var", "count", "eps"} | ({"clip"} if clip is not None else set())
+        assert all(t.dtype == torch.float64 and t.device.type == "cpu" for t in state.values())
+        state["mean"] += 0  # a copy: the run's statistics go on moving
+        assert state["mean"].data_ptr() != stats.mean.data_ptr()
+        replayed = normalize_observation(obs[i], state)
+        assert replayed.dtype == torch.float32 and torch.equal(replayed, trained[i])
+    if clip is not None:
+        assert trained.abs().max() == clip
+    # By hand, one value: (x - mean) / sqrt(var + 1e-8).
+    x = obs[1, 0, 2].double()
+    by_hand = (x - stats.mean[1, 2]) / torch.sqrt(stats.var[1, 2] + 1e-8)
+    by_hand = by_hand if clip is None else by_hand.clamp(-clip, clip)
+    assert normalize_observation(obs[1], stats.agent_state(1, clip))[0, 2].item() == pytest.approx(by_hand.item(), rel=1e-6)
 
 
 def test_reward_scaling_clips_at_10_and_adds_1e_8_by_default():

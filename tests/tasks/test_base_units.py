@@ -200,6 +200,10 @@ def test_agent_state_dict_is_the_nets_weights_detached_on_cpu():
     assert all(v.device.type == "cpu" for v in state.values())
 
 
+def test_by_default_a_policy_needs_no_files_besides_its_weights():
+    assert _WithNet().agent_files(0) == {} and _Plain().agent_files(3) == {}
+
+
 def test_agent_state_dict_of_a_task_without_net_is_the_tasks_own():
     task = _Plain()
     state = task.agent_state_dict(0)

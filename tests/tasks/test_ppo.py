@@ -3,6 +3,7 @@ K > 1 (records, curves, model.pt that loads into the plain ActorCritic), the det
 model.pt, and proof that it learns."""
 
 import functools
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -93,7 +94,12 @@ PRESETS = {
     "ppo_cartpole": ("task.num_steps=32", "task.envs_per_agent=2", "task.total_steps=256", "task.eval_every=128"),
     "ppo_pendulum": ("task.num_steps=32", "task.envs_per_agent=2", "task.total_steps=256", "task.eval_every=128",
                      "task.num_minibatches=4"),
+    "ppo_acrobot": ("task.num_steps=32", "task.envs_per_agent=2", "task.total_steps=256", "task.eval_every=128",
+                    "task.num_minibatches=4"),
 }
+# Per preset: observation size, action outputs, and the bounds of an episode's return in its env.
+SHAPES = {"ppo_cartpole": (4, 2, (0.0, 500.0)), "ppo_pendulum": (3, 1, (-16.2736044 * 200, 0.0)),
+          "ppo_acrobot": (6, 3, (-500.0, 0.0))}
 
 
 @pytest.mark.parametrize("k", [1, 3])
@@ -108,18 +114,28 @@ def test_each_preset_runs_for_any_k_and_writes_ordinary_records(make_cfg, tmp_pa
         assert record["status"] == "ok", record["error"]
         assert record["env_steps"] == 256 and record["metrics"]["train/updates"] == 4
         assert {"act", "env", "learn", "eval", "final_eval"} <= set(record["time_breakdown_s"])
-        net = ActorCritic(3 if continuous else 4, 1 if continuous else 2, continuous=continuous, hidden=(16,))
+        n_obs, n_out, (lo_ref, hi_ref) = SHAPES[preset]
+        net = ActorCritic(n_obs, n_out, continuous=continuous, hidden=(16,))
         net.load_state_dict(torch.load(f"{record['run_dir']}/model.pt", weights_only=True))
+        # A preset that normalises observations leaves each agent's statistics beside its weights (replays need them).
+        norm = Path(record["run_dir"]) / "obs_norm.pt"
+        assert norm.is_file() == bool(cfg.task.normalize_obs)
+        if norm.is_file():
+            stats = torch.load(norm, weights_only=True)
+            assert stats["mean"].shape == (n_obs,) and float(stats["count"]) > 256 and float(stats["clip"]) == cfg.task.obs_clip
         curve = pd.read_csv(f"{record['run_dir']}/metrics.csv")
         assert {"eval/return_mean", "train/policy_loss", "train/value_loss", "train/entropy", "train/approx_kl",
                 "train/clipfrac", "train/lr", "final_eval/return_mean"} <= set(curve.columns)
         assert curve["step"].is_monotonic_increasing and curve["step"].max() == 256
         assert [e["env_step"] for e in record["evaluations"]] == [128, 256]
         lo, hi = record["metric_bounds"]["eval/return_mean"]
-        assert hi == 0.0 and lo == pytest.approx(-16.2736044 * 200) if continuous else (lo, hi) == (0.0, 500.0)
-    # The learning rate falls from optimizer.lr towards lr / iterations (anneal_lr).
+        assert lo == pytest.approx(lo_ref) and hi == pytest.approx(hi_ref)
+    # With anneal_lr the learning rate falls from optimizer.lr towards lr / iterations; without, it stays.
     lrs = pd.read_csv(f"{records[0]['run_dir']}/metrics.csv")["train/lr"].dropna().tolist()
-    assert lrs == sorted(lrs, reverse=True) and len(set(lrs)) == len(lrs)
+    if cfg.task.anneal_lr:
+        assert lrs == sorted(lrs, reverse=True) and len(set(lrs)) == len(lrs)
+    else:
+        assert lrs and all(lr == pytest.approx(cfg.optimizer.lr) for lr in lrs)
 
 
 def test_model_pt_replays_the_final_deterministic_return(make_cfg, tmp_path):

@@ -773,17 +773,28 @@ def test_one_agent_logs_no_batch_rows_and_the_fit_runs_only_when_iterations_are_
     assert fits == [fresh] and not hasattr(fresh, "env")
 
 
-def test_evaluations_note_the_time_to_threshold_and_hand_videos_each_agents_weights(monkeypatch):
-    task = make(k=2, threshold=5.0, video_every=1)
+@pytest.mark.parametrize("normalize_obs", [False, True])
+def test_evaluations_note_the_time_to_threshold_and_hand_videos_each_agents_weights(monkeypatch, normalize_obs):
+    task = make(k=2, threshold=5.0, video_every=1, normalize_obs=normalize_obs, obs_clip=7.0)
     start(task)
     monkeypatch.setattr(ppo, "evaluate_agents", lambda *a, **kw: torch.tensor([[1.0, 3.0], [5.0, 7.0]]))
     videos = []
-    task.video_hook = lambda agent, step, state: videos.append((agent, step, state))
+    task.video_hook = lambda agent, step, state, files: videos.append((agent, step, state, files))
     task._elapsed_before = 4.0
     task.evaluate_now()
     assert task.time_to_threshold_s[0] is None and task.time_to_threshold_s[1] >= 4.0
-    assert [(a, s) for a, s, _ in videos] == [(0, 0), (1, 0)]
+    assert [(a, s) for a, s, _, _ in videos] == [(0, 0), (1, 0)]
     assert same(videos[1][2], weights(task, 1))
+    # With normalize_obs each agent's video plays through its own observation statistics (what model.pt's policy saw).
+    for agent, _, _, files in videos:
+        if not normalize_obs:
+            assert files == {}
+            continue
+        stats = files["obs_norm.pt"]
+        assert torch.equal(stats["mean"], task.obs_stats.mean[agent]) and torch.equal(stats["var"], task.obs_stats.var[agent])
+        assert float(stats["clip"]) == 7.0 and float(stats["eps"]) == 1e-8
+    if normalize_obs:
+        assert not torch.equal(videos[0][3]["obs_norm.pt"]["mean"], videos[1][3]["obs_norm.pt"]["mean"])
 
 
 def float64_torque_pendulum(**kwargs):

@@ -83,7 +83,7 @@ def test_videos_every_nth_evaluation_of_each_learning_agent(monkeypatch):
     agents = Agents(n=2, video_every=2)
     agents.record_training_videos(lambda i: {"w": torch.ones(1)})  # no hook: nothing, no time
     assert agents.time_breakdown_s == {}
-    agents.video_hook = lambda agent, step, state: agents.videos.append((agent, step, state["w"].tolist()))
+    agents.video_hook = lambda agent, step, state, files: agents.videos.append((agent, step, state["w"].tolist()))
     agents.evaluations = [[(1, 0.0, 0.0), (2, 0.0, 0.0)], [(1, 0.0, 0.0)]]
     ticks = iter([1.0, 1.75])
     monkeypatch.setattr(rl_agents.time, "perf_counter", lambda: next(ticks))

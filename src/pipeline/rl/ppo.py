@@ -159,6 +159,15 @@ class RunningMeanStd:
         """Keep only `agents` (indices, in that order): the others left the batch."""
         self.mean, self.var, self.count = self._rows(agents)
 
+    def agent_state(self, i: int, clip: float | None = None, eps: float = 1e-8) -> dict[str, torch.Tensor]:
+        """Agent i's statistics as `normalize` applies them (with `clip` and `eps`), CPU tensors: what a replay of
+        its policy needs (`normalize_observation`)."""
+        state = {"mean": self.mean[i].cpu().clone(), "var": self.var[i].cpu().clone(), "count": self.count[i].cpu().clone(),
+                 "eps": torch.tensor(float(eps), dtype=torch.float64)}
+        if clip is not None:
+            state["clip"] = torch.tensor(float(clip), dtype=torch.float64)
+        return state
+
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {"mean": self.mean.clone(), "var": self.var.clone(), "count": self.count.clone()}
 
@@ -167,6 +176,16 @@ class RunningMeanStd:
             raise ValueError(f"running statistics of shape {tuple(state['mean'].shape)} cannot load into {tuple(self.mean.shape)}")
         device = self.mean.device
         self.mean, self.var, self.count = (state[k].to(device, torch.float64) for k in ("mean", "var", "count"))
+
+
+def normalize_observation(obs: torch.Tensor, state: dict[str, torch.Tensor]) -> torch.Tensor:
+    """One agent's observations [..., *shape] normalised as `RunningMeanStd.normalize` did in training, from its
+    `agent_state`: (obs - mean) / sqrt(var + eps), clipped when the state has a clip, in obs's dtype."""
+    mean, var = state["mean"].to(obs.device), state["var"].to(obs.device)
+    out = (obs - mean) / torch.sqrt(var + float(state["eps"]))
+    if "clip" in state:
+        out = out.clamp(-float(state["clip"]), float(state["clip"]))
+    return out.to(obs.dtype)
 
 
 class RewardScaler:

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from pipeline.store.layout import MODEL, agent_seed_dirs, config_path, has_model, model_path
+from pipeline.store.layout import MODEL, OBS_NORM, agent_seed_dirs, config_path, has_model, model_path
 from pipeline.store.record import read_record
 
 # Training uses start states from seed + 0 (training), + 10,000 (evaluations), + 20,000 (final evaluation):
@@ -79,21 +79,33 @@ def env_of(cfg: DictConfig) -> tuple[str, dict]:
 
 
 def load_policy(cfg: DictConfig, run_dir: Path, obs_shape: tuple, n_actions: int, device, continuous: bool = False,
-                state_dict: dict | None = None):
+                state_dict: dict | None = None, files: dict | None = None):
     """The run's network (from its config), with model.pt's weights (or `state_dict`'s), in eval mode.
 
     `continuous`: the env's actions are a Box of `n_actions` dimensions (an actor-critic's Gaussian policy).
+    A run that normalised its observations (task.normalize_obs) is played through the agent's statistics:
+    `obs_norm.pt` beside model.pt (or `files`'s, with `state_dict`).
     """
     import functools
 
     from hydra.utils import instantiate
 
     from pipeline.nets.factory import make_net
-    from pipeline.store.checkpoint import CheckpointError, load_model
+    from pipeline.store.checkpoint import CheckpointError, load_model, load_safely
 
+    obs_norm = None
     if OmegaConf.select(cfg, "task.normalize_obs", default=False):
-        raise EvalError("this run normalised its observations (task.normalize_obs=true); their statistics are in its "
-                        f"checkpoint, not in {MODEL}, so a replay cannot see what the agent saw")
+        if files is not None and OBS_NORM in files:
+            obs_norm = files[OBS_NORM]
+        elif not (Path(run_dir) / OBS_NORM).is_file():
+            raise EvalError(f"{Path(run_dir) / OBS_NORM}: no such file; this run normalised its observations "
+                            f"(task.normalize_obs=true) and its policy needs their statistics beside {MODEL} (a run saved "
+                            "before 2026-12-05 has them only in its checkpoint: resume it with ckpt_path=last to write them)")
+        else:
+            try:
+                obs_norm = load_safely(Path(run_dir) / OBS_NORM, "observation statistics")
+            except CheckpointError as exc:
+                raise EvalError(str(exc)) from None
     factory = instantiate(cfg.model)
     net = make_net(functools.partial(factory, continuous=True) if continuous else factory, int(np.prod(obs_shape)), n_actions)
     try:
@@ -103,7 +115,26 @@ def load_policy(cfg: DictConfig, run_dir: Path, obs_shape: tuple, n_actions: int
     except RuntimeError as exc:
         first = str(exc).strip().splitlines()[0]
         raise EvalError(f"{model_path(run_dir)} does not fit the run's model config ({cfg.model._target_}): {first}") from None
+    if obs_norm is not None:
+        net = _obs_normalized(net, obs_norm)
     return net.to(device).eval()
+
+
+def _obs_normalized(net, state: dict):
+    """`net` behind one agent's observation normalisation (as its training normalised what it saw)."""
+    from torch import nn
+
+    from pipeline.rl.ppo import normalize_observation
+
+    class ObsNormalized(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = net
+
+        def forward(self, x):
+            return self.net(normalize_observation(x, state))
+
+    return ObsNormalized()
 
 
 class Mp4Writer:
@@ -130,9 +161,10 @@ class Mp4Writer:
         self.writer.close()
 
 
-def play(options: Options, cfg: DictConfig, run_seed: int, state_dict: dict | None = None, video_name: str = "replay") -> dict:
-    """Play `options.episodes` greedy episodes of the run's policy (model.pt, or `state_dict`: a policy during
-    training); with `options.video`, `<run dir>/videos/<video_name>-seed<episode seed>.mp4` each."""
+def play(options: Options, cfg: DictConfig, run_seed: int, state_dict: dict | None = None, video_name: str = "replay",
+         files: dict | None = None) -> dict:
+    """Play `options.episodes` greedy episodes of the run's policy (model.pt, or `state_dict` and `files`: a policy
+    during training); with `options.video`, `<run dir>/videos/<video_name>-seed<episode seed>.mp4` each."""
     import gymnasium as gym
     import torch
 
@@ -154,7 +186,7 @@ def play(options: Options, cfg: DictConfig, run_seed: int, state_dict: dict | No
     space = env.action_space
     continuous = isinstance(space, gym.spaces.Box)  # an actor-critic's Gaussian policy plays its mean
     net = load_policy(cfg, options.run_dir, env.observation_space.shape, int(space.shape[0] if continuous else space.n), device,
-                      continuous, state_dict)
+                      continuous, state_dict, files)
 
     def action_of(x):
         out = net(x if x.dtype == torch.uint8 else x.float())
@@ -237,10 +269,10 @@ def training_video_hook(cfg: DictConfig, dirs: list[Path], seeds: list[int], dev
 
     warned: list[str] = []
 
-    def record(agent: int, step: int, state_dict: dict) -> None:
+    def record(agent: int, step: int, state_dict: dict, files: dict | None = None) -> None:
         options = Options(run_dir=Path(dirs[agent]), episodes=1, video=True, device=device)
         try:
-            result = play(options, cfg, int(seeds[agent]), state_dict=state_dict, video_name=f"train-step{step}")
+            result = play(options, cfg, int(seeds[agent]), state_dict=state_dict, video_name=f"train-step{step}", files=files)
         except Exception as exc:  # a video problem must not stop the training: say it once, go on without videos
             text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             if not warned:

@@ -335,7 +335,7 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
             raise Interrupted(task.resume_step if epochs is None else epochs.saved_epoch)
         stopped = early_stop_of(trainer)  # a configured EarlyStopping ended the fit: when and why
         for i, (r, d) in enumerate(zip(records, dirs)):
-            save_model(task.agent_state_dict(i), d)
+            save_model(task.agent_state_dict(i), d, task.agent_files(i))
             extras = task.agent_record(i)
             if stopped is not None and extras.get("early_stop") is None:  # the tuner's pruning, when both, is what it reads
                 extras["early_stop"] = stopped

@@ -72,8 +72,15 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save_model(state: dict, run_dir: Path) -> int:
-    """The trained weights (a state_dict of CPU tensors) as `<run dir>/model.pt`, atomically; returns its size."""
+def save_model(state: dict, run_dir: Path, files: dict[str, dict] | None = None) -> int:
+    """The trained weights (a state_dict of CPU tensors) as `<run dir>/model.pt`, atomically, and `files` (name ->
+    state: what else the policy needs, the task's `agent_files`) beside it; returns model.pt's size."""
+    files = dict(files or {})
+    for name in files:
+        if Path(name).name != name or name == model_path(run_dir).name:
+            raise ValueError(f"agent file {name!r}: a plain file name other than model.pt")
+    for name, extra in files.items():
+        save_atomic(extra, Path(run_dir) / name)
     return save_atomic(state, model_path(run_dir))
 
 

@@ -18,6 +18,8 @@ from pathlib import Path
 RESULT = "result.json"
 METRICS = "metrics.csv"
 MODEL = "model.pt"
+# PPO with normalize_obs: the agent's observation statistics, beside model.pt (its policy needs both).
+OBS_NORM = "obs_norm.pt"
 CHECKPOINTS = "checkpoints"
 LAST = "last.ckpt"
 ERROR_LOG = "error.log"

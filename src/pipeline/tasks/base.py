@@ -16,7 +16,8 @@ Then the lifecycle only ever touches what this class declares, in this order:
 1. `load_checkpoint_state(state)` (resuming only): take a checkpoint's state, return its step;
 2. `curves`, `checkpoint_hook`, `trial_reporter` are set (see each one below);
 3. `fit_and_evaluate(trainer, datamodule, ckpt_path)`: train, then one dict of final metrics per agent;
-4. `agent_state_dict(i)` -> `model.pt`, `agent_record(i)` -> extra record fields, `time_breakdown_s`;
+4. `agent_state_dict(i)` -> `model.pt` (`agent_files(i)` beside it), `agent_record(i)` -> extra record fields,
+   `time_breakdown_s`;
 5. `resume_step` when a stop request ended the fit (the step the record says it reached).
 
 `python -m pipeline.eval` builds the task the same way (one agent, the run's seed) and, for a task with
@@ -150,9 +151,9 @@ class Task(L.LightningModule):
         self.checkpoint_hook: Callable[..., None] | None = None
         #: Set when the run is an Optuna trial: `trial_reporter.report(step, values)` -> True when pruned.
         self.trial_reporter = None
-        #: RL tasks: `video_hook(agent, step, state_dict)` records one greedy episode of agent `agent`'s policy (the
-        #: plain network's state_dict) as an MP4 and logs it to the run's TensorBoard / W&B at `step`.
-        self.video_hook: Callable[[int, int, dict], None] | None = None
+        #: RL tasks: `video_hook(agent, step, state_dict, files)` records one greedy episode of agent `agent`'s policy
+        #: (the plain network's state_dict, and its `agent_files`) as an MP4 and logs it to TensorBoard / W&B at `step`.
+        self.video_hook: Callable[[int, int, dict, dict], None] | None = None
 
     @classmethod
     def create(cls, **values: Any) -> Task:
@@ -197,6 +198,11 @@ class Task(L.LightningModule):
         """
         net = self.net if isinstance(getattr(self, "net", None), nn.Module) else self
         return {k: v.detach().cpu() for k, v in net.state_dict().items()}
+
+    def agent_files(self, i: int) -> dict[str, dict[str, torch.Tensor]]:
+        """What agent i's policy needs besides its weights, as files beside its model.pt: {file name: a state dict
+        of CPU tensors} (PPO: `obs_norm.pt`, the observation statistics, when it normalises them). Default: none."""
+        return {}
 
     def load_agent_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Agent 0 from a model.pt (the inverse of `agent_state_dict`); weights that do not fit raise.

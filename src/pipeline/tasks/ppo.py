@@ -65,6 +65,7 @@ from pipeline.rl.ppo import (
 from pipeline.rl.targets import freeze
 from pipeline.rl.vector import evaluate_agents, make_vector_env
 from pipeline.store.checkpoint import rng_state, set_rng_state
+from pipeline.store.layout import OBS_NORM
 from pipeline.tasks.base import Task, TaskParts, check_finite
 from pipeline.tasks.configs import PPOConfig
 from pipeline.tasks.rl_agents import RLAgents
@@ -412,7 +413,7 @@ class PPOTask(RLAgents, Task):
                 reasons[slot] = f"deterministic evaluation mean {mean:.1f} >= stop_at_return {stop}"
         if self.n_agents > 1:
             self._log_shared({"batch/eval_return_mean": float(returns.mean()), "batch/agents_learning": float(len(self.slots))})
-        self.record_training_videos(self.net.member_state_dict)
+        self.record_training_videos(self.net.member_state_dict, self.agent_files)
         # A pruned trial stops every agent still learning, and their records say so (the tuner and the report count them).
         if self.pruned_by_tuner():
             stopping = list(range(len(self.slots)))
@@ -577,6 +578,12 @@ class PPOTask(RLAgents, Task):
         if self.n_agents > 1:
             extras["batch_env_steps_per_s"] = round(self.total_env_steps() / self._train_seconds, 1) if self._train_seconds else None
         return extras
+
+    def agent_files(self, i: int) -> dict[str, dict[str, torch.Tensor]]:
+        """With normalize_obs, agent i's observation statistics (`OBS_NORM`): its policy sees nothing without them."""
+        if self.obs_stats is None:
+            return {}
+        return {OBS_NORM: self.obs_stats.agent_state(i, self.config.obs_clip)}
 
     def agent_state_dict(self, i: int) -> dict[str, torch.Tensor]:
         """Agent i's weights now as the plain ActorCritic's state_dict (what model.pt holds)."""

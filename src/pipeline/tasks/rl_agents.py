@@ -52,16 +52,19 @@ class RLAgents:
             shown["eval"] = float(np.mean(evaluated))
         return Progress(self.env_steps, self.config.total_steps, "env steps", shown)
 
-    def record_training_videos(self, member_state_dict: Callable[[int], dict]) -> None:
+    def record_training_videos(self, member_state_dict: Callable[[int], dict],
+                               agent_files: Callable[[int], dict] | None = None) -> None:
         """After an evaluation: every `config.video_every`-th one, a video of each learning agent's policy now
-        (`member_state_dict(i)`: the i-th learning agent's plain network) through the lifecycle's `video_hook`."""
+        (`member_state_dict(i)`: the i-th learning agent's plain network; `agent_files(agent)`: what else its policy
+        needs, the task's `agent_files`) through the lifecycle's `video_hook`."""
         every = int(self.config.video_every)
         if self.video_hook is None or every <= 0:
             return
         t0 = time.perf_counter()
         for index, agent in enumerate(self.learning_agents()):
             if self.evaluations[agent] and len(self.evaluations[agent]) % every == 0:
-                self.video_hook(agent, self.env_steps, {k: v.detach().cpu() for k, v in member_state_dict(index).items()})
+                self.video_hook(agent, self.env_steps, {k: v.detach().cpu() for k, v in member_state_dict(index).items()},
+                                {} if agent_files is None else agent_files(agent))
         self.add_time("video", time.perf_counter() - t0)
 
     def note_evaluation(self, agent: int, mean: float, std: float, elapsed_s: float) -> None:
