@@ -1,6 +1,6 @@
 """`make bench`: speed as ratios against a reference measured in the same invocation, on one CPU thread.
 
-    make bench                                   # everything below (~15-20 min on 2 shared cores)
+    make bench                                   # everything below (~30 min on 2 shared cores, ppo16 ~13 of it)
     make bench ARGS="--only k1"                  # one or more parts: k1 k16 k64 acrobot atari rmac_million rmac_grid ppo16 debug rmac_solver
 
 k1      `experiment=dqn_cartpole` (K = 1: Lightning, Hydra, loggers, run record) against
@@ -12,7 +12,8 @@ k64     `experiment=dqn_cartpole` runs (seeds 0..4, measured once for both), wit
 acrobot `experiment=dqn_acrobot` at K = 16 against the same preset at K = 1 (solved: -100).
 ppo16   wall time per solved seed of `experiment=ppo_cartpole seeds_per_process=16` against single-seed
         `experiment=ppo_cartpole` runs of the same seeds (solved: final deterministic mean >= 475; target <= 0.3x),
-        in process and as commands; `--ppo-seed-blocks N` pools N blocks of 16 seeds.
+        in process and as commands; `--ppo-seed-blocks N` pools N blocks of 16 seeds (default 4, ~13 min with the
+        commands: one block's stop luck moves its ratio by ~15%), with a 95% interval from resampling the blocks.
 atari   `experiment=dqn_atari device=cpu`, a short explicit budget: env steps/s over all agents at
         K = 4 against K = 1.
 debug   every preset with `trainer=debug device=cpu`, in seconds and as a multiple of
@@ -34,6 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 HERE = Path(__file__).resolve().parent
@@ -123,16 +125,27 @@ def acrobot(k: int, single_seeds: int) -> dict:
     return result
 
 
-def pooled(blocks: list[dict]) -> dict:
-    """Ratios over several seed blocks: each side's total wall time over its total solved seeds (or env steps)."""
+def pooled(blocks: list[dict], resamples: int = 5000) -> dict:
+    """Ratios over several seed blocks: each side's total wall time over its total solved seeds (or env steps), and
+    the per-solved-seed ratio's 95% interval from resampling the blocks (one block's stop luck moves it ~15%)."""
+
+    def ratio(chosen: list[dict], per: str) -> float:
+        cost = {side: sum(b[side]["wall_time_s"] for b in chosen) / max(sum(b[side][per] for b in chosen), 1e-12)
+                for side in ("single", "batched")}
+        return cost["batched"] / cost["single"] if cost["single"] else math.inf
+
     total = {side: {key: sum(b[side][key] for b in blocks) for key in ("wall_time_s", "solved", "env_steps")} for side in ("single", "batched")}
-    per_seed = {side: t["wall_time_s"] / t["solved"] if t["solved"] else math.inf for side, t in total.items()}
-    per_step = {side: t["wall_time_s"] / t["env_steps"] for side, t in total.items()}
-    return {
+    out = {
         "blocks": len(blocks), **{f"{side}_{key}": v for side, t in total.items() for key, v in t.items()},
-        "cost_ratio": round(per_seed["batched"] / per_seed["single"], 3),
-        "step_cost_ratio": round(per_step["batched"] / per_step["single"], 3),
+        "cost_ratio": round(ratio(blocks, "solved"), 3) if total["batched"]["solved"] and total["single"]["solved"] else None,
+        "step_cost_ratio": round(ratio(blocks, "env_steps"), 3),
+        "block_cost_ratios": [b["cost_ratio"] for b in blocks],
     }
+    if len(blocks) > 1 and out["cost_ratio"] is not None:
+        rng = np.random.default_rng(0)
+        draws = [ratio([blocks[i] for i in rng.integers(0, len(blocks), len(blocks))], "solved") for _ in range(resamples)]
+        out["cost_ratio_ci95"] = [round(float(v), 3) for v in np.percentile(draws, [2.5, 97.5])]
+    return out
 
 
 def ppo(k: int, single_seeds: int, blocks: int = 1, first_seed: int = 0) -> dict:
@@ -149,8 +162,10 @@ def ppo(k: int, single_seeds: int, blocks: int = 1, first_seed: int = 0) -> dict
     if blocks > 1:
         result["blocks"], result["pooled"] = runs, pooled(runs)
         p = result["pooled"]
-        print(f" {blocks} blocks pooled: cost ratio per solved seed {p['cost_ratio']} ({p['batched_solved']} / "
-              f"{p['single_solved']} solved), per env step {p['step_cost_ratio']}")
+        ci = p.get("cost_ratio_ci95")
+        print(f" {blocks} blocks pooled: cost ratio per solved seed {p['cost_ratio']}"
+              + (f" (95% interval over the blocks {ci[0]}-{ci[1]})" if ci else "")
+              + f", {p['batched_solved']} / {p['single_solved']} solved; per env step {p['step_cost_ratio']}")
     # The same, each run as its own `python -m pipeline` command: what 16 single runs cost a user, start-up included.
     commands = seed_batching.measure(k=k, seed=first_seed, single_seeds=single_seeds, single_experiment="ppo_cartpole",
                                      batched_experiment="ppo_cartpole", as_commands=True)
@@ -193,7 +208,8 @@ def main(argv: list[str] | None = None) -> None:
     # Each side's cost per solved seed carries which of its seeds happened to stop sooner (10k-60k env steps; the
     # per-seed mean over 16 seeds moved by 20% between blocks): all 16 singles, and --ppo-seed-blocks to pool more.
     parser.add_argument("--ppo-single-seeds", type=int, default=16)
-    parser.add_argument("--ppo-seed-blocks", type=int, default=1, help="ppo16: blocks of 16 seeds (0-15, 16-31, ...), pooled")
+    parser.add_argument("--ppo-seed-blocks", type=int, default=4,
+                        help="ppo16: blocks of 16 seeds (0-15, 16-31, ...), pooled (~2 min each on one core)")
     parser.add_argument("--ppo-first-seed", type=int, default=0, help="ppo16: the first block's first seed")
     parser.add_argument("--debug-repeats", type=int, default=3, help="debug: runs per preset, the median kept")
     parser.add_argument("--out", type=Path, default=Path("outputs/bench/results.json"))
