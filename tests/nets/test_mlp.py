@@ -88,3 +88,38 @@ def test_the_tanh_activation_is_tanh_in_value_and_gradient_at_every_size(shape, 
             assert (x.grad - ref_x.grad).abs().max().item() <= bound
         else:
             assert not y.requires_grad
+
+
+def test_the_tanh_form_is_chosen_by_size_dtype_device_and_autograd():
+    """Which form runs is a speed choice (the values agree within float32 rounding, above): pinned bitwise here, the
+    same ops computed by hand, so a threshold or a condition that drifts is seen."""
+    from pipeline.nets.mlp import FAST_TANH_MIN_NUMEL, FAST_TANH_NOGRAD_MIN_NUMEL
+
+    assert FAST_TANH_NOGRAD_MIN_NUMEL < FAST_TANH_MIN_NUMEL
+    gen = torch.Generator().manual_seed(1)
+
+    def sigmoid_form(x):
+        return torch.sigmoid(x * 2).mul_(2).sub_(1)
+
+    def case(n, dtype=torch.float32, grad=False):
+        return (torch.randn(n, generator=gen, dtype=dtype) * 3).requires_grad_(grad)
+
+    def out(x):
+        return Tanh()(x).detach()
+
+    # Without autograd (no_grad, or an input that needs no gradient): the form from FAST_TANH_NOGRAD_MIN_NUMEL values.
+    for n, form in ((FAST_TANH_NOGRAD_MIN_NUMEL - 1, torch.tanh), (FAST_TANH_NOGRAD_MIN_NUMEL, sigmoid_form)):
+        x = case(n)
+        assert torch.equal(out(x), form(x))
+        with torch.no_grad():
+            y = case(n, grad=True)
+            assert torch.equal(out(y), form(y.detach()))
+    # With autograd: from FAST_TANH_MIN_NUMEL values (below it the Function's overhead loses).
+    for n, form in ((FAST_TANH_MIN_NUMEL - 1, torch.tanh), (FAST_TANH_MIN_NUMEL, sigmoid_form)):
+        x = case(n, grad=True)
+        y = Tanh()(x)
+        assert torch.equal(y.detach(), form(x.detach()))
+        assert y.grad_fn is not None
+    # float64 always torch.tanh, at any size.
+    x = case(FAST_TANH_MIN_NUMEL, dtype=torch.float64)
+    assert torch.equal(out(x), torch.tanh(x))
