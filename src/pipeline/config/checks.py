@@ -12,9 +12,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
-
-class ConfigError(ValueError):
-    """A config problem the user can fix on the command line."""
+from pipeline.config.errors import ConfigError
 
 
 def conf_root() -> Path:

@@ -4,63 +4,192 @@ Each task module builds from its dataclass (`Task.Config`): the lifecycle merges
 anything is written (`pipeline.runtime.run.check_task`), so a wrong type or an unknown key is one line. Torch-free on
 purpose, so the CLI can check them (or register them with Hydra's ConfigStore) without loading torch. A task of
 your own keeps its Config next to it (docs/add_an_algorithm.md).
+
+Valid ranges are declared on the fields (`pipeline.config.ranges`): `total_steps: int = count(50_000)` is a whole
+number >= 1, `gamma: float = unit(0.99)` a number in [0, 1], `clip_coef: float = positive(0.2)` a finite number > 0,
+`target_update: str = one_of("hard", "soft")`; a float is finite unless declared otherwise, and `| None` admits null.
+Rules between fields are a `cross_checks()` method yielding (field, what is wrong). What a task can run with besides
+its fields is declared as class variables: `precisions` (the `device.precision` values it supports; None: any) and
+`action_spaces` ("discrete" and/or "box"; None: no env). `pipeline.config.checks.check_values` checks all of it once,
+at start-up, before Lightning is imported: one line naming the key and a valid example, exit 2, no run dir.
+
+The RL configs share `RLConfig` (the K-agent batch's evaluation, logging, stop rule and videos) and, off-policy,
+`OffPolicyConfig` (the replay buffer); a new algorithm's Config extends one and declares only its own fields.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
+
+from pipeline.config.ranges import count, items, number, one_of, positive, unit
+
+FP32 = ("32-true", "32")  # what the RL tasks train in
 
 
 @dataclass
-class DQNConfig:
+class RLConfig:
+    """What every RL task's K-agent batch reads: evaluation, logging, the stop rule, videos."""
+
+    precisions: ClassVar[tuple[str, ...] | None] = FP32
+    action_spaces: ClassVar[tuple[str, ...] | None] = ("discrete", "box")
+
+    total_steps: int = count(50_000)  # env steps per agent
+    envs_per_agent: int = count(1)
+    gamma: float = unit(0.99)
+    eval_every: int = count(2_500)  # env steps between evaluations
+    eval_episodes: int = count(10)
+    final_eval_episodes: int = count(20)
+    stop_at_return: float | None = number(None, example=475.0)  # an agent reaching this stops learning (null: never)
+    log_every: int = count(1_000)
+    threshold: float | None = number(None, example=475.0)  # solved at this return (null: the env's reward_threshold)
+    capture_video: bool = False
+    video_every: int = count(0, low=0, note="0: none")  # every N-th evaluation, a video of each learning agent
+
+
+@dataclass
+class OffPolicyConfig(RLConfig):
+    """RL tasks that learn from a replay buffer per agent."""
+
+    buffer_size: int = count(100_000)
+    batch_size: int = count(64)
+    learning_starts: int = count(1_000, low=0)
+    save_replay: Any = one_of("auto", True, False)  # keep the replay buffer in checkpoints (auto: if under the cap)
+    replay_save_max_mb: float = number(512.0, low=0)
+
+    def cross_checks(self) -> Iterator[tuple[str, str]]:
+        if self.batch_size > self.buffer_size:
+            yield "batch_size", f"is larger than task.buffer_size={self.buffer_size}; e.g. task.batch_size={min(64, self.buffer_size)}"
+
+
+@dataclass
+class DQNConfig(OffPolicyConfig):
     """DQN's hyperparameters: the keys of conf/task/dqn.yaml (which says what each one does)."""
+
+    action_spaces: ClassVar[tuple[str, ...] | None] = ("discrete",)
 
     _target_: str = "pipeline.tasks.dqn.DQNTask"
 
-    total_steps: int = 50_000  # env steps per agent
-    envs_per_agent: int = 1
-    buffer_size: int = 100_000
-    batch_size: int = 64
-    gamma: float = 0.99
-    learning_starts: int = 1_000
-    train_frequency: int = 256
-    gradient_steps: int = 128
-    target_update: str = "hard"  # hard | soft
-    target_update_interval: int = 10
-    tau: float = 0.005
+    train_frequency: int = count(256)
+    gradient_steps: int = count(128, low=0)
+    target_update: str = one_of("hard", "soft")
+    target_update_interval: int = count(10)
+    tau: float = number(0.005, low=0, high=1, low_open=True)
     double_dqn: bool = False
-    max_grad_norm: float | None = 10.0
-    eps_start: float = 1.0
-    eps_end: float = 0.04
-    eps_duration: int = 8_000
-    eval_every: int = 2_500
-    eval_episodes: int = 10
-    final_eval_episodes: int = 20
-    stop_at_return: float | None = None
-    log_every: int = 1_000
-    threshold: float | None = None
+    max_grad_norm: float | None = positive(10.0)
+    eps_start: float = unit(1.0)
+    eps_end: float = unit(0.04)
+    eps_duration: int = count(8_000, low=0)
     fast_acting: bool = True
     hand_gradients: bool = True
-    save_replay: Any = "auto"  # true | false | auto
-    replay_save_max_mb: float = 512.0
-    capture_video: bool = False
-    video_every: int = 0  # every N-th evaluation during training, a video of each learning agent (0: none)
+
+    def cross_checks(self) -> Iterator[tuple[str, str]]:
+        yield from super().cross_checks()
+        if self.train_frequency % self.envs_per_agent:
+            yield "train_frequency", (f"must be a multiple of task.envs_per_agent={self.envs_per_agent} (env steps per "
+                                      f"agent between updates); e.g. task.train_frequency={256 * self.envs_per_agent}")
+
+
+@dataclass
+class PPOConfig(RLConfig):
+    """PPO's hyperparameters: the keys of conf/task/ppo.yaml (which says what each one does). Defaults: CleanRL's ppo.py.
+
+    ent_coef may be 0 (no entropy bonus) but not negative: a negative coefficient rewards collapsing the policy."""
+
+    _target_: str = "pipeline.tasks.ppo.PPOTask"
+    total_steps: int = count(500_000)  # env steps per agent
+    envs_per_agent: int = count(4)
+    num_steps: int = count(128)  # steps per env in a rollout
+    num_minibatches: int = count(4)
+    update_epochs: int = count(4)
+    gae_lambda: float = unit(0.95)
+    clip_coef: float = positive(0.2)
+    clip_value_loss: bool = True
+    ent_coef: float = number(0.01, low=0)
+    vf_coef: float = positive(0.5)
+    max_grad_norm: float | None = positive(0.5)
+    norm_adv: bool = True
+    anneal_lr: bool = True
+    normalize_obs: bool = False
+    normalize_reward: bool = False
+    obs_clip: float = positive(10.0)
+    reward_clip: float = positive(10.0)
+    eval_every: int = count(10_000)
+    log_every: int = count(2_048)
+
+    def cross_checks(self) -> Iterator[tuple[str, str]]:
+        batch = self.num_steps * self.envs_per_agent
+        if batch % self.num_minibatches:
+            yield "num_minibatches", (f"does not divide the rollout of task.num_steps * task.envs_per_agent = {self.num_steps} * "
+                                      f"{self.envs_per_agent} = {batch} samples into equal minibatches; e.g. task.num_minibatches="
+                                      f"{max(d for d in range(1, min(batch, 4) + 1) if batch % d == 0)}")
+        if self.total_steps < batch:
+            yield "total_steps", (f"is less than one rollout (task.num_steps * task.envs_per_agent = {batch} env steps per "
+                                  f"agent); e.g. task.total_steps={max(batch, 500_000)}")
+
+
+@dataclass
+class SACConfig(OffPolicyConfig):
+    """SAC's hyperparameters (twin Q critics, a squashed-Gaussian actor, entropy tuning). Defaults: CleanRL's
+    sac_continuous_action.py."""
+
+    action_spaces: ClassVar[tuple[str, ...] | None] = ("box",)
+
+    _target_: str = "pipeline.tasks.sac.SACTask"
+    total_steps: int = count(1_000_000)
+    buffer_size: int = count(1_000_000)
+    gamma: float = unit(0.99)
+    tau: float = number(0.005, low=0, high=1, low_open=True)  # Polyak factor of the target critics
+    batch_size: int = count(256)
+    learning_starts: int = count(5_000, low=0)
+    policy_lr: float = positive(3e-4)
+    q_lr: float = positive(1e-3)
+    policy_frequency: int = count(2)  # critic updates per actor update (the actor then steps this many times)
+    target_network_frequency: int = count(1)  # critic updates per target update
+    alpha: float = number(0.2, low=0)  # the entropy coefficient (its start value when autotune)
+    autotune: bool = True  # tune alpha toward a target entropy of -dim(action)
+    eval_every: int = count(5_000)
+
+
+@dataclass
+class TD3Config(OffPolicyConfig):
+    """TD3's hyperparameters (twin Q critics, target policy smoothing, delayed actor updates). Defaults: CleanRL's
+    td3_continuous_action.py (its one learning_rate is policy_lr and q_lr here)."""
+
+    action_spaces: ClassVar[tuple[str, ...] | None] = ("box",)
+
+    _target_: str = "pipeline.tasks.td3.TD3Task"
+    total_steps: int = count(1_000_000)
+    buffer_size: int = count(1_000_000)
+    gamma: float = unit(0.99)
+    tau: float = number(0.005, low=0, high=1, low_open=True)
+    batch_size: int = count(256)
+    learning_starts: int = count(25_000, low=0)
+    policy_lr: float = positive(3e-4)
+    q_lr: float = positive(3e-4)
+    policy_frequency: int = count(2)  # critic updates per actor (and target) update
+    policy_noise: float = number(0.2, low=0)  # target policy smoothing noise, in units of the action scale
+    exploration_noise: float = number(0.1, low=0)
+    noise_clip: float = number(0.5, low=0)
+    eval_every: int = count(5_000)
 
 
 @dataclass
 class CEMConfig:
     """CEM's hyperparameters: the keys of conf/task/cem.yaml."""
 
+    action_spaces: ClassVar[tuple[str, ...] | None] = ("discrete",)
+
     _target_: str = "pipeline.tasks.cem.CEMTask"
 
-    episodes_per_batch: int = 16
-    elite_percentile: float = 70.0  # keep episodes at or above this percentile of the batch's returns
-    fit_epochs: int = 1
-    max_iterations: int = 200
-    stop_at_return: float | None = 475.0
-    final_eval_episodes: int = 20
-    threshold: float | None = None
+    episodes_per_batch: int = count(16)
+    elite_percentile: float = number(70.0, low=0, high=100)  # keep episodes at or above this percentile of the batch's returns
+    fit_epochs: int = count(1)
+    max_iterations: int = count(200)
+    stop_at_return: float | None = number(475.0)
+    final_eval_episodes: int = count(20)
+    threshold: float | None = number(None, example=475.0)
 
 
 @dataclass
@@ -69,7 +198,7 @@ class SupervisedConfig:
 
     _target_: str = "pipeline.tasks.supervised.SupervisedTask"
 
-    scheduler_interval: str = "epoch"  # epoch | step: when the scheduler steps
+    scheduler_interval: str = one_of("epoch", "step")  # when the scheduler steps
 
 
 @dataclass
@@ -77,23 +206,23 @@ class ClassifierSettings:
     """The quality classifier: a supervised run's model.pt (`path`), or one trained on the fly and cached."""
 
     path: str | None = None
-    hidden: list[int] = field(default_factory=lambda: [128, 64])
+    hidden: list[int] = items([128, 64], whole=True, low=1)
     act: str = "relu"
-    dropout: float = 0.2
-    epochs: int = 60
-    lr: float = 0.002
-    weight_decay: float = 0.0001
-    batch_size: int = 64
-    seed: int = 0
+    dropout: float = number(0.2, low=0, high=1, high_open=True)
+    epochs: int = count(60)
+    lr: float = positive(0.002)
+    weight_decay: float = number(0.0001, low=0)
+    batch_size: int = count(64)
+    seed: int = count(0, low=0)
 
 
 @dataclass
 class FrameFeatureSettings:
     """The fixed random-conv feature space that frames without labels are scored in."""
 
-    feature_seed: int = 0
-    channels: list[int] = field(default_factory=lambda: [16, 32, 64])
-    pooled_size: int = 8
+    feature_seed: int = count(0, low=0)
+    channels: list[int] = items([16, 32, 64], whole=True, low=1)
+    pooled_size: int = count(8)
 
 
 @dataclass
@@ -102,19 +231,19 @@ class GANConfig:
 
     _target_: str = "pipeline.tasks.gan.GANTask"
 
-    d_steps_per_g_step: int = 1
-    label_smoothing: float = 0.0
-    quality: str = "auto"  # auto | classifier | frames
+    d_steps_per_g_step: int = count(1)
+    label_smoothing: float = number(0.0, low=0, high=0.5, high_open=True)
+    quality: str = one_of("auto", "classifier", "frames")
     classifier: ClassifierSettings = field(default_factory=ClassifierSettings)
     frame_features: FrameFeatureSettings = field(default_factory=FrameFeatureSettings)
-    n_eval_samples: int = 1000
-    coverage_threshold: float = 0.25
+    n_eval_samples: int = count(1000)
+    coverage_threshold: float = positive(0.25)
     cache_dir: str | None = None
-    eval_every_n_epochs: int = 10
-    sample_every_n_epochs: int = 10
-    n_grid_samples: int = 64
-    log_every_n_steps: int = 50
-    histogram_every_n_steps: int = 500
+    eval_every_n_epochs: int = count(10, low=0, note="0: never")
+    sample_every_n_epochs: int = count(10, low=0, note="0: never")
+    n_grid_samples: int = count(64)
+    log_every_n_steps: int = count(50, low=0, note="0: never")
+    histogram_every_n_steps: int = count(500, low=0, note="0: never")
     log_graph: bool = True
 
 
@@ -125,45 +254,12 @@ class CounterfactualConfig:
     _target_: str = "pipeline.tasks.counterfactual.CounterfactualTask"
 
     rules: list[str] | None = None
-    epsilons: list[float] = field(default_factory=lambda: [0.001, 0.005, 0.02])
-    statistics: list[str] = field(default_factory=lambda: ["revenue", "welfare"])
-    n_iters: int = 200
-    point_iters: int = 1000
-    grid: float = 0.01
-    value_top: float | None = None
-
-
-@dataclass
-class PPOConfig:
-    """PPO's hyperparameters: the keys of conf/task/ppo.yaml (which says what each one does). Defaults: CleanRL's ppo.py."""
-
-    _target_: str = "pipeline.tasks.ppo.PPOTask"
-    total_steps: int = 500_000  # env steps per agent
-    envs_per_agent: int = 4
-    num_steps: int = 128  # steps per env in a rollout
-    num_minibatches: int = 4
-    update_epochs: int = 4
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    clip_coef: float = 0.2
-    clip_value_loss: bool = True
-    ent_coef: float = 0.01
-    vf_coef: float = 0.5
-    max_grad_norm: float | None = 0.5
-    norm_adv: bool = True
-    anneal_lr: bool = True
-    normalize_obs: bool = False
-    normalize_reward: bool = False
-    obs_clip: float = 10.0
-    reward_clip: float = 10.0
-    eval_every: int = 10_000
-    eval_episodes: int = 10
-    final_eval_episodes: int = 20
-    stop_at_return: float | None = None  # an agent whose evaluation mean reaches this stops learning (null: never)
-    log_every: int = 2_048
-    threshold: float | None = None
-    capture_video: bool = False
-    video_every: int = 0  # every N-th evaluation during training, a video of each agent (0: none)
+    epsilons: list[float] = items([0.001, 0.005, 0.02], low=0, low_open=True)
+    statistics: list[str] = items(["revenue", "welfare"], choices=("revenue", "welfare"))
+    n_iters: int = count(200, low=0)
+    point_iters: int = count(1000)
+    grid: float = number(0.01, low=0, high=1, low_open=True, high_open=True)
+    value_top: float | None = positive(None, example=1.0)
 
 
 # Each shipped task option (conf/task/<name>.yaml) and its schema.
