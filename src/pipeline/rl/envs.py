@@ -42,6 +42,32 @@ def is_atari(env_id: str) -> bool:
     return env_id.startswith("ALE/")
 
 
+MUJOCO_INSTALL = 'pip install "mujoco==4.0.1" (or the project\'s extra: pip install -e ".[mujoco]")'
+
+
+def needs_mujoco(env_id: str) -> bool:
+    """Whether gymnasium builds `env_id` on MuJoCo (HalfCheetah-v5, Hopper-v5, Walker2d-v5, ...)."""
+    try:
+        entry = gym.spec(env_id).entry_point
+    except gym.error.Error:
+        return False
+    return isinstance(entry, str) and entry.startswith("gymnasium.envs.mujoco")
+
+
+def mujoco_available() -> bool:
+    try:
+        import mujoco  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def check_env_installed(env_id: str) -> None:
+    """Refuse, in one line with the install command, an env whose simulator is not installed."""
+    if needs_mujoco(env_id) and not mujoco_available():
+        raise ValueError(f"env {env_id} needs MuJoCo, which is not installed: {MUJOCO_INSTALL}")
+
+
 def make_env(env_id: str, seed: int | None = None, **kwargs) -> gym.Env:
     """`gymnasium.make` plus episode statistics, seeded when `seed` is given.
 
@@ -52,6 +78,7 @@ def make_env(env_id: str, seed: int | None = None, **kwargs) -> gym.Env:
     later `reset()` calls without a seed continue a reproducible stream and
     `action_space.sample()` (random exploration) is reproducible too.
     """
+    check_env_installed(env_id)
     base = make_atari_env(env_id, **kwargs) if is_atari(env_id) else gym.make(env_id, **kwargs)
     env = gym.wrappers.RecordEpisodeStatistics(base)
     if seed is not None:

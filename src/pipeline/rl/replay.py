@@ -7,11 +7,13 @@ indexing with a 2-D index), and agent k only ever samples its own rows, with its
 
 `dones` holds `terminated` only: a time-limit truncation is not the end of the MDP, so its next
 state must still be bootstrapped from. Observations keep `obs_dtype` (uint8 Atari frames are 4x
-smaller than float32); the network converts them.
+smaller than float32); the network converts them. Actions are one int64 each by default (DQN's
+discrete actions); `action_shape=(D,), action_dtype=torch.float32` holds continuous ones (SAC, TD3).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -19,6 +21,8 @@ import torch
 
 
 class Transitions(NamedTuple):
+    """A sample: every field [n_batches, K, batch_size, ...] (obs and next_obs `*obs_shape`, actions `*action_shape`)."""
+
     obs: torch.Tensor
     actions: torch.Tensor
     rewards: torch.Tensor
@@ -39,29 +43,34 @@ class ReplayBuffer:
         n_agents: int = 1,
         obs_dtype: torch.dtype = torch.float32,
         device: str | torch.device = "cpu",
+        action_shape: tuple[int, ...] = (),
+        action_dtype: torch.dtype = torch.int64,
     ):
         if capacity <= 0 or n_agents <= 0:
             raise ValueError(f"replay capacity and n_agents must be positive, got {capacity} and {n_agents}")
         self.capacity, self.n_agents = int(capacity), int(n_agents)
         self.obs_shape = tuple(int(d) for d in obs_shape)
         self.obs_dtype = obs_dtype
+        self.action_shape = tuple(int(d) for d in action_shape)
+        self.action_dtype = action_dtype
         self.device = torch.device(device)
         rows = self.n_agents * self.capacity
         self.obs = torch.zeros(rows, *self.obs_shape, dtype=obs_dtype, device=self.device)
         self.next_obs = torch.zeros(rows, *self.obs_shape, dtype=obs_dtype, device=self.device)
-        self.actions = torch.zeros(rows, dtype=torch.int64, device=self.device)
+        self.actions = torch.zeros(rows, *self.action_shape, dtype=action_dtype, device=self.device)
         self.rewards = torch.zeros(rows, dtype=torch.float32, device=self.device)
         self.dones = torch.zeros(rows, dtype=torch.float32, device=self.device)
         self.pos = 0
         self.size = 0
 
     @staticmethod
-    def bytes_per_transition(obs_shape: Sequence[int], obs_dtype: torch.dtype = torch.float32) -> int:
-        """Memory of one stored transition: obs and next_obs, action (int64), reward and done (float32)."""
-        n = 1
-        for d in obs_shape:
-            n *= int(d)
-        return 2 * n * torch.empty((), dtype=obs_dtype).element_size() + 8 + 4 + 4
+    def bytes_per_transition(
+        obs_shape: Sequence[int], obs_dtype: torch.dtype = torch.float32,
+        action_shape: Sequence[int] = (), action_dtype: torch.dtype = torch.int64,
+    ) -> int:
+        """Memory of one stored transition: obs and next_obs, the action, reward and done (float32)."""
+        action_bytes = math.prod(int(d) for d in action_shape) * torch.empty((), dtype=action_dtype).element_size()
+        return 2 * math.prod(int(d) for d in obs_shape) * torch.empty((), dtype=obs_dtype).element_size() + action_bytes + 4 + 4
 
     def __len__(self) -> int:
         """Transitions held per agent (every agent holds the same number)."""
@@ -72,7 +81,7 @@ class ReplayBuffer:
         return sum(getattr(self, f).numel() * getattr(self, f).element_size() for f in _FIELDS)
 
     def add(self, obs, actions, rewards, next_obs, terminated) -> None:
-        """T lockstep steps: obs/next_obs [T, K, *obs_shape], actions/rewards/terminated [T, K].
+        """T lockstep steps: obs/next_obs [T, K, *obs_shape], actions [T, K, *action_shape], rewards/terminated [T, K].
 
         Written once per round rather than once per step: the acting loop only appends to lists.
         """
@@ -89,7 +98,7 @@ class ReplayBuffer:
         idx = (slots.view(-1, 1) + offsets).reshape(-1)
         self.obs.index_copy_(0, idx, obs.reshape(-1, *self.obs_shape).to(self.device, self.obs_dtype))
         self.next_obs.index_copy_(0, idx, next_obs.reshape(-1, *self.obs_shape).to(self.device, self.obs_dtype))
-        self.actions.index_copy_(0, idx, actions.reshape(-1).to(self.device, torch.int64))
+        self.actions.index_copy_(0, idx, actions.reshape(-1, *self.action_shape).to(self.device, self.action_dtype))
         self.rewards.index_copy_(0, idx, rewards.reshape(-1).to(self.device, torch.float32))
         self.dones.index_copy_(0, idx, terminated.reshape(-1).to(self.device, torch.float32))
         self.pos = (self.pos + T) % self.capacity
@@ -110,7 +119,7 @@ class ReplayBuffer:
         shape = (n_batches, self.n_agents, batch_size)
         return Transitions(
             self.obs.index_select(0, flat).view(*shape, *self.obs_shape),
-            self.actions.index_select(0, flat).view(shape),
+            self.actions.index_select(0, flat).view(*shape, *self.action_shape),
             self.rewards.index_select(0, flat).view(shape),
             self.next_obs.index_select(0, flat).view(*shape, *self.obs_shape),
             self.dones.index_select(0, flat).view(shape),
@@ -137,6 +146,9 @@ class ReplayBuffer:
     def load_state_dict(self, state: dict) -> None:
         if int(state["capacity"]) != self.capacity:
             raise ValueError(f"checkpoint replay capacity {state['capacity']} != task.buffer_size {self.capacity}")
+        saved_actions = tuple(state["actions"].shape[2:])
+        if saved_actions != self.action_shape:
+            raise ValueError(f"checkpoint replay holds actions shaped {saved_actions}, this buffer {self.action_shape}: is it another env's?")
         self.n_agents = int(state["n_agents"])
         self.pos, self.size = int(state["pos"]), int(state["size"])
         for name in _FIELDS:

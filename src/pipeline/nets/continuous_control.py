@@ -1,0 +1,213 @@
+"""Actors and twin Q critics for continuous actions (SAC, TD3), and their K-agent forms.
+
+The plain networks are CleanRL's (sac_continuous_action.py, td3_continuous_action.py): ReLU MLPs of
+256-256 by default, PyTorch's default initialisation.
+
+- `QNet`: Q(s, a) from the concatenation [obs, action]; `TwinQ`: two of them (`q1`, `q2`).
+- `SquashedGaussianActor`: obs -> (mean, log_std) of the Gaussian that tanh squashes into (-1, 1);
+  log_std bounded smoothly to [-5, 2] (`bounded_log_std`, CleanRL's form).
+- `DeterministicActor`: obs -> tanh(...) in [-1, 1] (TD3's policy).
+Actions live in [-1, 1] here; the task scales them to the env's bounds.
+
+The ensemble forms take [K, N, ...] and keep member i's tensors under the plain network's names
+(`member_state_dict(i)` loads into the plain network). `EnsembleTwinQ` runs both critics of all K
+agents as one stack of 2K members (q1 of every agent, then q2), so a critic forward is one batched
+matmul per layer. `make_offpolicy_agents` builds K agents, agent i's actor and critics initialised as
+the single run of seed `seeds[i]` builds them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import nn
+
+from pipeline.nets.ensemble import Ensemble, StackedLayer, _flat, _stack_sequential
+
+LOG_STD_BOUNDS = (-5.0, 2.0)
+
+
+def bounded_log_std(raw: torch.Tensor, low: float = LOG_STD_BOUNDS[0], high: float = LOG_STD_BOUNDS[1]) -> torch.Tensor:
+    """An actor's raw output mapped smoothly into [low, high] (CleanRL's form: low + (high - low) (tanh(raw) + 1) / 2)."""
+    return low + 0.5 * (high - low) * (torch.tanh(raw) + 1.0)
+
+
+def _hidden(in_features: int, hidden: Sequence[int]) -> list[nn.Module]:
+    layers: list[nn.Module] = []
+    width = int(in_features)
+    for h in hidden:
+        layers += [nn.Linear(width, int(h)), nn.ReLU()]
+        width = int(h)
+    return layers
+
+
+def relu_mlp(in_features: int, out_features: int, hidden: Sequence[int]) -> nn.Sequential:
+    width = int(hidden[-1]) if hidden else int(in_features)
+    return nn.Sequential(*_hidden(in_features, hidden), nn.Linear(width, int(out_features)))
+
+
+def _cat(obs: torch.Tensor, actions: torch.Tensor, batch_dims: int) -> torch.Tensor:
+    obs = obs.flatten(batch_dims) if obs.dim() > batch_dims + 1 else obs
+    return torch.cat([obs, actions.to(obs.dtype)], -1)
+
+
+class QNet(nn.Module):
+    """(obs [N, F], actions [N, D]) -> Q [N]."""
+
+    def __init__(self, obs_dim: int, action_dim: int, hidden: Sequence[int] = (256, 256)):
+        super().__init__()
+        self.net = relu_mlp(int(obs_dim) + int(action_dim), 1, hidden)
+
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        return self.net(_cat(obs, actions, 1)).squeeze(-1)
+
+
+class TwinQ(nn.Module):
+    """Two independent critics: (obs, actions) -> (Q1 [N], Q2 [N])."""
+
+    def __init__(self, obs_dim: int, action_dim: int, hidden: Sequence[int] = (256, 256)):
+        super().__init__()
+        self.q1 = QNet(obs_dim, action_dim, hidden)
+        self.q2 = QNet(obs_dim, action_dim, hidden)
+
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.q1(obs, actions), self.q2(obs, actions)
+
+
+class SquashedGaussianActor(nn.Module):
+    """obs [N, F] -> (mean [N, D], log_std [N, D]) of the pre-tanh Gaussian; `act` gives the deterministic action."""
+
+    def __init__(self, obs_dim: int, action_dim: int, hidden: Sequence[int] = (256, 256)):
+        super().__init__()
+        self.trunk = nn.Sequential(*_hidden(obs_dim, hidden))
+        width = int(hidden[-1]) if hidden else int(obs_dim)
+        self.mean = nn.Linear(width, int(action_dim))
+        self.log_std = nn.Linear(width, int(action_dim))
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self.trunk(obs.flatten(1) if obs.dim() > 2 else obs)
+        return self.mean(h), bounded_log_std(self.log_std(h))
+
+    def act(self, obs: torch.Tensor) -> torch.Tensor:
+        """The deterministic action tanh(mean), in [-1, 1]."""
+        return torch.tanh(self(obs)[0])
+
+
+class DeterministicActor(nn.Module):
+    """obs [N, F] -> actions in [-1, 1] [N, D]."""
+
+    def __init__(self, obs_dim: int, action_dim: int, hidden: Sequence[int] = (256, 256)):
+        super().__init__()
+        self.net = relu_mlp(obs_dim, action_dim, hidden)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.net(obs.flatten(1) if obs.dim() > 2 else obs))
+
+    def act(self, obs: torch.Tensor) -> torch.Tensor:
+        return self(obs)
+
+
+# ---- K agents --------------------------------------------------------------------------------------
+
+
+class EnsembleSquashedGaussianActor(Ensemble):
+    """K `SquashedGaussianActor`s: obs [K, N, F] -> (mean, log_std) [K, N, D]."""
+
+    def __init__(self, members: Sequence[SquashedGaussianActor]):
+        super().__init__()
+        self.n_members = len(members)
+        self.trunk = _stack_sequential([m.trunk for m in members], type(self).__name__)
+        self.mean = _stack_sequential([nn.Sequential(m.mean) for m in members], type(self).__name__)[0]
+        self.log_std = _stack_sequential([nn.Sequential(m.log_std) for m in members], type(self).__name__)[0]
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self.trunk(_flat(obs))
+        return self.mean(h), bounded_log_std(self.log_std(h))
+
+    def act(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self(obs)[0])
+
+
+class EnsembleDeterministicActor(Ensemble):
+    """K `DeterministicActor`s: obs [K, N, F] -> actions in [-1, 1] [K, N, D]."""
+
+    def __init__(self, members: Sequence[DeterministicActor]):
+        super().__init__()
+        self.n_members = len(members)
+        self.net = _stack_sequential([m.net for m in members], type(self).__name__)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.net(_flat(obs)))
+
+    def act(self, obs: torch.Tensor) -> torch.Tensor:
+        return self(obs)
+
+
+class EnsembleTwinQ(Ensemble):
+    """K `TwinQ`s as one stack of 2K critics (every agent's q1, then every agent's q2).
+
+    (obs [K, N, F], actions [K, N, D]) -> (Q1 [K, N], Q2 [K, N]).
+    """
+
+    def __init__(self, members: Sequence[TwinQ]):
+        super().__init__()
+        self.n_members = len(members)
+        self.q = _stack_sequential([m.q1.net for m in members] + [m.q2.net for m in members], type(self).__name__)
+
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = _cat(obs, actions, 2)
+        q = self.q(torch.cat([x, x], 0)).squeeze(-1)
+        return q[: self.n_members], q[self.n_members :]
+
+    def _layers(self) -> list[tuple[str, StackedLayer]]:
+        return [(f"net.{pos}", layer) for pos, layer in enumerate(self.q) if isinstance(layer, StackedLayer)]
+
+    def member_state_dict(self, i: int) -> dict[str, torch.Tensor]:
+        """Agent i's two critics as `TwinQ`'s state_dict (`q1.net.0.weight`, ..., `q2.net.4.bias`)."""
+        state = {}
+        for critic, member in (("q1", i), ("q2", self.n_members + i)):
+            for path, layer in self._layers():
+                state.update({f"{critic}.{path}.{k}": v for k, v in layer.member_state(member).items()})
+        return state
+
+    def load_member_state_dict(self, i: int, state: dict[str, torch.Tensor]) -> None:
+        expected = set(self.member_state_dict(i))
+        if set(state) != expected:
+            raise ValueError(f"EnsembleTwinQ: the state has keys {sorted(set(state) ^ expected)} that do not fit a TwinQ")
+        for critic, member in (("q1", i), ("q2", self.n_members + i)):
+            for path, layer in self._layers():
+                prefix = f"{critic}.{path}."
+                layer.load_member(member, {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})
+
+    def keep_members_(self, members: torch.Tensor) -> list[tuple[nn.Parameter, nn.Parameter]]:
+        """Keep agents `members` (both their critics); returns the (old, new) parameter pairs for the optimizer."""
+        members = members.to(torch.int64)
+        both = torch.cat([members, members + self.n_members])
+        pairs = [pair for _, layer in self._layers() for pair in layer.keep_members_(both)]
+        self.n_members = int(members.numel())
+        return pairs
+
+
+_ENSEMBLE_ACTOR = {SquashedGaussianActor: EnsembleSquashedGaussianActor, DeterministicActor: EnsembleDeterministicActor}
+
+
+def make_offpolicy_agents(
+    actor: Callable[[int, int], nn.Module], critic: Callable[[int, int], TwinQ], seeds: Sequence[int], obs_dim: int, action_dim: int
+) -> tuple[Ensemble, EnsembleTwinQ]:
+    """K agents' actors and twin critics; agent i's are what `torch.manual_seed(seeds[i])`, then `actor(obs_dim,
+    action_dim)`, then `critic(obs_dim, action_dim)` build (the single run's order). The global RNG is left as it was."""
+    if len(seeds) == 0:
+        raise ValueError("make_offpolicy_agents needs at least one seed")
+    actors, critics = [], []
+    with torch.random.fork_rng(devices=[]):
+        for s in seeds:
+            torch.default_generator.manual_seed(int(s))
+            actors.append(actor(int(obs_dim), int(action_dim)))
+            critics.append(critic(int(obs_dim), int(action_dim)))
+    build = _ENSEMBLE_ACTOR.get(type(actors[0]))
+    if build is None:
+        raise ValueError(f"make_offpolicy_agents stacks {', '.join(k.__name__ for k in _ENSEMBLE_ACTOR)}; got {type(actors[0]).__name__}")
+    if type(critics[0]) is not TwinQ:
+        raise ValueError(f"make_offpolicy_agents needs TwinQ critics; got {type(critics[0]).__name__}")
+    return build(actors), EnsembleTwinQ(critics)
