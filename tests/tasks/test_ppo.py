@@ -117,12 +117,13 @@ def test_each_preset_runs_for_any_k_and_writes_ordinary_records(make_cfg, tmp_pa
         n_obs, n_out, (lo_ref, hi_ref) = SHAPES[preset]
         net = ActorCritic(n_obs, n_out, continuous=continuous, hidden=(16,))
         net.load_state_dict(torch.load(f"{record['run_dir']}/model.pt", weights_only=True))
-        # A preset that normalises observations leaves each agent's statistics beside its weights (replays need them).
+        # A preset that normalises observations leaves each agent's statistics beside its weights (replays need them):
+        # exactly its 256 training observations and 2 resets (counted from 1e-4); evaluations fold in nothing.
         norm = Path(record["run_dir"]) / "obs_norm.pt"
         assert norm.is_file() == bool(cfg.task.normalize_obs)
         if norm.is_file():
             stats = torch.load(norm, weights_only=True)
-            assert stats["mean"].shape == (n_obs,) and float(stats["count"]) > 256 and float(stats["clip"]) == cfg.task.obs_clip
+            assert stats["mean"].shape == (n_obs,) and float(stats["count"]) == pytest.approx(256 + 2 + 1e-4, abs=1e-9) and float(stats["clip"]) == cfg.task.obs_clip
         curve = pd.read_csv(f"{record['run_dir']}/metrics.csv")
         assert {"eval/return_mean", "train/policy_loss", "train/value_loss", "train/entropy", "train/approx_kl",
                 "train/clipfrac", "train/lr", "final_eval/return_mean"} <= set(curve.columns)

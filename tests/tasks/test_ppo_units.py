@@ -258,6 +258,47 @@ def test_advantages_are_gae_with_the_truncation_bootstrap():
     assert ret[:, 0].tolist() == [[2.25, 1.75], [4.0, 2.0], [7.0, 7.0]]
 
 
+def gae_by_hand(batch, gamma, lam, dtype=torch.float64):
+    """GAE(lambda) of a rollout [T, K, E] written as the paper's loop, one env and one step at a time (in `dtype`;
+    float32 rounds as the task's tensors do): the value a step leads to is V(final obs) where it was truncated,
+    V(next obs) otherwise (the rollout's last values after the last step), nothing where it terminated; the
+    recursion stops at every episode's end."""
+    T, K, E = batch["rewards"].shape
+    g, gl = torch.tensor(gamma, dtype=dtype), torch.tensor(gamma * lam, dtype=dtype)
+    adv = torch.zeros(T, K, E, dtype=dtype)
+    for k in range(K):
+        for e in range(E):
+            running = torch.tensor(0.0, dtype=dtype)
+            for t in reversed(range(T)):
+                terminated, truncated = bool(batch["terminated"][t, k, e]), bool(batch["truncated"][t, k, e])
+                if truncated:
+                    following = batch["final_values"][t, k, e]
+                elif t == T - 1:
+                    following = batch["last_values"][k, e]
+                else:
+                    following = batch["values"][t + 1, k, e]
+                reward, value = batch["rewards"][t, k, e].to(dtype), batch["values"][t, k, e].to(dtype)
+                delta = reward - value if terminated else reward + g * following.to(dtype) - value
+                running = delta if terminated or truncated else delta + gl * running
+                adv[t, k, e] = running
+    return adv, adv + batch["values"].to(dtype)
+
+
+def test_the_task_calls_gae_with_its_own_gamma_and_lambda():
+    """gamma 0.9 and lambda 0.5 (unequal: swapping them changes every advantage), on a real rollout of 2 agents with
+    truncations: the task's advantages are the loop's above."""
+    env = {**CART, "kwargs": {"max_episode_steps": 3}}
+    task = make(k=2, env=env, seed=3, gamma=0.9, gae_lambda=0.5)
+    start(task)
+    batch = task.rollout()
+    assert bool(batch["truncated"].any())
+    adv, ret = task.advantages(batch)
+    want_adv, want_ret = gae_by_hand(batch, 0.9, 0.5)
+    assert torch.allclose(adv.double(), want_adv, atol=1e-5) and torch.allclose(ret.double(), want_ret, atol=1e-5)
+    swapped, _ = gae_by_hand(batch, 0.5, 0.9)
+    assert not torch.allclose(swapped, want_adv, atol=1e-3)  # the case tells the two apart
+
+
 # ---- an update -----------------------------------------------------------------------------------
 
 
@@ -323,7 +364,7 @@ def test_an_update_is_the_hand_written_ppo_step(case):
     start(task)
     torch.manual_seed(1)
     batch = task.rollout()
-    adv, ret = task.advantages(batch)
+    adv, ret = gae_by_hand(batch, 0.9, 0.8, torch.float32)
     net = plain(task, 0)
     task.learn(batch)
     pg, vl, ent, logp, old = hand_update(net, batch, 0, adv, ret, 7, LR, hp, epochs=hp.get("update_epochs", 1))
@@ -348,7 +389,7 @@ def test_a_gaussian_update_is_the_hand_written_ppo_step():
         task.net.log_std.value.fill_(-0.3)
     torch.manual_seed(2)
     batch = task.rollout()
-    adv, ret = task.advantages(batch)
+    adv, ret = gae_by_hand(batch, 0.99, 0.95, torch.float32)
     net = plain(task, 0, continuous=True)
     task.learn(batch)
     pg, vl, ent, _, _ = hand_update(net, batch, 0, adv, ret, 5, LR, {**HP, "ent_coef": 0.5, "max_grad_norm": None})
@@ -363,7 +404,7 @@ def test_two_epochs_reshuffle_with_the_agents_generator():
     start(task)
     torch.manual_seed(0)
     batch = task.rollout()
-    adv, ret = task.advantages(batch)
+    adv, ret = gae_by_hand(batch, 0.99, 0.95, torch.float32)
     net = plain(task, 0)
     task.learn(batch)
     hand_update(net, batch, 0, adv, ret, 3, LR, HP, n_minibatches=4, epochs=2)
@@ -460,6 +501,42 @@ def test_observations_are_normalised_by_each_agents_running_statistics():
     assert torch.equal(clipped.deterministic_actions(clipped.net, x), params.argmax(-1))
 
 
+def test_evaluations_fold_nothing_into_the_observation_statistics(monkeypatch):
+    """The statistics count exactly the training observations (2 resets + 8 rollout steps per agent, from 1e-4):
+    neither the evaluations during training nor the final one add to them, and the stop rule's neither."""
+    task = make(k=2, normalize_obs=True, total_steps=16, eval_every=8, eval_episodes=3, stop_at_return=-1.0)
+    start(task)
+    task.checkpoint_hook = None
+    monkeypatch.setattr(PPOTask, "trainer", property(lambda self: SimpleNamespace(should_stop=False)))
+    task.training_step(None, 0)  # a rollout, its update, then an evaluation (crosses 8): both agents pass and stop
+    assert task.env_steps == 8 and all(e is not None for e in task.early_stop)
+    assert task.obs_stats.count.tolist() == pytest.approx([1e-4 + 2 + 8] * 2, abs=1e-12, rel=0)
+    before = {k: v.clone() for k, v in task.obs_stats.state_dict().items()}
+    task.deterministic_returns(4, ppo.FINAL_EVAL_SEED_OFFSET)
+    assert same(task.obs_stats.state_dict(), before)
+
+
+def test_each_finished_episode_is_credited_to_the_agent_whose_env_ran_it():
+    """3 agents of 2 envs each, 30 steps of a fresh policy: episodes end at different steps in different envs, so each
+    agent's list of finished returns is its own (row r of the vector env is agent r // 2's)."""
+    task = make(k=3, seed=4, num_steps=30, total_steps=60, num_minibatches=1)
+    start(task)
+    batch = task.rollout()
+    replay = make_vector_env(CART, [4, 5, 6], 2)
+    replay.reset()
+    running, expected = [0.0] * 6, [[], [], []]
+    for t in range(30):
+        step = replay.step(batch["actions"][t].reshape(-1))
+        for row in range(6):
+            running[row] += float(step.reward[row])
+            if bool(step.done[row]):
+                expected[row // 2].append(running[row])
+                running[row] = 0.0
+    assert task.episode_returns == expected
+    assert all(expected) and len({tuple(x) for x in expected}) == 3  # every agent finished episodes, none the same
+    assert task.episode_return.tolist() == running
+
+
 def test_rewards_are_scaled_for_learning_and_returns_stay_raw():
     env = {**CART, "kwargs": {"max_episode_steps": 3}}
     task = make(env=env, normalize_reward=True, reward_clip=0.5, gamma=0.5)
@@ -487,16 +564,19 @@ def test_training_steps_count_log_and_evaluate_on_schedule(monkeypatch):
     start(task)
     calls = []
     monkeypatch.setattr(ppo, "evaluate_agents", lambda policy, env, seeds, n, offset, device: (
-        calls.append((env, list(seeds), n, offset)) or torch.tensor([[1.0, 3.0], [5.0, 9.0]])))
+        calls.append((env, list(seeds), n, offset, task.updates)) or torch.tensor([[1.0, 3.0], [5.0, 9.0]])))
     shared = []
     task._log_shared = lambda metrics, step=None: shared.append((task.env_steps, dict(metrics)))
     saved = []
-    task.checkpoint_hook = lambda final=False: saved.append((task.env_steps, final))
+    # A checkpoint is taken between iterations: after a rollout AND its update (a resume neither loses an update nor
+    # redoes a rollout), with the checkpoint's own counters saying so.
+    task.checkpoint_hook = lambda final=False: saved.append((task.env_steps, task.updates, final))
     for i in range(4):
         assert task.training_step(None, i) is None
     assert task.env_steps == 32 and task.updates == 4
-    assert saved == [(8, False), (16, False), (24, False), (32, False)]
-    assert calls == [(CART, [0, 1], 2, ppo.EVAL_SEED_OFFSET)]  # crossing 24 once
+    assert saved == [(8, 1, False), (16, 2, False), (24, 3, False), (32, 4, False)]
+    # crossing 24 once, after that iteration's update: the evaluation scores the updated policy
+    assert calls == [(CART, [0, 1], 2, ppo.EVAL_SEED_OFFSET, 3)]
     assert task.evaluations == [[(24, 2.0, 1.0)], [(24, 7.0, 2.0)]]
     rows = task.curves[1].rows
     logged_at = [s for s, r in rows if "perf/env_steps_per_s" in r]
@@ -520,7 +600,7 @@ def test_training_steps_count_log_and_evaluate_on_schedule(monkeypatch):
     assert task.training_step(None, 4) is None and stopped.should_stop and task.env_steps == 32
     # the end of training logs what is new and saves the final checkpoint
     task.on_train_end()
-    assert saved[-1] == (32, True) and len([r for s, r in rows if "perf/env_steps_per_s" in r]) == 2
+    assert saved[-1] == (32, 4, True) and len([r for s, r in rows if "perf/env_steps_per_s" in r]) == 2
     task.env_steps = 40
     task.on_train_end()
     assert [s for s, r in task.curves[1].rows if "perf/env_steps_per_s" in r] == [16, 32, 40]
