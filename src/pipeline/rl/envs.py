@@ -42,7 +42,7 @@ def is_atari(env_id: str) -> bool:
     return env_id.startswith("ALE/")
 
 
-MUJOCO_INSTALL = 'pip install "mujoco==4.0.1" (or the project\'s extra: pip install -e ".[mujoco]")'
+MUJOCO_INSTALL = 'pip install "mujoco==3.17.0" (or the project\'s extra: pip install -e ".[mujoco]")'
 
 
 def needs_mujoco(env_id: str) -> bool:
