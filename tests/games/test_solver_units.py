@@ -15,10 +15,13 @@ from games_testing import enumerate_outcomes
 from pipeline.games.rules import Rule
 from pipeline.games.solver import (
     Equilibrium,
+    best_response_priority,
+    break_ties,
     nearest_grid_index,
     power_of_opponents,
     solve_bounds,
     solve_equilibrium,
+    tie_tolerance,
     win_and_payment,
     win_probabilities,
 )
@@ -146,6 +149,48 @@ def test_two_populations_of_one_are_one_population_of_two(kind, grid):
         assert apart.welfare == pytest.approx(alike.welfare, abs=1e-12)
     if kind == "first_price" and grid == "uniform":
         assert alike.regret > 1e-4  # (the regrets compared above are not all zero)
+
+
+def test_ties_within_rounding_go_to_the_nearest_bid_then_the_lowest():
+    """Type 0.25 on the grid 0, 0.1, .., 0.4: 0.2 and 0.3 are equally near (0.05 each, though 0.25 - 0.2 and
+    0.3 - 0.25 differ in their last bits), so the lower one, 0.2, comes first; then 0.1 and 0.4, then 0.0."""
+    actions = torch.tensor(ACTIONS, dtype=F64)
+    priority = best_response_priority(torch.tensor([0.25], dtype=F64), actions)
+    assert priority.argsort(-1).tolist() == [[2, 3, 1, 4, 0]]
+    flat = torch.zeros(1, 5, dtype=F64)
+    ulp = torch.finfo(F64).eps
+    for above, below in ((1, 2), (2, 1), (0, 3)):  # the two nearest bids a few ulps apart, either way round
+        u = flat.clone()
+        u[0, 2], u[0, 3] = 0.5 + above * ulp, 0.5 + below * ulp
+        assert break_ties(u, priority, 1e-12).tolist() == [2]
+    u = flat.clone()
+    u[0, 3] = 1e-9  # a real difference wins over the order
+    assert break_ties(u, priority, 1e-12).tolist() == [3]
+    u = flat.clone()
+    u[0, 2] = -1e-9
+    assert break_ties(u, priority, 1e-12).tolist() == [3]
+
+
+def test_the_tie_tolerance_grows_with_the_terms_and_the_scale():
+    actions = torch.tensor(ACTIONS, dtype=F64)
+    types = torch.tensor([0.05, 0.15, 0.25, 0.35], dtype=F64)
+    one = tie_tolerance(actions, types, [2])
+    assert 1e-15 < one < 1e-11  # far above one rounding, far below any real difference of utilities
+    assert tie_tolerance(actions * 10, types * 10, [2]) == pytest.approx(10 * one)
+    assert tie_tolerance(actions, types, [1, 1, 1]) == pytest.approx(one * 12 / 11)
+
+
+@pytest.mark.parametrize("kind", ["first_price", "second_price"])
+def test_play_is_the_same_whatever_the_last_bits_of_the_input(kind):
+    """Type weights moved by one or two ulps (what another CPU's summation order does to the bid distribution
+    each iteration) change no best response: the strategies are the same to the bit after 60 iterations."""
+    actions, types, weights = _uniform(0.1)
+    found = solve_equilibrium(weights, types, Rule(kind), 2, actions, 60)
+    jitter = torch.tensor([(-1, 0, 1, 2)[i % 4] for i in range(types.numel())], dtype=F64)
+    nudged = weights * (1 + jitter * torch.finfo(F64).eps)
+    moved = solve_equilibrium(nudged, types, Rule(kind), 2, actions, 60)
+    assert not torch.equal(nudged, weights)
+    assert torch.equal(moved.strategy, found.strategy)
 
 
 def test_unlike_populations_keep_their_own_mass():

@@ -41,10 +41,10 @@ DEFAULT_POINT_ITERS = 1000
 # Regrets are differences of float64 sums of at most a few hundred terms in [0, 1]; anything this
 # small is a tie (an exact best response), not a real loss.
 TIE_TOL = 1e-12
-# Among bids that are exactly equally good, prefer the one nearest the value: in second price a
-# bid inside a gap of the opponents' bids is as good as the truthful one, and letting the first
-# index win would drag the population's bids down for no reason.
-TIE_PULL = 1e-13
+# A best response's utilities are sums and products of at most (bids + types + bidders) rounded terms,
+# each at most the grid's largest bid or type: two utilities closer than this many units of rounding of
+# that scale are tied (a different CPU's summation order may order them either way).
+TIE_ROUNDINGS = 16
 
 
 def _populations(bidders: int | Sequence[int]) -> tuple[tuple[int, ...], bool]:
@@ -227,6 +227,32 @@ def nearest_grid_index(x: Tensor, actions: Tensor) -> Tensor:
     return torch.searchsorted((actions[1:] + actions[:-1]) / 2, x.contiguous())
 
 
+def best_response_priority(types: Tensor, actions: Tensor) -> Tensor:
+    """(T, A) int64: which of several tied bids a type takes, lowest first: the bid nearest the type, then the
+    lowest bid. In second price a bid inside a gap of the opponents' bids is as good as the truthful one, and
+    letting the first index win would drag the population's bids down for no reason. Distances closer than
+    1e-9 of the grid's scale count as equal (a type at a half step is as near the bid below as the one above),
+    so the order does not depend on rounding either."""
+    resolution = 1e-9 * float(max(actions.abs().max(), types.abs().max()))
+    distance = torch.round((types[:, None] - actions[None, :]).abs() / resolution).long()
+    return distance * actions.numel() + torch.arange(actions.numel(), device=actions.device)
+
+
+def tie_tolerance(actions: Tensor, types: Tensor, counts: Sequence[int]) -> float:
+    """How far apart two utilities computed on this grid may be and still be tied (`TIE_ROUNDINGS`)."""
+    scale = float(max(actions.abs().max(), types.abs().max()))
+    terms = actions.numel() + types.numel() + sum(counts)
+    return TIE_ROUNDINGS * terms * torch.finfo(actions.dtype).eps * scale
+
+
+def break_ties(u: Tensor, priority: Tensor, tol: float) -> Tensor:
+    """Argmax of ``u`` over its last axis, where values within ``tol`` of the best are tied and the tied
+    entry with the lowest ``priority`` (distinct along the last axis) wins: the same index on every CPU
+    whatever the last bits of ``u``."""
+    tied = u >= u.amax(-1, keepdim=True) - tol
+    return priority.expand_as(u).masked_fill(~tied, torch.iinfo(priority.dtype).max).argmin(-1)
+
+
 def _mix(weights: Tensor, strategy: Tensor) -> Tensor:
     """(P, T) x (P, T, A) -> (P, A): each population's mass on each bid. One population (every symmetric auction)
     takes a vector-matrix product: the batched product of one ran the fictitious-play loop 1.3x slower."""
@@ -251,7 +277,8 @@ def solve_equilibrium(
     `equilibrium_guess` (first price with a reserve: types below it bid 0, the others at least it),
     snapped to the nearest grid bid. Then at every iteration k each type of each population
     best-responds to everyone's current bid distributions and its strategy is the average of its k
-    best responses so far (steps of 1/k).
+    best responses so far (steps of 1/k). Bids whose utilities are within rounding of the best
+    (`tie_tolerance`) are tied and go by `best_response_priority`, so the play is the same on every CPU.
 
     Why 1/k and not 1/(k + 1) (which also averages in the start; the asymmetric solver did that
     before the two were merged): fictitious play's average is the empirical distribution of PLAY,
@@ -271,7 +298,8 @@ def solve_equilibrium(
     counts, alone = _populations(bidders)
     weights = type_weights[None] if alone else type_weights
     n_populations, n_types, n_actions = len(counts), types.numel(), actions.numel()
-    pull = TIE_PULL * (types[:, None] - actions[None, :]).abs()
+    priority = best_response_priority(types, actions)
+    tol = tie_tolerance(actions, types, counts)
     guess = equilibrium_guess(weights, types, rule, counts)
     if rule.kind == "first_price" and rule.reserve > 0:
         guess = torch.where(types >= rule.reserve, guess.clamp_min(rule.reserve), types.new_zeros(()))
@@ -293,7 +321,7 @@ def solve_equilibrium(
         u = utility(*win_and_payment(pmf, rule, counts, actions))
         if k % 25 == 0 and expected_regret(u) < tolerance:
             break
-        best = (u - pull).argmax(2)  # (P, T)
+        best = break_ties(u, priority, tol)  # (P, T)
         strategy.mul_(1 - 1 / k)
         flat[rows, best.view(-1)] += 1 / k
         pmf = _mix(weights, strategy)
@@ -358,6 +386,11 @@ def solve_bounds(
     start_value = start.value_mass[None] if alone else start.value_mass
     pmf = start_pmf.expand(batch, -1, -1).clone()
     value_mass = start_value.expand(batch, -1, -1).clone()
+    # Ties (scores within rounding of the best) go to the lowest bid and the lowest type: a statistic's gradient
+    # is at most (bidders) x the grid's scale.
+    bid_order = torch.arange(actions.numel(), device=actions.device)
+    type_order = torch.arange(types.numel(), device=actions.device)
+    tol = sum(counts) * tie_tolerance(actions, types, counts)
     for k in range(1, n_iters + 1):
         p = pmf.detach().requires_grad_(True)
         v = value_mass.detach().requires_grad_(True)
@@ -371,10 +404,12 @@ def solve_bounds(
             utility = types[:, None] * win.detach()[:, :, None, :] - pay.detach()[:, :, None, :]  # (B, P, T, A)
             new_ok = utility.max(-1, keepdim=True).values - utility <= eps[:, None, None, None] + TIE_TOL
             score = sign[:, None, None, None] * (grad_p[:, :, None, :] + types[:, None] * grad_v[:, :, None, :])
-            best_score, best_bid = score.masked_fill(~new_ok, -math.inf).max(-1)  # (B, P, T)
+            allowed_score = score.masked_fill(~new_ok, -math.inf)
+            best_bid = break_ties(allowed_score, bid_order, tol)  # (B, P, T)
+            best_score = allowed_score.gather(-1, best_bid[..., None]).squeeze(-1)
             target_pmf, target_value = torch.zeros_like(pmf), torch.zeros_like(pmf)
             for j, one in enumerate(logged):
-                chosen_type = best_score[:, j, None, :].masked_fill(~old_ok[j], -math.inf).argmax(-1)  # (B, C_j)
+                chosen_type = break_ties(best_score[:, j, None, :].masked_fill(~old_ok[j], -math.inf), type_order, tol)
                 chosen_bid = best_bid[:, j].gather(1, chosen_type)
                 weight = one.class_weight.expand(batch, -1)
                 target_pmf[:, j].scatter_add_(1, chosen_bid, weight)
