@@ -125,6 +125,17 @@ def test_seeds_at_the_edges_and_seeds_per_process():
             f"seeds_per_process={k}: the number of seeds trained in one process is a whole number >= 1")
 
 
+def test_a_batch_of_seeds_stays_in_the_seed_range_and_under_the_stated_limit():
+    checks._check_seed(cfg(seed=2**32 - 16, seeds_per_process=16))  # the last seed is 2^32 - 1
+    assert refused(checks._check_seed, cfg(seed=4294967290, seeds_per_process=16)) == (
+        "seed=4294967290 seeds_per_process=16: the batch's seeds 4294967290..4294967305 pass the largest seed 4294967295; "
+        "e.g. seed=4294967280")
+    checks._check_seed(cfg(seed=0, seeds_per_process=4096))
+    assert refused(checks._check_seed, cfg(seed=0, seeds_per_process=100000)) == (
+        "seeds_per_process=100000: at most 4096 seeds train in one process; run more as processes of up to 4096, "
+        "e.g. -m seed='range(0,100000,4096)' seeds_per_process=4096")
+
+
 def test_removed_groups_read_as_none_or_are_refused():
     full = {g: {} for g in checks.group_options() if "/" not in g and g != "experiment"}
     for group in ("task", "device", "seeding", "logger", "trainer"):
@@ -143,15 +154,20 @@ def test_a_removed_group_without_a_none_option_is_refused(monkeypatch):
         "~opt removes a group every run needs; choose an option: opt=a|b")
 
 
-@pytest.mark.parametrize("gamma", [0, 1, 0.5, True, "x", None])
-def test_gamma_in_range_or_not_a_number_passes(gamma):
-    checks._check_numbers(cfg(task={"gamma": gamma}))
+@pytest.mark.parametrize("lr", [float("nan"), float("inf"), 0, -1e-3])
+def test_a_learning_rate_is_a_finite_positive_number(lr):
+    assert refused(checks._check_numbers, cfg(optimizer={"lr": lr})) == (
+        f"optimizer.lr={lr}: a learning rate is a finite number > 0; e.g. optimizer.lr=0.001")
+    checks._check_numbers(cfg(optimizer={"lr": 1e-9}))
 
 
-@pytest.mark.parametrize("gamma", [-0.01, 1.01, 2])
-def test_gamma_outside_zero_one_is_refused(gamma):
-    assert refused(checks._check_numbers, cfg(task={"gamma": gamma})) == (
-        f"task.gamma={gamma}: a discount factor lies in [0, 1]; e.g. task.gamma=0.99")
+def test_nan_anywhere_and_inf_in_a_built_group_are_refused_with_the_shipped_default():
+    assert refused(checks._check_numbers, cfg(optimizer={"weight_decay": float("nan")}), {"optimizer": "adamw"}) == (
+        "optimizer.weight_decay=nan: not a finite number; e.g. optimizer.weight_decay=0.01")
+    assert refused(checks._check_numbers, cfg(model={"dropout": float("-inf")}), {"model": "mine"}) == (
+        "model.dropout=-inf: not a finite number; give a finite number")
+    assert refused(checks._check_numbers, cfg(task={"x": float("nan")})).startswith("task.x=nan: not a finite number")
+    checks._check_numbers(cfg(task={"stop_at_return": float("inf")}, trainer={"max_time": None}))  # the task's Config decides
 
 
 def test_checkpoint_intervals_and_threads():
@@ -206,6 +222,20 @@ def test_closed_groups_refuse_unknown_keys_and_trainer_owned_keys():
     assert refused(checks._check_closed_groups, cfg(trainer={"accelerator": "gpu"}), {}) == (
         "trainer.accelerator is set by the pipeline; use device.accelerator (device=cpu|cuda|mps|auto) instead")
     checks._check_closed_groups(cfg(trainer=None), {})
+    checks._check_closed_groups(cfg(trainer={"accumulate_grad_batches": 4, "max_epochs": 1}), {})
+    assert refused(checks._check_closed_groups, cfg(trainer={"accumulate_grad_batchs": 4}), {}) == (
+        "trainer.accumulate_grad_batchs is not a Lightning Trainer argument; did you mean trainer.accumulate_grad_batches?")
+    assert refused(checks._check_closed_groups, cfg(trainer={"zzz": 4}), {}) == (
+        "trainer.zzz is not a Lightning Trainer argument; see lightning.pytorch.Trainer's arguments")
+
+
+def test_the_trainer_arguments_are_lightnings():
+    """TRAINER_ARGS lets the start-up check skip importing Lightning; it must list the installed Trainer's arguments."""
+    import inspect
+
+    import lightning
+
+    assert set(checks.TRAINER_ARGS) == set(inspect.signature(lightning.Trainer.__init__).parameters) - {"self"}
 
 
 def test_runtime_choices_from_the_config_or_none_outside_hydra():
@@ -232,7 +262,10 @@ def test_check_values_runs_every_check_and_fills_removed_groups():
     checks.check_values(node, {})
     assert node.scheduler == {}
     checks.check_values(cfg(**ok))  # choices from the config: none outside Hydra
-    for bad, says in [({"seed": -1}, "seed=-1"), ({"task": {"gamma": 2}}, "task.gamma=2"),
+    dqn = {"_target_": "pipeline.tasks.dqn.DQNTask"}
+    for bad, says in [({"seed": -1}, "seed=-1"), ({"task": {**dqn, "gamma": 2}}, "task.gamma=2"),
+                      ({"optimizer": {"_target_": "torch.optim.SGD", "lr": float("nan")}}, "optimizer.lr=nan"),
+                      ({"trainer": {"max_epoch": 3}}, "did you mean trainer.max_epochs?"),
                       ({"device": {"x": 1}}, "device.x"), ({"model": {"hidden": [1]}}, "no _target_"),
                       ({"callbacks": {"x": 1}}, "callbacks.x"),
                       ({"data": {"_target_": "AuctionBidsData", "n_bidders": 1}}, "n_bidders")]:

@@ -46,6 +46,25 @@ def test_config_errors_load_no_torch(tmp_path, bad):
     assert loaded == []
 
 
+@pytest.mark.parametrize(("preset", "bad", "line"), [
+    ("ppo_cartpole", "task.clip_coef=-0.2", "task.clip_coef=-0.2: must be a finite number > 0; e.g. task.clip_coef=0.2"),
+    ("ppo_cartpole", "task.num_minibatches=3", "task.num_minibatches=3: does not divide the rollout of task.num_steps * "),
+    ("ppo_cartpole", "device.precision=16-mixed", "device.precision=16-mixed: task=ppo trains only in 32-true"),
+    ("ppo_cartpole", "env.id=NoSuchEnv-v0", "env.id=NoSuchEnv-v0 is not a registered gymnasium environment; e.g. "),
+    ("dqn_cartpole", "env=pendulum", "task=dqn takes discrete actions, and env.id=Pendulum-v1 has Box(-2.0, 2.0, (1,), "),
+    ("dqn_cartpole", "+trainer.accumulate_grad_batchs=4",
+     "trainer.accumulate_grad_batchs is not a Lightning Trainer argument; did you mean trainer.accumulate_grad_batches?"),
+])
+def test_task_settings_are_refused_before_torch_loads(tmp_path, preset, bad, line):
+    """The task's Config (ranges, rules, precisions, action spaces), the env id and the Trainer's keys: exit 2, one
+    line naming the key, nothing written, neither torch nor Lightning imported."""
+    loaded, proc = imported_by(tmp_path, f"experiment={preset}", bad, f"hydra.run.dir={tmp_path / 'run'}")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith(f"error: {line}"), proc.stderr
+    assert not {"torch", "lightning"} & set(loaded), loaded
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.slow
 def test_a_run_loads_only_what_it_uses(tmp_path):
     loaded, proc = imported_by(tmp_path, "experiment=cem_cartpole", "trainer=debug", f"hydra.run.dir={tmp_path / 'run'}")

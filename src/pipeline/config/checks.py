@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib.resources
+import math
 import re
 from collections.abc import Iterable, Mapping
 from functools import cache
@@ -13,6 +14,7 @@ from pathlib import Path
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from pipeline.config.errors import ConfigError
+from pipeline.config.task_settings import check_task_settings
 
 
 def conf_root() -> Path:
@@ -131,12 +133,26 @@ def check_missing(cfg: DictConfig) -> None:
 # ---- values that make no sense: refused at start-up, before any record is written -----------------------
 
 SEED_MAX = 2**32 - 1  # numpy's and Lightning's seed range; negative seeds are refused by every task alike
+# The most seeds one process trains (K agents, each with its nets, optimizer state and envs, built one by one):
+# 4x the largest batch measured (K = 1024 on a GPU, docs/speed.md); more run as several processes.
+SEEDS_PER_PROCESS_MAX = 4096
 # Groups the pipeline always reads: removing one (`~device`) is an error; any other group removed (`~scheduler`)
 # means its `none` option.
 REQUIRED_GROUPS = ("task", "device", "seeding", "logger", "trainer")
 # Groups that are read key by key (not instantiated): a key the shipped option lacks would be silently ignored.
 CLOSED_GROUPS = ("device", "seeding")
 # Trainer arguments the pipeline sets from another group (pipeline.runtime.callbacks.OWNED has the full list).
+# lightning.Trainer.__init__'s parameters (tests/test_config_ranges.py keeps the list in sync with the installed
+# Lightning): a trainer.* key is checked against them without importing Lightning.
+TRAINER_ARGS = (
+    "accelerator", "strategy", "devices", "num_nodes", "precision", "logger", "callbacks", "fast_dev_run", "max_epochs",
+    "min_epochs", "max_steps", "min_steps", "max_time", "limit_train_batches", "limit_val_batches", "limit_test_batches",
+    "limit_predict_batches", "overfit_batches", "val_check_interval", "check_val_every_n_epoch", "num_sanity_val_steps",
+    "log_every_n_steps", "enable_checkpointing", "enable_progress_bar", "enable_model_summary", "accumulate_grad_batches",
+    "gradient_clip_val", "gradient_clip_algorithm", "deterministic", "benchmark", "inference_mode",
+    "use_distributed_sampler", "profiler", "detect_anomaly", "barebones", "plugins", "sync_batchnorm",
+    "reload_dataloaders_every_n_epochs", "default_root_dir", "enable_autolog_hparams", "model_registry",
+)
 TRAINER_OWNED = {"precision": "device.precision", "accelerator": "device.accelerator (device=cpu|cuda|mps|auto)"}
 
 
@@ -151,6 +167,13 @@ def _check_seed(cfg: DictConfig) -> None:
     k = cfg.get("seeds_per_process", 1)
     if not _is_int(k) or k < 1:
         raise ConfigError(f"seeds_per_process={k}: the number of seeds trained in one process is a whole number >= 1")
+    if k > SEEDS_PER_PROCESS_MAX:
+        raise ConfigError(f"seeds_per_process={k}: at most {SEEDS_PER_PROCESS_MAX} seeds train in one process; run more as "
+                          f"processes of up to {SEEDS_PER_PROCESS_MAX}, e.g. -m seed='range(0,{k},{SEEDS_PER_PROCESS_MAX})' "
+                          f"seeds_per_process={SEEDS_PER_PROCESS_MAX}")
+    if seed + k - 1 > SEED_MAX:
+        raise ConfigError(f"seed={seed} seeds_per_process={k}: the batch's seeds {seed}..{seed + k - 1} pass the largest seed "
+                          f"{SEED_MAX}; e.g. seed={SEED_MAX - k + 1}")
 
 
 def fill_removed_groups(cfg: DictConfig) -> None:
@@ -165,10 +188,25 @@ def fill_removed_groups(cfg: DictConfig) -> None:
             cfg[group] = {}
 
 
-def _check_numbers(cfg: DictConfig) -> None:
-    gamma = OmegaConf.select(cfg, "task.gamma", default=None)
-    if isinstance(gamma, int | float) and not isinstance(gamma, bool) and not 0 <= gamma <= 1:
-        raise ConfigError(f"task.gamma={gamma}: a discount factor lies in [0, 1]; e.g. task.gamma=0.99")
+def _shipped_default(key: str, choices: Mapping[str, str | None]) -> object:
+    group, _, rest = key.partition(".")
+    path = conf_root() / group / f"{choices.get(group)}.yaml" if rest else conf_root() / "config.yaml"
+    if not path.is_file():
+        return None
+    return OmegaConf.select(OmegaConf.load(path), rest or key, default=None)
+
+
+def _check_numbers(cfg: DictConfig, choices: Mapping[str, str | None] | None = None) -> None:
+    lr = OmegaConf.select(cfg, "optimizer.lr", default=None)
+    if isinstance(lr, int | float) and not isinstance(lr, bool) and not (math.isfinite(lr) and lr > 0):
+        raise ConfigError(f"optimizer.lr={lr}: a learning rate is a finite number > 0; e.g. optimizer.lr=0.001")
+    for key, value in _leaves(OmegaConf.to_container(cfg, resolve=False)):
+        if not isinstance(value, float) or key.startswith("hydra") or math.isfinite(value):
+            continue
+        if math.isnan(value) or key.split(".")[0] in BUILT_GROUPS:
+            default = _shipped_default(key, choices or {})
+            example = f"e.g. {key}={default}" if isinstance(default, int | float) and not isinstance(default, bool) else "give a finite number"
+            raise ConfigError(f"{key}={value}: not a finite number; {example}")
     for key, example in (("checkpoint.every_s", "checkpoint.every_s=60"), ("checkpoint.every_steps", "checkpoint.every_steps=10000")):
         value = OmegaConf.select(cfg, key, default=None)
         if isinstance(value, int | float) and not isinstance(value, bool) and value < 0:
@@ -223,6 +261,11 @@ def _check_closed_groups(cfg: DictConfig, choices: Mapping[str, str | None]) -> 
     for key, instead in TRAINER_OWNED.items():
         if key in trainer:
             raise ConfigError(f"trainer.{key} is set by the pipeline; use {instead} instead")
+    for key in trainer:
+        if key not in TRAINER_ARGS:
+            close = difflib.get_close_matches(str(key), TRAINER_ARGS, n=1)
+            hint = f"did you mean trainer.{close[0]}?" if close else "see lightning.pytorch.Trainer's arguments"
+            raise ConfigError(f"trainer.{key} is not a Lightning Trainer argument; {hint}")
 
 
 def runtime_choices(cfg: DictConfig) -> dict:
@@ -257,18 +300,23 @@ def _check_built_groups(cfg: DictConfig) -> None:
 
 def check_values(cfg: DictConfig, choices: Mapping[str, str | None] | None = None) -> None:
     """Refuse, with one line naming the key and the fix, values no run could use: a seed that is not a whole
-    number in [0, 2^32), seeds_per_process < 1, task.gamma outside [0, 1], a layer width < 1, a negative checkpoint
-    interval, device.num_threads < 1, an auction data path that is a directory or missing or a bidder count
-    outside [2, 100], a key a group would silently ignore (`+device.x=1`, `+callbacks.x=1`), a trainer key the pipeline sets from another group.
+    number in [0, 2^32) or a batch of seeds running past it, seeds_per_process outside [1, SEEDS_PER_PROCESS_MAX],
+    a key a group would silently ignore (`+device.x=1`, `+callbacks.x=1`), a trainer key the pipeline sets from
+    another group or that is no Trainer argument, the task's settings against its typed Config (types, declared
+    ranges, cross-field rules, the precisions and action spaces it declares; `pipeline.config.task_settings`), an
+    env id gymnasium does not know, a NaN anywhere (or an infinite model/optimizer value), a learning rate <= 0, a
+    layer width < 1, a negative checkpoint interval, device.num_threads < 1, an auction data path that is a
+    directory or missing or a bidder count outside [2, 100].
     Also fills a removed optional group (`~scheduler`) with its `none` option."""
     choices = runtime_choices(cfg) if choices is None else choices
     _check_seed(cfg)
     fill_removed_groups(cfg)
-    _check_numbers(cfg)
-    _check_auction_data(cfg)
     _check_closed_groups(cfg, choices)
     _check_built_groups(cfg)
     check_callback_entries(cfg)
+    check_task_settings(cfg, choices)
+    _check_numbers(cfg, choices)
+    _check_auction_data(cfg)
 
 
 def callback_entries(cfg: DictConfig) -> list[tuple[str, object]]:

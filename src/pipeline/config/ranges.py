@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from pipeline.config.errors import ConfigError
@@ -160,15 +160,17 @@ def _nullable(field: dataclasses.Field) -> bool:
     return "None" in kind or "Optional" in kind or "Any" in kind
 
 
-def problems(config: Any, prefix: str) -> Iterator[str]:
+def problems(config: Any, prefix: str, typed: Mapping | None = None) -> Iterator[str]:
     """Each out-of-range value of a Config instance, then (when all fields are in range) each broken cross-field
-    rule, as a one-line message."""
+    rule, as a one-line message. `typed`: the values as the user gave them ({"clip_coef": 0}), shown instead of
+    the Config's converted ones (0.0)."""
+    typed = typed if isinstance(typed, Mapping) else {}
     found = False
     for field in dataclasses.fields(config):
         value = getattr(config, field.name)
         key = f"{prefix}.{field.name}"
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            for line in problems(value, key):
+            for line in problems(value, key, typed.get(field.name)):
                 found = True
                 yield line
             continue
@@ -182,17 +184,17 @@ def problems(config: Any, prefix: str) -> Iterator[str]:
             continue
         found = True
         example = example_of(type(config), field.name)
-        yield f"{key}={_show(value)}: must be {rng.describe()}" + (f"; e.g. {key}={example}" if example else "")
+        yield f"{key}={_show(typed.get(field.name, value))}: must be {rng.describe()}" + (f"; e.g. {key}={example}" if example else "")
     if found:
         return
     rules = getattr(config, "cross_checks", None)
     for name, message in (rules() if rules is not None else ()):
-        yield f"{prefix}.{name}={_show(getattr(config, name))}: {message}"
+        yield f"{prefix}.{name}={_show(typed.get(name, getattr(config, name)))}: {message}"
 
 
-def check_config(config: Any, prefix: str = "task") -> None:
+def check_config(config: Any, prefix: str = "task", typed: Mapping | None = None) -> None:
     """Raise ConfigError with the first problem of `config` (a dataclass instance with declared ranges)."""
-    for line in problems(config, prefix):
+    for line in problems(config, prefix, typed):
         raise ConfigError(line)
 
 

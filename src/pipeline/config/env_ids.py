@@ -1,0 +1,82 @@
+"""The `env` group at start-up: the id must be a registered gymnasium env, and its action space what the task takes.
+
+gymnasium only, never the pipeline's env wrappers (which load torch): an unknown id is one line with a close match
+before Lightning loads. Atari ids (`ALE/...`) are registered by importing ale_py, as `pipeline.rl.envs` does.
+"""
+
+from __future__ import annotations
+
+import difflib
+from functools import cache
+
+from pipeline.config.errors import ConfigError
+
+
+def _registry() -> dict:
+    import gymnasium
+
+    return gymnasium.envs.registry
+
+
+@cache
+def _register_atari() -> bool:
+    try:
+        import ale_py
+        import gymnasium
+    except ImportError:
+        return False
+    gymnasium.register_envs(ale_py)
+    return True
+
+
+def check_env_id(env_id: str) -> None:
+    """`env.id=NoSuchEnv-v0` -> one line with the closest registered ids. An id `module:Name-v0` (gymnasium imports
+    the module that registers it) is left to gymnasium."""
+    if ":" in env_id or env_id in _registry():
+        return
+    if _register_atari() and env_id in _registry():
+        return
+    ids = sorted(_registry())
+    close = difflib.get_close_matches(env_id, ids, n=3, cutoff=0.6)
+    if not close:  # case and version typos: `cartpole-v1`, `CartPole-v9`
+        lowered = {i.lower(): i for i in ids}
+        close = [lowered[c] for c in difflib.get_close_matches(env_id.lower(), list(lowered), n=3, cutoff=0.6)]
+    hint = f"did you mean {' or '.join(f'env.id={c}' for c in close)}?" if close else "e.g. env.id=CartPole-v1 (or env=cartpole|pendulum|acrobot|atari)"
+    raise ConfigError(f"env.id={env_id} is not a registered gymnasium environment; {hint}")
+
+
+_SPACES: dict[tuple, object] = {}
+
+
+def _action_space(env_id: str, kwargs: dict):
+    """The env's action space (made once per id and kwargs), None when gymnasium cannot make it here."""
+    key = (env_id, tuple(sorted((str(k), repr(v)) for k, v in kwargs.items())))
+    if key not in _SPACES:
+        import gymnasium
+
+        try:
+            env = gymnasium.make(env_id, **kwargs)
+        except Exception:  # noqa: BLE001 - an env that cannot be made here is reported by the task that makes it
+            _SPACES[key] = None
+        else:
+            _SPACES[key] = env.action_space
+            env.close()
+    return _SPACES[key]
+
+
+def action_kind(env_id: str, kwargs: dict | None = None) -> tuple[str, str] | None:
+    """("discrete" | "box" | the space's class name, the space as text) of the env's actions; None when it cannot be
+    made here (the task then reports why). Atari games are discrete."""
+    if env_id.startswith("ALE/"):
+        return "discrete", "Discrete (an Atari game)"
+    import gymnasium
+
+    kwargs = dict(kwargs or {})
+    space = _action_space(env_id, kwargs)
+    if space is None:
+        return None
+    if isinstance(space, gymnasium.spaces.Discrete):
+        return "discrete", str(space)
+    if isinstance(space, gymnasium.spaces.Box):
+        return "box", str(space)
+    return type(space).__name__, str(space)

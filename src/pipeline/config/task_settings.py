@@ -1,0 +1,152 @@
+"""The `task:` node against its typed Config, at start-up: types, declared ranges and cross-field rules
+(`pipeline.config.ranges`), and what the Config declares the task runs with (`precisions`, `action_spaces`).
+
+The Config is found by the `_target_` it declares, among the dataclasses of the torch-free modules in
+`CONFIG_MODULES` (the shipped tasks' `pipeline.tasks.configs`); nothing here imports a task, torch or Lightning.
+A task whose Config lives elsewhere is checked when the run builds it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib
+from collections.abc import Mapping
+from functools import cache
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from pipeline.config import env_ids
+from pipeline.config.errors import ConfigError
+from pipeline.config.ranges import check_config, example_of
+
+# Torch-free modules holding typed Configs, each naming the class it configures in its `_target_` default.
+CONFIG_MODULES = ["pipeline.tasks.configs"]
+
+
+@cache
+def configs_by_target() -> dict[str, type]:
+    found: dict[str, type] = {}
+    for name in CONFIG_MODULES:
+        for obj in vars(importlib.import_module(name)).values():
+            if isinstance(obj, type) and dataclasses.is_dataclass(obj):
+                target = next((f.default for f in dataclasses.fields(obj) if f.name == "_target_"), None)
+                if isinstance(target, str):
+                    found[target] = obj
+    return found
+
+
+def config_class(target: Any) -> type | None:
+    """The typed Config whose `_target_` is `target` (None: not one of CONFIG_MODULES')."""
+    return configs_by_target().get(str(target))
+
+
+def _field(cls: type, dotted: str) -> tuple[type, dataclasses.Field] | None:
+    """The (owner Config, field) at a dotted key of a Config, through nested Config fields."""
+    owner: Any = cls
+    parts = dotted.split(".")
+    for i, part in enumerate(parts):
+        fields = {f.name: f for f in dataclasses.fields(owner)}
+        if part not in fields:
+            return None
+        if i == len(parts) - 1:
+            return owner, fields[part]
+        default = fields[part].default_factory() if fields[part].default_factory is not dataclasses.MISSING else fields[part].default
+        if not dataclasses.is_dataclass(default):
+            return None
+        owner = type(default)
+    return None
+
+
+_KINDS = {"int": "a whole number", "float": "a number", "bool": "true or false", "str": "a string", "list": "a list"}
+
+
+def _expected(field: dataclasses.Field) -> str:
+    kind = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", str(field.type))
+    base = kind.split("|")[0].split("[")[0].strip()
+    what = _KINDS.get(base, kind)
+    return f"{what} (or null)" if "None" in kind else what
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    return "null" if value is None else str(value).replace(" ", "")
+
+
+def typed_task(cfg: DictConfig, choices: Mapping[str, str | None]) -> tuple[type, Any, dict] | None:
+    """(Config class, the `task:` node as its instance, the node's values as given); None when its Config is not
+    known here. A wrong type or an unknown key is one line naming the key, what it takes and an example."""
+    node = cfg.get("task")
+    if not isinstance(node, DictConfig):
+        return None
+    cls = config_class(node.get("_target_"))
+    if cls is None:
+        return None
+    try:
+        values = {k: v for k, v in OmegaConf.to_container(node, resolve=True).items() if k != "_target_"}
+    except OmegaConfBaseException:
+        return None  # an interpolation that does not resolve: the run's own composition reports it
+    name = f"task={choices['task']}" if choices.get("task") else cls.__name__
+    known = [f.name for f in dataclasses.fields(cls) if f.name != "_target_"]
+    for key in values:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), known, n=1)
+            hint = f"did you mean task.{close[0]}?" if close else f"its settings: {', '.join(known)}"
+            raise ConfigError(f"task.{key} is not a setting of {name}; {hint}")
+    try:
+        return cls, OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls), values)), values
+    except OmegaConfBaseException as exc:
+        key = str(exc.full_key or exc.key or "")
+        found = _field(cls, key) if key else None
+        if found is None:
+            raise ConfigError(f"task.{key}: {str(exc).splitlines()[0]}" if key else f"task: {str(exc).splitlines()[0]}") from None
+        owner, field = found
+        value = OmegaConf.select(OmegaConf.create(values), key, default=None)
+        example = example_of(owner, field.name)
+        raise ConfigError(f"task.{key}={_shown(value)}: expected {_expected(field)}"
+                          + (f"; e.g. task.{key}={example}" if example else "")) from None
+
+
+def check_task_settings(cfg: DictConfig, choices: Mapping[str, str | None]) -> None:
+    """Types, ranges and rules of the task's Config, then the precision and env it declares it runs with."""
+    typed = typed_task(cfg, choices)
+    if typed is None:
+        return
+    cls, config, values = typed
+    check_config(config, "task", values)
+    name = f"task={choices['task']}" if choices.get("task") else cls.__name__
+    precisions = getattr(cls, "precisions", None)
+    precision = OmegaConf.select(cfg, "device.precision", default=None)
+    if precisions and precision is not None and str(precision) not in precisions:
+        raise ConfigError(f"device.precision={precision}: {name} trains only in {' or '.join(precisions)}; "
+                          f"use device.precision={precisions[0]}")
+    spaces = getattr(cls, "action_spaces", None)
+    env = cfg.get("env")
+    if spaces is None or not isinstance(env, DictConfig) or env.get("id") in (None, ""):
+        return
+    env_id = str(env.get("id"))
+    env_ids.check_env_id(env_id)
+    kwargs = env.get("kwargs")
+    kwargs = OmegaConf.to_container(kwargs, resolve=True) if isinstance(kwargs, DictConfig) else {}
+    found = env_ids.action_kind(env_id, kwargs)
+    if found is not None and found[0] not in spaces:
+        others = [t for t, c in _shipped_tasks().items() if found[0] in (getattr(c, "action_spaces", None) or ())]
+        hint = f", or {' or '.join(f'task={t}' for t in others)} for its actions" if others else ""
+        raise ConfigError(f"{name} takes {' or '.join(spaces)} actions, and env.id={env_id} has {found[1]}: choose another "
+                          f"env{hint}")
+
+
+@cache
+def _shipped_tasks() -> dict[str, type]:
+    """{option: Config} of the shipped conf/task/ options whose Config is known here."""
+    from pipeline.config.checks import conf_root
+
+    out = {}
+    for path in sorted((conf_root() / "task").glob("*.yaml")):
+        cls = config_class(OmegaConf.load(path).get("_target_"))
+        if cls is not None:
+            out[path.stem] = cls
+    return out
