@@ -38,6 +38,14 @@ def test_grammar_maps_to_optuna_distributions(make_cfg):
         ("task.gradient_steps=choice(16)", "task.gradient_steps=choice(...) has 1 option; give at least two"),
         ("seed=range(0,5)", "seed is chosen by the tuner"),
         ("optimizer.lr=tag(log, interval(0.0, 0.1))", "needs a positive lower bound"),
+        # Every value a trial could get passes the run's own start-up checks.
+        ("model.hidden=choice([64],[0])", "search space: model.hidden=choice([64],[0]) can give model.hidden=[0], which a run "
+                                          "refuses: model.hidden=[0]: layer widths are whole numbers >= 1"),
+        ("task.gamma=interval(0.9, 1.5)", "can give task.gamma=1.5, which a run refuses: task.gamma=1.5: must be a finite "
+                                          "number in [0, 1]; e.g. task.gamma=0.99"),
+        ("task.batch_size=range(0, 64, 32)", "can give task.batch_size=0, which a run refuses"),
+        ("task.target_update=choice(hard,polyak)", "task.target_update=polyak: must be one of hard, soft"),
+        ("optimizer.lr=interval(0.0, 0.1)", "can give optimizer.lr=0.0, which a run refuses"),
     ],
 )
 def test_bad_space_is_one_line_naming_the_problem(make_cfg, arg, message):

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import MissingMandatoryValue
 
 
@@ -101,6 +101,58 @@ def _param_from_override(override, config: DictConfig, groups: Mapping[str, list
     raise TuneError(f"search space: {name}: unsupported sweep {override.input_line!r}; use interval, choice or range")
 
 
+def _candidates(override) -> list:
+    """The values of a sweep that bound what a trial can get: every choice, a range's or an interval's two ends."""
+    from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep
+
+    sweep = override.value()
+    if isinstance(sweep, ChoiceSweep):
+        return list(sweep.list)
+    if isinstance(sweep, IntervalSweep):
+        return [sweep.start, sweep.end]
+    values = list(override.sweep_iterator())
+    return [values[0], values[-1]] if values else []
+
+
+def _config_errors(config: DictConfig, choices: Mapping[str, str | None], name: str | None = None, value: Any = None):
+    """The start-up checks' one line for the config with `name` set to `value` (None: it passes; "": the config
+    cannot be checked here)."""
+    from pipeline.config.checks import ConfigError, check_types, check_values
+
+    job = OmegaConf.create(OmegaConf.to_container(config, resolve=False))
+    with open_dict(job):
+        job.pop("hydra", None)
+        if name is not None:
+            OmegaConf.update(job, name, value, force_add=True)
+    try:
+        check_types(job, choices)
+        check_values(job, choices)
+    except ConfigError as exc:
+        return str(exc)
+    except Exception:  # noqa: BLE001 - e.g. a `???` the sweep fills: not a value a run refuses
+        return "" if name is None else None
+    return None
+
+
+def check_space_values(overrides: Iterable, config: DictConfig, groups: Mapping[str, list[str]]) -> None:
+    """Each value a trial could get passes the start-up checks a run makes (`model.hidden=choice([64],[0])` is one
+    line now, not a failed trial later). Skipped when the base config itself fails them: the sweep reports that."""
+    from pipeline.config.checks import runtime_choices
+
+    choices = runtime_choices(config)
+    if _config_errors(config, choices) is not None:
+        return
+    for override in overrides:
+        name = override.get_key_element()
+        if name in groups:
+            continue  # a group's options: each is a shipped config, checked when a trial composes it
+        for value in _candidates(override):
+            error = _config_errors(config, choices, name, value)
+            if error is not None:
+                raise TuneError(f"search space: {override.input_line} can give {name}={format_value(value)}, which a run "
+                                f"refuses: {error}")
+
+
 def _check_known(name: str, override, config: DictConfig, groups: Mapping[str, list[str]]) -> None:
     if name in groups or override.is_add():
         return
@@ -150,4 +202,6 @@ def parse_space(arguments: Iterable[str], params: Mapping[str, Any] | None, conf
                 raise TuneError(f"hydra.sweeper.params.{key}={value} is one value; give a sweep such as choice(a,b) or interval(lo,hi)")
     if not space:
         raise TuneError("nothing to tune: give a search space, e.g. 'optimizer.lr=tag(log, interval(1e-4, 1e-2))'")
-    return fixed, [_param_from_override(o, config, groups) for o in space.values()]
+    params = [_param_from_override(o, config, groups) for o in space.values()]
+    check_space_values(space.values(), config, groups)
+    return fixed, params
