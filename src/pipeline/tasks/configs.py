@@ -149,6 +149,8 @@ class SACConfig(OffPolicyConfig):
     target_network_frequency: int = count(1)  # critic updates per target update
     alpha: float = number(0.2, low=0)  # the entropy coefficient (its start value when autotune)
     autotune: bool = True  # tune alpha toward a target entropy of -dim(action)
+    target_entropy: float | None = number(None, example=-1.0)  # autotune's target (null: -dim(action))
+    critic_hidden: list[int] = items([256, 256], whole=True, low=1)  # each Q critic's hidden layers
     eval_every: int = count(5_000)
 
 
@@ -172,6 +174,7 @@ class TD3Config(OffPolicyConfig):
     policy_noise: float = number(0.2, low=0)  # target policy smoothing noise, in units of the action scale
     exploration_noise: float = number(0.1, low=0)
     noise_clip: float = number(0.5, low=0)
+    critic_hidden: list[int] = items([256, 256], whole=True, low=1)  # each Q critic's hidden layers
     eval_every: int = count(5_000)
 
 
@@ -270,4 +273,6 @@ SCHEMAS = {
     "gan": GANConfig,
     "counterfactual": CounterfactualConfig,
     "ppo": PPOConfig,
+    "sac": SACConfig,
+    "td3": TD3Config,
 }
