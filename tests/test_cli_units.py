@@ -191,24 +191,34 @@ def test_a_single_runs_bad_value_and_unwritable_dir_are_refused(tmp_path, capsys
 
 
 def test_a_run_dir_in_use_is_refused_with_exit_1(tmp_path, capsys):
-    from pipeline.runtime.rundir import RunDirLock
+    import subprocess
+    import sys
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    lock = RunDirLock(run_dir)
-    lock.acquire()
+    # Another process owns the dir (a lock this process held would be its own: the CLI's, shared by its run).
+    owner = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path; "
+                              "from pipeline.runtime.rundir import RunDirLock; RunDirLock(Path(sys.argv[1])).acquire(); "
+                              "print('held', flush=True); time.sleep(600)", str(run_dir)], stdout=subprocess.PIPE, text=True)
     try:
+        assert owner.stdout.readline().strip() == "held"
         code, err = single_run_refusal(["experiment=supervised_digits", f"hydra.run.dir={run_dir}"], capsys)
     finally:
+        owner.kill()
+        owner.wait()
+    assert code == 1 and len(err) == 1 and "is in use by process" in err[0] and str(owner.pid) in err[0]
+
+
+def test_a_good_single_run_passes_holds_the_dirs_lock_and_leaves_nothing_once_released(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for argv, run_dir in ([["experiment=supervised_digits", f"hydra.run.dir={tmp_path / 'a' / 'run'}"], tmp_path / "a" / "run"],
+                          [["experiment=supervised_digits"], None]):  # Hydra's default dir under ./outputs
+        lock, created = cli._check_single_run_first(argv)
+        assert lock.path.is_file() and (run_dir is None or lock.path.parent == run_dir)
+        assert argv[-1].startswith("hydra.run.dir=")  # Hydra runs in the dir that was locked, whatever the clock says
         lock.release()
-    assert code == 1 and len(err) == 1 and "is in use by process" in err[0]
-
-
-def test_a_good_single_run_passes_and_creates_nothing(tmp_path, capsys):
-    run_dir = tmp_path / "run"
-    cli._check_single_run_first(["experiment=supervised_digits", f"hydra.run.dir={run_dir}"])
-    cli._check_single_run_first(["experiment=supervised_digits"])  # Hydra's default dir: not preflighted
-    assert not run_dir.exists() and capsys.readouterr().err == ""
+        cli._remove_if_empty(lock.path.parent, created)
+    assert list(tmp_path.iterdir()) == [] and capsys.readouterr().err == ""
 
 
 @pytest.mark.parametrize("argv", [["-m", "optimizer.lrr=1"], ["--cfg", "job", "optimizer.lr=-1"], ["experiment=no_such_preset"]])

@@ -38,10 +38,21 @@ def test_a_released_lock_leaves_no_file_and_the_dir_can_be_owned_again(tmp_path)
     lock.release()
     assert not (tmp_path / ".lock").exists()
     with RunDirLock(tmp_path):
-        with pytest.raises(RunDirBusy):
-            probe_owner(tmp_path)
+        probe_owner(tmp_path)  # this process's own lock (the CLI's, which the run's lifecycle shares)
+        with RunDirLock(tmp_path):
+            pass
+        assert (tmp_path / ".lock").is_file()  # the inner, shared acquire's release keeps the outer one's lock
+        assert _probe_elsewhere(tmp_path) == "busy"
     assert not (tmp_path / ".lock").exists()
     probe_owner(tmp_path)  # no owner now
+    assert _probe_elsewhere(tmp_path) == "free"
+
+
+def _probe_elsewhere(run_dir) -> str:
+    """probe_owner from another process: 'busy' or 'free'."""
+    code = ("import sys; from pathlib import Path; from pipeline.runtime.rundir import RunDirBusy, probe_owner\n"
+            "try:\n    probe_owner(Path(sys.argv[1])); print('free')\nexcept RunDirBusy:\n    print('busy')")
+    return subprocess.run([sys.executable, "-c", code, str(run_dir)], capture_output=True, text=True, check=True).stdout.strip()
 
 
 def test_a_lock_held_by_a_live_process_is_never_removed(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import errno
 import logging
 import os
 import re
@@ -16,11 +17,11 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from pipeline.config import checks as config_checks
-from pipeline.config.checks import ConfigError, check_group_overrides
+from pipeline.config.checks import ConfigError, check_group_overrides, one_line
 from pipeline.config.grouping import start_sweep_id
 from pipeline.runtime import quiet
-from pipeline.runtime.context import exit_status
-from pipeline.runtime.rundir import honour_stop_signals_from_now
+from pipeline.runtime.context import exit_status, hydra_quoted, path_override
+from pipeline.runtime.rundir import RunDirBusy, RunDirLock, honour_stop_signals_from_now
 from pipeline.store.atomic import cause_of
 from pipeline.store.layout import error_log_path, result_path
 from pipeline.store.record import summary_line
@@ -100,12 +101,14 @@ def _check_device(cfg: DictConfig) -> None:
         raise ConfigError(str(exc)) from None
 
 
-def _check_single_run_first(argv: list[str]) -> None:
+def _check_single_run_first(argv: list[str]) -> tuple[RunDirLock, Path | None] | None:
     """A single run's config and run dir are checked before Hydra creates the dir or writes its .hydra/: a bad
-    value (exit 2) or a refused run dir (busy, finished, resumed with another config: exit 1) changes nothing
-    on disk and answers before Lightning is imported. Sweeps check each job in its own process."""
+    value (exit 2) or a refused run dir (a user's folder, busy, finished, resumed with another config: exit 1)
+    changes nothing on disk and answers before Lightning is imported. Then the run dir's lock is taken, before
+    Hydra writes anything there, and returned with the topmost folder it created (the caller releases it; the
+    run's own lifecycle shares it). Sweeps check each job in its own process."""
     if any(a.startswith("-") for a in argv):  # -m, --cfg, --help, --info, ...: Hydra's own business
-        return
+        return None
     from hydra import compose, initialize_config_module
 
     from pipeline.runtime.preflight import RunRefused, preflight
@@ -116,7 +119,7 @@ def _check_single_run_first(argv: list[str]) -> None:
     except Exception as exc:  # noqa: BLE001 - Hydra reports its other errors (with its hints) when it composes for real
         line = _unknown_key_line(str(exc), argv)
         if line is None:
-            return
+            return None
         print(f"error: {line}", file=sys.stderr)
         sys.exit(2)
     choices = config_checks.runtime_choices(cfg)
@@ -124,28 +127,127 @@ def _check_single_run_first(argv: list[str]) -> None:
     with open_dict(cfg):
         del cfg["hydra"]  # the job's config, as the run gets it (Hydra's node still has sweep-only values unset)
     _check_before_running(cfg, choices)
+    _check_name_lengths(run_dir, "hydra.run.dir")
     _check_writable(run_dir)
-    if any(a.startswith("hydra.run.dir=") for a in argv):
+    created = _first_missing(run_dir)
+    lock = RunDirLock(run_dir)
+    try:
+        preflight(cfg, run_dir)
+        lock.acquire()
+        preflight(cfg, run_dir)  # again, now that no other process can start in it
+    except (RunRefused, RunDirBusy, OSError) as exc:
+        lock.release()
+        _remove_if_empty(run_dir, created)
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(1)
+    if not any(a.split("=", 1)[0].lstrip("+") == "hydra.run.dir" for a in argv):
+        # The dir Hydra composes again from `${now:...}` could be a second later: it runs in the one locked.
+        argv.append(f"hydra.run.dir={hydra_quoted(str(run_dir))}")
+    return lock, created
+
+
+def _first_missing(run_dir: Path) -> Path | None:
+    """The topmost folder of `run_dir` that does not exist yet (what taking its lock creates), or None."""
+    missing = None
+    for path in (run_dir.absolute(), *run_dir.absolute().parents):
+        if path.exists():
+            return missing
+        missing = path
+    return missing
+
+
+def _remove_if_empty(run_dir: Path, created: Path | None) -> None:
+    """Remove the folders taking the lock created, from `run_dir` up to `created`, where nothing else was put."""
+    if created is None:
+        return
+    for path in (run_dir.absolute(), *run_dir.absolute().parents):
         try:
-            preflight(cfg, run_dir)
-        except RunRefused as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            sys.exit(1)
+            path.rmdir()
+        except OSError:
+            return
+        if path == created:
+            return
 
 
 def _check_writable(run_dir: Path) -> None:
     """A run dir that cannot be made (a read-only or immutable parent, a full disk): one line now, before Hydra's
-    own traceback from its mkdir. Probed with a temporary file in the nearest existing parent, removed at once."""
+    own traceback from its mkdir. Probed with a temporary file in the nearest existing parent holding a few
+    blocks of data (an empty file fits on a full disk), removed at once."""
     parent = run_dir.absolute()
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
     try:
-        with tempfile.TemporaryFile(dir=parent):
-            pass
+        with tempfile.TemporaryFile(dir=parent) as probe:
+            probe.write(b"\0" * (64 << 10))
+            probe.flush()
+            os.fsync(probe.fileno())
     except OSError as exc:
-        print(f"error: cannot create the run dir {run_dir}: {cause_of(exc)} in {parent}; choose a writable dir with "
+        print(f"error: cannot create the run dir {run_dir}: {cause_of(exc)} in {parent}; "
+              f"{'free some space or ' if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ''}choose a writable dir with "
               "hydra.run.dir=<dir>", file=sys.stderr)
         sys.exit(1)
+
+
+def _name_max(path: Path) -> int:
+    """The longest file name the file system under `path` takes (255 on Linux file systems)."""
+    for parent in path.absolute().parents:
+        try:
+            return int(os.pathconf(parent, "PC_NAME_MAX"))
+        except (OSError, ValueError):
+            continue
+    return 255
+
+
+def _check_name_lengths(path: Path, key: str) -> None:
+    """A dir name longer than the file system takes (a 300-character `name` or run dir): one line, not Hydra's
+    `File name too long` traceback after it composed."""
+    limit = _name_max(path)
+    for part in Path(path).parts:
+        if len(part.encode()) > limit:
+            print(f"error: {key}: the folder name {part[:40]}... is {len(part.encode())} bytes, more than the {limit} "
+                  f"a file name may have here; choose a shorter {'name=' if key == 'name' else key + '=<dir>'}",
+                  file=sys.stderr)
+            sys.exit(2)
+
+
+def _check_override_grammar(argv: list[str]) -> None:
+    """An override Hydra's grammar cannot read (a dir holding `=`, `,`, spaces or brackets; a number of thousands
+    of digits): one line with the quoted form of the user's own value, instead of Hydra's context-free
+    "mismatched input" or a traceback."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    for arg in argv:
+        if arg.startswith("-") or "=" not in arg:
+            continue
+        try:
+            parser.parse_overrides([arg])
+        except ValueError as exc:  # Python's cap on digits in an int (4300)
+            key, _, value = arg.partition("=")
+            print(f"error: {key}={value[:20]}...: a number of {len(value)} digits is more than any setting takes; "
+                  f"give {key} a smaller value ({one_line(exc)[:60]}...)", file=sys.stderr)
+            sys.exit(2)
+        except Exception as exc:  # noqa: BLE001 - Hydra's OverrideParseException and its lexer's errors
+            key, _, value = arg.partition("=")
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            print(f"error: {arg}: Hydra's override grammar cannot read this value ({reason}); quote it: "
+                  f"{key}={hydra_quoted(value)}, typed in a shell as {path_override(key, value)}", file=sys.stderr)
+            sys.exit(2)
+
+
+def _check_dirs_given(argv: list[str]) -> None:
+    """`hydra.run.dir=` or `hydra.sweep.dir=` with nothing after it (an unset shell variable) names the current
+    folder: refused in one line, before anything is written there."""
+    for arg in argv:
+        key, eq, value = arg.partition("=")
+        if eq and key.lstrip("+") in ("hydra.run.dir", "hydra.sweep.dir") and value.strip("'\" ") == "":
+            print(f"error: {key}= is empty (an unset shell variable?): it would write into the current folder; give a "
+                  f"dir ({key}=outputs/my_run) or leave it out for a new dated dir", file=sys.stderr)
+            sys.exit(2)
+        if eq and key.lstrip("+") == "name" and len(value.encode()) > 200:
+            _check_name_lengths(Path(value), "name")
+        if eq and key.lstrip("+") == "hydra.sweep.dir":
+            _check_name_lengths(Path(value.strip("'\"")), "hydra.sweep.dir")
 
 
 def _unknown_key_line(message: str, argv: list[str]) -> str | None:
@@ -190,14 +292,21 @@ def _main(argv: list[str] | None) -> None:
         sys.path.insert(0, os.getcwd())
     # W&B never waits for a server unless the user chose a mode.
     os.environ.setdefault("WANDB_MODE", "offline")
+    _check_dirs_given(argv)
+    _check_override_grammar(argv)
     if not _user_config_dirs(argv):
         try:
             check_group_overrides(argv)
         except ConfigError as exc:
             print(f"error: {exc}", file=sys.stderr)
             sys.exit(2)
-    if not _user_config_dirs(argv):
-        _check_single_run_first(argv)
+    held = None if _user_config_dirs(argv) else _check_single_run_first(argv)
     sys.argv = [sys.argv[0], *argv]
-    hydra_entry()
+    try:
+        hydra_entry()
+    finally:
+        if held is not None:
+            lock, created = held
+            lock.release()
+            _remove_if_empty(Path(lock.path.parent), created)
     sys.exit(exit_status.code)

@@ -81,10 +81,15 @@ class JobContext:
 _HYDRA_PLAIN = re.compile(r"^[\w./~+:@%-]+$")
 
 
+def hydra_quoted(value: str) -> str:
+    """`value` as Hydra's override grammar reads it back unchanged: as it is when plain, else single-quoted."""
+    return value if _HYDRA_PLAIN.match(value) else "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 def path_override(key: str, path: str) -> str:
     """`key=path` as a shell word Hydra reads back as that path: quoted for Hydra's grammar when the path holds
     `=`, `,`, spaces or brackets (a sweep job's dir does), then for the shell."""
-    value = path if _HYDRA_PLAIN.match(path) else "'" + path.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    value = hydra_quoted(path)
     word = f"{key}={value}"
     return f'"{word}"' if value != path and not any(c in word for c in '"$`\\!') else shlex.quote(word)
 

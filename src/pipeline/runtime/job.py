@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from pipeline.config.grouping import group_name, semantic_config
 from pipeline.runtime.context import JobContext
-from pipeline.runtime.rundir import honour_stop_signals_from_now
+from pipeline.runtime.rundir import EXIT_CODES, STOP_SIGNALS, honour_stop_signals_from_now, say
 from pipeline.store.layout import agent_dirs
 from pipeline.store.record import RunRecord, read_record
 
@@ -37,6 +37,8 @@ BUSY_EXIT = 75
 # Set by a sweep showing a live progress line on its terminal: the job process's output then comes through this
 # process (whose stdout the live display owns), so it prints above the line instead of through it.
 RELAY_ENV = "PIPELINE_RELAY_JOB_OUTPUT"
+# A child's exit code after it saved on a stop request, and the signal that asked it.
+STOPPED_BY = {EXIT_CODES[s]: s.name for s in STOP_SIGNALS}
 
 
 def hydra_job(cfg: DictConfig) -> list[dict]:
@@ -58,10 +60,10 @@ def hydra_job(cfg: DictConfig) -> list[dict]:
         # and recorded `interrupted`; the sweep stops too, as it does for a job in a child process (it went on
         # to the next job, and a tuner worker cancelled by SLURM kept asking for trials).
         signals = [(r.get("interrupted") or {}).get("signal") for r in records if r.get("status") == "interrupted"]
-        stop = next((s for s in signals if s in ("SIGINT", "SIGTERM")), None)
+        stop = next((s for s in signals if s in ("SIGINT", "SIGTERM", "SIGHUP")), None)
         if stop:
-            print(f"sweep stopped by {stop}; finish it with: {ctx.resume_command()}", flush=True)
-            raise SystemExit(130 if stop == "SIGINT" else 143)
+            say(f"sweep stopped by {stop}; finish it with: {ctx.resume_command()}")
+            raise SystemExit(EXIT_CODES[signal.Signals[stop]])
     return records
 
 
@@ -81,14 +83,16 @@ def run_in_child(cfg: DictConfig, ctx: JobContext) -> list[dict]:
         relayer.start()
     received: list[int] = []
 
-    def forward(signum, frame):  # Ctrl-C / SIGTERM reach the child, which saves and stops cleanly
+    def forward(signum, frame):  # Ctrl-C / SIGTERM / SIGHUP reach the child, which saves and stops cleanly
         received.append(signum)
         if child.poll() is None:
             child.send_signal(signum)
 
     previous = {}
     try:
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2):
+        for sig in (*STOP_SIGNALS, signal.SIGUSR2):
+            if sig == signal.SIGHUP and signal.getsignal(sig) == signal.SIG_IGN:
+                continue  # nohup
             previous[sig] = signal.signal(sig, forward)
     except ValueError:  # not the main thread: the launcher handles signals
         previous = {}
@@ -112,9 +116,9 @@ def run_in_child(cfg: DictConfig, ctx: JobContext) -> list[dict]:
         print(f"[job {ctx.job_num}] seed={cfg.seed}: still running in another process ({ctx.run_dir} is locked); "
               "not started again: resume the sweep when it has ended", flush=True)
         return [r.to_dict() for r in records]
-    if rc not in (0, 1, 130, 143, 2) or len(records) < _agents(cfg):
+    if rc not in (0, 1, 2, *STOPPED_BY) or len(records) < _agents(cfg):
         how = (f"killed by {signal.Signals(-rc).name}" if rc < 0 else
-               f"stopped by {'SIGINT' if rc == 130 else 'SIGTERM'} before it started" if rc in (130, 143) else
+               f"stopped by {STOPPED_BY[rc]} before it started" if rc in STOPPED_BY else
                f"ended with exit code {rc} before it wrote a record" if rc in (0, 1, 2) else f"exited with code {rc}")
         # A child killed in its first seconds (during imports, out of memory) wrote no record: one is made
         # here from what the sweep knows, so every launched job is counted.
@@ -122,8 +126,8 @@ def run_in_child(cfg: DictConfig, ctx: JobContext) -> list[dict]:
         print(f"[job {ctx.job_num}] seed={cfg.seed}: the training process was {how}; finish with: {ctx.resume_command()}", flush=True)
     if received and signal.SIGUSR2 not in received:
         # Stop the sweep; its jobs' records say where each one stopped.
-        print(f"sweep stopped by {signal.Signals(received[0]).name}; finish it with: {ctx.resume_command()}", flush=True)
-        raise SystemExit(130 if received[0] == signal.SIGINT else 143)
+        say(f"sweep stopped by {signal.Signals(received[0]).name}; finish it with: {ctx.resume_command()}")
+        raise SystemExit(EXIT_CODES.get(received[0], 1))
     return [r.to_dict() for r in records]
 
 

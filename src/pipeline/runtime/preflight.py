@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from pipeline.config.grouping import flatten, is_ignored, semantic_config
 from pipeline.runtime.rundir import RunDirBusy, probe_owner
-from pipeline.store.layout import agent_dirs, checkpoint_path
+from pipeline.store.layout import agent_dirs, checkpoint_path, foreign_entries
 from pipeline.store.record import RunRecord, read_record
 
 log = logging.getLogger("pipeline")
@@ -56,9 +56,22 @@ def plan_start(cfg: DictConfig, run_dir: Path, dirs: list[Path]) -> StartPlan:
     return StartPlan(previous, ckpt, extending)
 
 
+def check_run_dir_is_ours(run_dir: Path) -> None:
+    """A run dir must be new (absent or empty) or a run dir of ours: a folder of the user's own files (an empty
+    `hydra.run.dir=` from an unset shell variable names the current folder) is refused, never written into."""
+    foreign = foreign_entries(run_dir)
+    if foreign:
+        shown = ", ".join(foreign[:4]) + (f" and {len(foreign) - 4} more" if len(foreign) > 4 else "")
+        raise RunRefused(
+            f"run dir {Path(run_dir).absolute()} holds files the pipeline did not write ({shown}); a run dir must be new "
+            "or a run dir of the pipeline: choose another with hydra.run.dir=<dir>"
+        )
+
+
 def preflight(cfg: DictConfig, run_dir: Path) -> None:
     """The CLI's check of a single run into a dir that may hold one already: busy, finished, or resumed with
     another config is refused here, before Hydra writes the dir's .hydra/ (RunRefused)."""
+    check_run_dir_is_ours(run_dir)
     try:
         probe_owner(run_dir)
     except RunDirBusy as exc:

@@ -50,8 +50,16 @@ from pipeline.runtime.checkpointing import (
 from pipeline.runtime.context import JobContext
 from pipeline.runtime.devices import flushes_denormals, setup_device
 from pipeline.runtime.loggers import CurveLogger, build_loggers, finish_loggers
-from pipeline.runtime.preflight import RunRefused, plan_start
-from pipeline.runtime.rundir import Interrupted, RunDirBusy, RunDirLock, StopRequests
+from pipeline.runtime.preflight import RunRefused, check_run_dir_is_ours, plan_start
+from pipeline.runtime.rundir import (
+    STOP_SIGNALS,
+    Interrupted,
+    RunDirBusy,
+    RunDirLock,
+    StopRequests,
+    note_resume_command,
+    say,
+)
 from pipeline.runtime.seeding import seed_everything
 from pipeline.store.atomic import StoreWriteError, write_error
 from pipeline.store.checkpoint import load_safely, save_model
@@ -200,6 +208,7 @@ def run_job(cfg: DictConfig, ctx: JobContext) -> list[dict]:
     _check_start(cfg, k)
     seeds = [int(cfg.seed) + i for i in range(k)]
     dirs = agent_dirs(run_dir, seeds)
+    check_run_dir_is_ours(run_dir)  # a user's own folder is never written into (a run from Python, a sweep job)
     lock = RunDirLock(run_dir)
     try:
         lock.acquire()
@@ -230,7 +239,7 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
         log.info(f"{run_dir} finished ok; continuing it from its checkpoint ({RESULT} keeps the finished record until this ends ok)")
 
     t_start = time.perf_counter()
-    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2) if ctx.isolated else (signal.SIGINT, signal.SIGTERM)
+    signals = (*STOP_SIGNALS, signal.SIGUSR2) if ctx.isolated else STOP_SIGNALS
     stop = StopRequests(signals).install()
     loggers: list = []
     records: list[RunRecord] = []
@@ -506,5 +515,6 @@ def _interrupted(records, exc: Interrupted, stop, ctx: JobContext, t_start, logg
     info = {"signal": stop.name or "unknown", "step": exc.step, "exit_code": stop.exit_code, "resume": command}
     out = _end_unfinished(records, t_start, stop, loggers, curves, task, "interrupted",
                           error=f"stopped by {info['signal']} at step {exc.step}", interrupted=info)
-    print(f"interrupted by {info['signal']} at step {exc.step}; continue with: {command}", flush=True)
+    note_resume_command(command)
+    say(f"interrupted by {info['signal']} at step {exc.step}; continue with: {command}")
     return out

@@ -33,6 +33,48 @@ CONFIG_FILES = (".hydra/config.yaml", ".pipeline/config.yaml")
 NOT_RUNS = ("report", "tune", "wandb")
 
 
+# What the pipeline, Hydra and the loggers write into a run dir: a dir holding only these (or a record of ours) is a
+# run dir of ours, which a run may continue or refuse by its record; anything else is a user's folder, never written.
+OWN_ENTRIES = frozenset({
+    RESULT, "result.extending.json", METRICS, MODEL, OBS_NORM, CHECKPOINTS, ERROR_LOG, LOCK, EVAL_FILE, "run.log",
+    ".hydra", ".pipeline", "tensorboard", "wandb", "videos", "lightning_logs", "hparams.yaml", *NOT_RUNS,
+})
+
+
+def is_own_entry(name: str) -> bool:
+    """Whether a run dir's entry `name` is one the pipeline (or Hydra, or a logger it runs) writes."""
+    if name in OWN_ENTRIES or name.endswith(".tmp"):
+        return True
+    if name.startswith("metrics.prev") and name.endswith(".csv"):
+        return True
+    return name.startswith("seed") and name[4:].isdigit()
+
+
+def is_own_record(data: object) -> bool:
+    """Whether a parsed result.json is a pipeline run record (not a user's own file of that name)."""
+    return isinstance(data, dict) and {"experiment", "seed", "status", "run_dir"} <= data.keys()
+
+
+def foreign_entries(run_dir: Path) -> list[str]:
+    """What in `run_dir` the pipeline did not write: [] for a dir that does not exist, is empty or is a run dir of
+    ours (its result.json is a pipeline record, or every entry is one the pipeline writes)."""
+    run_dir = Path(run_dir)
+    try:
+        names = sorted(p.name for p in run_dir.iterdir())
+    except FileNotFoundError:
+        return []
+    except NotADirectoryError:
+        return [run_dir.name]
+    record = result_path(run_dir)
+    if record.is_file():
+        try:
+            data = json.loads(record.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            data = None
+        return [] if is_own_record(data) else [RESULT]
+    return [n for n in names if not is_own_entry(n)]
+
+
 def agent_dirs(run_dir: Path, seeds: Sequence[int]) -> list[Path]:
     """The record dir of each agent: the run dir itself for one seed, `<run dir>/seed<n>` for K > 1."""
     return [Path(run_dir)] if len(seeds) == 1 else [Path(run_dir) / f"seed{s}" for s in seeds]
