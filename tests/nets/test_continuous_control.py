@@ -1,5 +1,7 @@
 """Actors and twin critics for continuous actions, and their K-agent forms: each member is the plain network."""
 
+import functools
+
 import pytest
 import torch
 
@@ -17,15 +19,17 @@ from pipeline.rl.targets import soft_update
 OBS, ACT = 5, 2
 
 
+LOW, HIGH = [-2.0, 0.0], [2.0, 1.0]
+
+
 def _agents(actor_cls, seeds, hidden=(16, 16)):
-    return make_offpolicy_agents(
-        lambda o, a: actor_cls(o, a, hidden), lambda o, a: TwinQ(o, a, hidden), seeds, OBS, ACT
-    )
+    actor = functools.partial(actor_cls, hidden=hidden, action_low=LOW, action_high=HIGH)
+    return make_offpolicy_agents(actor, lambda o, a: TwinQ(o, a, hidden), seeds, OBS, ACT)
 
 
 def _single(actor_cls, seed, hidden=(16, 16)):
     torch.manual_seed(seed)
-    return actor_cls(OBS, ACT, hidden), TwinQ(OBS, ACT, hidden)
+    return actor_cls(OBS, ACT, hidden, LOW, HIGH), TwinQ(OBS, ACT, hidden)
 
 
 @pytest.mark.parametrize("actor_cls", [SquashedGaussianActor, DeterministicActor])
@@ -33,7 +37,7 @@ def test_member_i_is_the_single_run_of_its_seed(actor_cls):
     actors, critics = _agents(actor_cls, [3, 9])
     obs, actions = torch.randn(2, 7, OBS), torch.rand(2, 7, ACT) * 2 - 1
     q1, q2 = critics(obs, actions)
-    out = actors(obs)
+    out = actors.distribution(obs) if actor_cls is SquashedGaussianActor else actors.unit(obs)
     for i, seed in enumerate([3, 9]):
         actor, critic = _single(actor_cls, seed)
         assert actor.state_dict().keys() == actors.member_state_dict(i).keys()
@@ -43,12 +47,28 @@ def test_member_i_is_the_single_run_of_its_seed(actor_cls):
             assert torch.equal(v, critics.member_state_dict(i)[k]), k
         s1, s2 = critic(obs[i], actions[i])
         assert torch.allclose(q1[i], s1, atol=1e-6) and torch.allclose(q2[i], s2, atol=1e-6)
-        single = actor(obs[i])
-        if isinstance(single, tuple):
-            assert all(torch.allclose(a[i], b, atol=1e-6) for a, b in zip(out, single))
+        if actor_cls is SquashedGaussianActor:
+            assert all(torch.allclose(a[i], b, atol=1e-6) for a, b in zip(out, actor.distribution(obs[i])))
         else:
-            assert torch.allclose(out[i], single, atol=1e-6)
-        assert torch.allclose(actors.act(obs)[i], actor.act(obs[i]), atol=1e-6)
+            assert torch.allclose(out[i], actor.unit(obs[i]), atol=1e-6)
+        # The deterministic action, in the env's units, is what the plain network's forward gives.
+        assert torch.allclose(actors(obs)[i], actor(obs[i]), atol=1e-6)
+
+
+@pytest.mark.parametrize("actor_cls", [SquashedGaussianActor, DeterministicActor])
+def test_forward_is_the_deterministic_action_within_the_bounds(actor_cls):
+    actor = actor_cls(OBS, ACT, (8,), LOW, HIGH)
+    with torch.no_grad():
+        for p in actor.parameters():
+            p.mul_(100)  # saturate tanh: the actions reach the bounds
+        actions = actor(torch.randn(500, OBS))
+        unit = torch.tanh(actor.distribution(torch.randn(3, OBS))[0]) if actor_cls is SquashedGaussianActor else None
+    assert (actions[:, 0] >= -2).all() and (actions[:, 0] <= 2).all() and (actions[:, 1] >= 0).all() and (actions[:, 1] <= 1).all()
+    assert actions[:, 0].min() < -1.9 and actions[:, 0].max() > 1.9 and actions[:, 1].max() > 0.95
+    assert unit is None or unit.abs().max() <= 1
+    assert set(actor.state_dict()) >= {"bounds.scale", "bounds.bias"}
+    with pytest.raises(ValueError, match="low < high"):
+        actor_cls(OBS, ACT, (8,), [1.0, 0.0], [0.0, 1.0])
 
 
 def test_the_twin_critics_are_independent_networks():
@@ -86,11 +106,11 @@ def test_keeping_agents_keeps_both_their_critics_and_the_optimizer_state():
 def test_a_loss_summed_over_agents_gives_each_its_own_gradient():
     actors, critics = _agents(SquashedGaussianActor, [4, 5])
     obs = torch.randn(2, 6, OBS)
-    mean, log_std = actors(obs)
+    mean, log_std = actors.distribution(obs)
     q1, _ = critics(obs, torch.tanh(mean))
     (q1.mean(-1).sum() + log_std.sum()).backward()
     actor, critic = _single(SquashedGaussianActor, 5)
-    m, ls = actor(obs[1])
+    m, ls = actor.distribution(obs[1])
     (critic.q1(obs[1], torch.tanh(m)).mean() + ls.sum()).backward()
     grad = actors.trunk[0].weight.grad[1].t()
     assert torch.allclose(grad, actor.trunk[0].weight.grad, atol=1e-5)
@@ -110,4 +130,4 @@ def test_bounded_log_std_and_errors():
     with pytest.raises(ValueError, match="at least one seed"):
         make_offpolicy_agents(SquashedGaussianActor, TwinQ, [], OBS, ACT)
     with pytest.raises(ValueError, match="needs TwinQ critics"):
-        make_offpolicy_agents(SquashedGaussianActor, SquashedGaussianActor, [0], OBS, ACT)
+        make_offpolicy_agents(SquashedGaussianActor, DeterministicActor, [0], OBS, ACT)

@@ -4,10 +4,12 @@ The plain networks are CleanRL's (sac_continuous_action.py, td3_continuous_actio
 256-256 by default, PyTorch's default initialisation.
 
 - `QNet`: Q(s, a) from the concatenation [obs, action]; `TwinQ`: two of them (`q1`, `q2`).
-- `SquashedGaussianActor`: obs -> (mean, log_std) of the Gaussian that tanh squashes into (-1, 1);
-  log_std bounded smoothly to [-5, 2] (`bounded_log_std`, CleanRL's form).
-- `DeterministicActor`: obs -> tanh(...) in [-1, 1] (TD3's policy).
-Actions live in [-1, 1] here; the task scales them to the env's bounds.
+- `SquashedGaussianActor`: `distribution(obs)` -> (mean, log_std) of the Gaussian that tanh squashes into
+  (-1, 1), log_std bounded smoothly to [-5, 2] (`bounded_log_std`, CleanRL's form).
+- `DeterministicActor`: `unit(obs)` -> tanh(...) in [-1, 1] (TD3's policy).
+Both keep the env's action bounds (`ActionBounds`, buffers in their state_dict) and their `forward` is the
+deterministic action in the env's units: what evaluation, `python -m pipeline.eval` and the record's model.pt
+play. Learning works in [-1, 1] (the replay stores those actions, the critics take them).
 
 The ensemble forms take [K, N, ...] and keep member i's tensors under the plain network's names
 (`member_state_dict(i)` loads into the plain network). `EnsembleTwinQ` runs both critics of all K
@@ -24,6 +26,7 @@ import torch
 from torch import nn
 
 from pipeline.nets.ensemble import Ensemble, StackedLayer, _flat, _stack_sequential
+from pipeline.nets.factory import make_net
 
 LOG_STD_BOUNDS = (-5.0, 2.0)
 
@@ -75,44 +78,82 @@ class TwinQ(nn.Module):
         return self.q1(obs, actions), self.q2(obs, actions)
 
 
-class SquashedGaussianActor(nn.Module):
-    """obs [N, F] -> (mean [N, D], log_std [N, D]) of the pre-tanh Gaussian; `act` gives the deterministic action."""
+class ActionBounds(nn.Module):
+    """Actions in [-1, 1] -> [low, high] per dimension: a * scale + bias (CleanRL's action_scale and action_bias)."""
 
-    def __init__(self, obs_dim: int, action_dim: int, hidden: Sequence[int] = (256, 256)):
+    def __init__(self, action_dim: int, low: Sequence[float] | None = None, high: Sequence[float] | None = None):
         super().__init__()
-        self.trunk = nn.Sequential(*_hidden(obs_dim, hidden))
-        width = int(hidden[-1]) if hidden else int(obs_dim)
-        self.mean = nn.Linear(width, int(action_dim))
-        self.log_std = nn.Linear(width, int(action_dim))
+        low_t = torch.full((int(action_dim),), -1.0) if low is None else torch.as_tensor(low, dtype=torch.float32).reshape(-1)
+        high_t = torch.full((int(action_dim),), 1.0) if high is None else torch.as_tensor(high, dtype=torch.float32).reshape(-1)
+        if low_t.shape != (int(action_dim),) or high_t.shape != low_t.shape or not bool((high_t > low_t).all()):
+            raise ValueError(f"action bounds must be {action_dim} finite pairs with low < high; got {low} and {high}")
+        self.register_buffer("scale", (high_t - low_t) / 2.0)
+        self.register_buffer("bias", (high_t + low_t) / 2.0)
 
-    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, actions: torch.Tensor) -> torch.Tensor:
+        return actions * self.scale + self.bias
+
+
+class SquashedGaussianActor(nn.Module):
+    """SAC's policy. `distribution(obs [N, F])` -> (mean, log_std) [N, D] of the pre-tanh Gaussian; `forward(obs)` is
+    the deterministic action tanh(mean) in the env's units (what evaluation and `python -m pipeline.eval` play).
+
+    `continuous` is accepted for the replay's model factory (always continuous here).
+    """
+
+    def __init__(self, in_features: int, out_features: int, hidden: Sequence[int] = (256, 256),
+                 action_low: Sequence[float] | None = None, action_high: Sequence[float] | None = None, continuous: bool = True):
+        super().__init__()
+        self.trunk = nn.Sequential(*_hidden(in_features, hidden))
+        width = int(hidden[-1]) if hidden else int(in_features)
+        self.mean = nn.Linear(width, int(out_features))
+        self.log_std = nn.Linear(width, int(out_features))
+        self.bounds = ActionBounds(out_features, action_low, action_high)
+
+    def distribution(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         h = self.trunk(obs.flatten(1) if obs.dim() > 2 else obs)
         return self.mean(h), bounded_log_std(self.log_std(h))
 
-    def act(self, obs: torch.Tensor) -> torch.Tensor:
-        """The deterministic action tanh(mean), in [-1, 1]."""
-        return torch.tanh(self(obs)[0])
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.bounds(torch.tanh(self.distribution(obs)[0]))
 
 
 class DeterministicActor(nn.Module):
-    """obs [N, F] -> actions in [-1, 1] [N, D]."""
+    """TD3's policy. `unit(obs [N, F])` -> actions in [-1, 1] [N, D]; `forward(obs)` the same in the env's units."""
 
-    def __init__(self, obs_dim: int, action_dim: int, hidden: Sequence[int] = (256, 256)):
+    def __init__(self, in_features: int, out_features: int, hidden: Sequence[int] = (256, 256),
+                 action_low: Sequence[float] | None = None, action_high: Sequence[float] | None = None, continuous: bool = True):
         super().__init__()
-        self.net = relu_mlp(obs_dim, action_dim, hidden)
+        self.net = relu_mlp(in_features, out_features, hidden)
+        self.bounds = ActionBounds(out_features, action_low, action_high)
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+    def unit(self, obs: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.net(obs.flatten(1) if obs.dim() > 2 else obs))
 
-    def act(self, obs: torch.Tensor) -> torch.Tensor:
-        return self(obs)
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.bounds(self.unit(obs))
 
 
 # ---- K agents --------------------------------------------------------------------------------------
 
 
+class EnsembleActionBounds(StackedLayer):
+    """K `ActionBounds`: `scale` and `bias` [K, 1, D], applied to actions [K, N, D]."""
+
+    def __init__(self, members: Sequence[ActionBounds]):
+        super().__init__(len(members))
+        dim = members[0].scale.numel()
+        self.register_buffer("scale", torch.stack([m.scale for m in members]).view(self.n_members, 1, dim).clone())
+        self.register_buffer("bias", torch.stack([m.bias for m in members]).view(self.n_members, 1, dim).clone())
+        self.single_shapes = {"scale": (dim,), "bias": (dim,)}
+
+    def forward(self, actions: torch.Tensor) -> torch.Tensor:
+        return actions * self.scale + self.bias
+
+
 class EnsembleSquashedGaussianActor(Ensemble):
-    """K `SquashedGaussianActor`s: obs [K, N, F] -> (mean, log_std) [K, N, D]."""
+    """K `SquashedGaussianActor`s: `distribution(obs [K, N, F])` -> (mean, log_std) [K, N, D]; `forward` the
+    deterministic actions in the env's units [K, N, D]."""
 
     def __init__(self, members: Sequence[SquashedGaussianActor]):
         super().__init__()
@@ -120,28 +161,30 @@ class EnsembleSquashedGaussianActor(Ensemble):
         self.trunk = _stack_sequential([m.trunk for m in members], type(self).__name__)
         self.mean = _stack_sequential([nn.Sequential(m.mean) for m in members], type(self).__name__)[0]
         self.log_std = _stack_sequential([nn.Sequential(m.log_std) for m in members], type(self).__name__)[0]
+        self.bounds = EnsembleActionBounds([m.bounds for m in members])
 
-    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def distribution(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         h = self.trunk(_flat(obs))
         return self.mean(h), bounded_log_std(self.log_std(h))
 
-    def act(self, obs: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self(obs)[0])
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.bounds(torch.tanh(self.distribution(obs)[0]))
 
 
 class EnsembleDeterministicActor(Ensemble):
-    """K `DeterministicActor`s: obs [K, N, F] -> actions in [-1, 1] [K, N, D]."""
+    """K `DeterministicActor`s: `unit(obs [K, N, F])` -> actions in [-1, 1] [K, N, D]; `forward` in the env's units."""
 
     def __init__(self, members: Sequence[DeterministicActor]):
         super().__init__()
         self.n_members = len(members)
         self.net = _stack_sequential([m.net for m in members], type(self).__name__)
+        self.bounds = EnsembleActionBounds([m.bounds for m in members])
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+    def unit(self, obs: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.net(_flat(obs)))
 
-    def act(self, obs: torch.Tensor) -> torch.Tensor:
-        return self(obs)
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.bounds(self.unit(obs))
 
 
 class EnsembleTwinQ(Ensemble):
@@ -193,17 +236,18 @@ _ENSEMBLE_ACTOR = {SquashedGaussianActor: EnsembleSquashedGaussianActor, Determi
 
 
 def make_offpolicy_agents(
-    actor: Callable[[int, int], nn.Module], critic: Callable[[int, int], TwinQ], seeds: Sequence[int], obs_dim: int, action_dim: int
+    actor: Callable[..., nn.Module], critic: Callable[[int, int], TwinQ], seeds: Sequence[int], obs_dim: int, action_dim: int
 ) -> tuple[Ensemble, EnsembleTwinQ]:
-    """K agents' actors and twin critics; agent i's are what `torch.manual_seed(seeds[i])`, then `actor(obs_dim,
-    action_dim)`, then `critic(obs_dim, action_dim)` build (the single run's order). The global RNG is left as it was."""
+    """K agents' actors and twin critics; agent i's are what `torch.manual_seed(seeds[i])`, then
+    `make_net(actor, obs_dim, action_dim)`, then `critic(obs_dim, action_dim)` build (the single run's order).
+    The global RNG is left as it was."""
     if len(seeds) == 0:
         raise ValueError("make_offpolicy_agents needs at least one seed")
     actors, critics = [], []
     with torch.random.fork_rng(devices=[]):
         for s in seeds:
             torch.default_generator.manual_seed(int(s))
-            actors.append(actor(int(obs_dim), int(action_dim)))
+            actors.append(make_net(actor, obs_dim, action_dim))
             critics.append(critic(int(obs_dim), int(action_dim)))
     build = _ENSEMBLE_ACTOR.get(type(actors[0]))
     if build is None:

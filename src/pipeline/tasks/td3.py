@@ -1,0 +1,59 @@
+"""Twin Delayed DDPG (Fujimoto et al. 2018) for K agents at once (K = 1 is an ordinary run).
+
+Reads like CleanRL's td3_continuous_action.py with a leading agent axis, on the K-agent off-policy batch of
+`pipeline.tasks.sac.OffPolicyActorCriticTask` (replay rows, envs, generators, evaluation, stopping,
+checkpoints): agent i is seed `seed + i` with its own deterministic actor and its target, twin Q critics and
+their targets, Adam moments and random stream. It explores with Gaussian noise on its actions
+(`exploration_noise`, in units of the action scale), learns its critics toward the clipped double-Q target of
+its target actor's actions under clipped smoothing noise (`policy_noise`, `noise_clip`), and every
+`policy_frequency`-th critic step takes one actor step on -Q1(s, actor(s)) and Polyak-averages both targets.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from pipeline.nets.continuous_control import DeterministicActor
+from pipeline.rl.offpolicy import exploration_actions, smoothed_target_actions, twin_q_target
+from pipeline.rl.replay import Transitions
+from pipeline.rl.targets import freeze, soft_update
+from pipeline.tasks.base import TaskParts
+from pipeline.tasks.configs import TD3Config
+from pipeline.tasks.sac import OffPolicyActorCriticTask
+
+
+class TD3Task(OffPolicyActorCriticTask):
+    """TD3: a deterministic actor with a target, twin critics, target policy smoothing, delayed actor updates."""
+
+    Config = TD3Config
+    name = "td3"
+    actor_class = DeterministicActor
+    model_option = "deterministic_actor"
+    checkpoint_format = "pipeline.td3/1"
+    algorithm_nets = ("actor_target",)
+
+    def __init__(self, config: TD3Config, parts: TaskParts):
+        super().__init__(config, parts)
+        self.actor_target = freeze(copy.deepcopy(self.actor))
+
+    def behaviour_actions(self, obs: torch.Tensor) -> torch.Tensor:
+        return exploration_actions(self.actor.unit(obs), self.config.exploration_noise, self.generators)
+
+    def learn_step(self, batch: Transitions) -> None:
+        hp = self.config
+        with torch.no_grad():
+            next_actions = smoothed_target_actions(self.actor_target.unit(batch.next_obs), hp.policy_noise, hp.noise_clip, self.generators)
+            next_q1, next_q2 = self.critic_target(batch.next_obs, next_actions)
+            target = twin_q_target(batch.rewards, batch.dones, next_q1, next_q2, hp.gamma)
+        self.critic_step(batch, target)
+        if self.updates % hp.policy_frequency == 0:
+            q1, _ = self.critic(batch.obs, self.actor.unit(batch.obs))
+            actor_loss = -q1.mean(-1)
+            self.actor_opt.zero_grad(set_to_none=True)
+            actor_loss.sum().backward()
+            self.actor_opt.step()
+            soft_update(self.actor_target, self.actor, hp.tau)
+            soft_update(self.critic_target, self.critic, hp.tau)
+            self._recent["train/actor_loss"] = actor_loss.detach()
