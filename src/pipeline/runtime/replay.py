@@ -86,26 +86,43 @@ def load_policy(cfg: DictConfig, run_dir: Path, obs_shape: tuple, n_actions: int
     A run that normalised its observations (task.normalize_obs) is played through the agent's statistics:
     `obs_norm.pt` beside model.pt (or `files`'s, with `state_dict`).
     """
+    obs_norm = load_obs_stats(cfg, run_dir, files)
+    net = load_network(cfg, run_dir, obs_shape, n_actions, continuous, state_dict)
+    if obs_norm is not None:
+        net = obs_normalized(net, obs_norm)
+    return net.to(device).eval()
+
+
+def load_obs_stats(cfg: DictConfig, run_dir: Path, files: dict | None = None) -> dict | None:
+    """The agent's observation statistics (`obs_norm.pt` beside model.pt, or `files`'s) when the run normalised its
+    observations (task.normalize_obs), else None; a missing or unreadable file is one line."""
+    from pipeline.store.checkpoint import CheckpointError, load_safely
+
+    if not OmegaConf.select(cfg, "task.normalize_obs", default=False):
+        return None
+    if files is not None and OBS_NORM in files:
+        return files[OBS_NORM]
+    if not (Path(run_dir) / OBS_NORM).is_file():
+        raise EvalError(f"{Path(run_dir) / OBS_NORM}: no such file; this run normalised its observations "
+                        f"(task.normalize_obs=true) and its policy needs their statistics beside {MODEL} (a run saved "
+                        "before 2026-12-05 has them only in its checkpoint: resume it with ckpt_path=last to write them)")
+    try:
+        return load_safely(Path(run_dir) / OBS_NORM, "observation statistics")
+    except CheckpointError as exc:
+        raise EvalError(str(exc)) from None
+
+
+def load_network(cfg: DictConfig, run_dir: Path, obs_shape: tuple, n_actions: int, continuous: bool = False,
+                 state_dict: dict | None = None):
+    """The plain network the run's `model:` config describes, sized for the env, with model.pt's (or `state_dict`'s)
+    weights; observation statistics are not applied here (`load_policy` does)."""
     import functools
 
     from hydra.utils import instantiate
 
     from pipeline.nets.factory import make_net
-    from pipeline.store.checkpoint import CheckpointError, load_model, load_safely
+    from pipeline.store.checkpoint import CheckpointError, load_model
 
-    obs_norm = None
-    if OmegaConf.select(cfg, "task.normalize_obs", default=False):
-        if files is not None and OBS_NORM in files:
-            obs_norm = files[OBS_NORM]
-        elif not (Path(run_dir) / OBS_NORM).is_file():
-            raise EvalError(f"{Path(run_dir) / OBS_NORM}: no such file; this run normalised its observations "
-                            f"(task.normalize_obs=true) and its policy needs their statistics beside {MODEL} (a run saved "
-                            "before 2026-12-05 has them only in its checkpoint: resume it with ckpt_path=last to write them)")
-        else:
-            try:
-                obs_norm = load_safely(Path(run_dir) / OBS_NORM, "observation statistics")
-            except CheckpointError as exc:
-                raise EvalError(str(exc)) from None
     factory = instantiate(cfg.model)
     net = make_net(functools.partial(factory, continuous=True) if continuous else factory, int(np.prod(obs_shape)), n_actions)
     try:
@@ -115,12 +132,10 @@ def load_policy(cfg: DictConfig, run_dir: Path, obs_shape: tuple, n_actions: int
     except RuntimeError as exc:
         first = str(exc).strip().splitlines()[0]
         raise EvalError(f"{model_path(run_dir)} does not fit the run's model config ({cfg.model._target_}): {first}") from None
-    if obs_norm is not None:
-        net = _obs_normalized(net, obs_norm)
-    return net.to(device).eval()
+    return net
 
 
-def _obs_normalized(net, state: dict):
+def obs_normalized(net, state: dict):
     """`net` behind one agent's observation normalisation (as its training normalised what it saw)."""
     from torch import nn
 
@@ -135,6 +150,38 @@ def _obs_normalized(net, state: dict):
             return self.net(normalize_observation(x, state))
 
     return ObsNormalized()
+
+
+def greedy_policy(net, action_space):
+    """The evaluation policy as a module: observations [N, *shape] -> actions, [N] (int64: the most likely or
+    highest-valued action of a Discrete space) or [N, D] (a Gaussian's mean clipped to the Box's bounds).
+
+    `net` is a run's network (`load_policy`); an actor-critic's value output is dropped. uint8 frames stay uint8
+    (the network scales them), anything else becomes float32. What a replay, `pipeline.load(...).act` and
+    `python -m pipeline.export` all play.
+    """
+    import gymnasium as gym
+    import torch
+    from torch import nn
+
+    continuous = isinstance(action_space, gym.spaces.Box)
+
+    class GreedyPolicy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = net
+            if continuous:
+                self.register_buffer("low", torch.as_tensor(action_space.low, dtype=torch.float32))
+                self.register_buffer("high", torch.as_tensor(action_space.high, dtype=torch.float32))
+
+        def forward(self, obs):
+            out = self.net(obs if obs.dtype == torch.uint8 else obs.float())
+            params = out[0] if isinstance(out, tuple) else out  # an actor-critic: (policy parameters, value)
+            if continuous:
+                return torch.maximum(torch.minimum(params, self.high), self.low)
+            return params.argmax(dim=1)
+
+    return GreedyPolicy().to(next(net.parameters()).device).eval()
 
 
 class Mp4Writer:
@@ -188,13 +235,11 @@ def play(options: Options, cfg: DictConfig, run_seed: int, state_dict: dict | No
     net = load_policy(cfg, options.run_dir, env.observation_space.shape, int(space.shape[0] if continuous else space.n), device,
                       continuous, state_dict, files)
 
+    policy = greedy_policy(net, space)
+
     def action_of(x):
-        out = net(x if x.dtype == torch.uint8 else x.float())
-        if isinstance(out, tuple):  # an actor-critic: (policy parameters, value)
-            out = out[0]
-        if continuous:
-            return np.clip(out[0].cpu().numpy(), space.low, space.high)
-        return int(out.argmax(dim=1).item())
+        action = policy(x)[0]
+        return action.cpu().numpy() if continuous else int(action.item())
 
     fps = float(env.metadata.get("render_fps") or 30) / float(env_kwargs.get("frame_skip", 1) if is_atari(env_id) else 1)
     returns, lengths, videos = [], [], []

@@ -1,0 +1,239 @@
+"""The Python API: train from a notebook and use what a run trained, without the command line.
+
+    import pipeline
+    records = pipeline.run(experiment="ppo_cartpole", overrides=["trainer=debug"])
+    agent = pipeline.load(records[0]["run_dir"])
+    action = agent.act(obs, deterministic=True)
+
+`run` composes the config as `python -m pipeline` does (Hydra's compose API, the packaged conf/), refuses a bad
+value with the same start-up checks (a `ConfigError` before any run dir exists), makes the run dir the CLI
+would make (`outputs/<name>/<date>_<time>_seed<seed>/`, `.hydra/config.yaml` in it) and returns the records.
+
+`load` rebuilds a run's network from the run's own config and model.pt, as `python -m pipeline.eval` does:
+an RL run (DQN, PPO, CEM) becomes an `Agent` (its observation statistics included), a supervised or GAN run a
+`TrainedModel` whose `.model` is the plain network. A seed of a `seeds_per_process` run is `<run dir>/seed<n>`.
+
+Light to import: torch, Lightning and gymnasium are imported when a function is called.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("pipeline")
+
+# How each shipped RL task's network output is a policy, for stochastic actions (deterministic ones need only the
+# output: its argmax, or an actor-critic's clipped mean): a Q-network explores epsilon-greedily with the run's final
+# epsilon (SB3's DQN.predict), a CEM policy samples its softmax, PPO samples its categorical or Gaussian policy.
+_POLICY_OF_TASK = {"DQNTask": "q_values", "CEMTask": "logits", "PPOTask": "actor_critic"}
+
+
+@dataclass
+class TrainedModel:
+    """A supervised or GAN run's network: `model` is the plain `nn.Module` (a GAN's holds `generator` and
+    `discriminator`) with model.pt's weights, in eval mode."""
+
+    run_dir: Path
+    config: Any  # the run's composed config (an omegaconf DictConfig)
+    seed: int
+    task: str  # its task class: "SupervisedTask" or "GANTask"
+    model: Any
+
+
+@dataclass
+class Agent:
+    """A trained RL agent: `act(obs)` as the run's evaluation played (`deterministic=True`) or as its policy
+    samples (`deterministic=False`). `model` is the network with model.pt's weights; `policy` the deterministic
+    policy as a module (observations [N, *shape] -> actions), what `python -m pipeline.export` writes."""
+
+    run_dir: Path
+    config: Any
+    seed: int
+    model: Any
+    policy: Any
+    observation_space: Any
+    action_space: Any
+    kind: str | None  # "q_values", "logits", "actor_critic"; None: a task this API knows no stochastic policy of
+    epsilon: float | None = None
+
+    def act(self, obs, deterministic: bool = True):
+        """One observation (the env's shape) -> one action (an int, or an array for a Box); a batch [N, *shape]
+        -> an array of N actions. `deterministic=False` draws from torch's global random stream."""
+        import numpy as np
+        import torch
+
+        x = torch.as_tensor(np.asarray(obs))
+        shape = tuple(self.observation_space.shape)
+        single = tuple(x.shape) == shape
+        if not single and tuple(x.shape[1:]) != shape:
+            raise ValueError(f"an observation of shape {tuple(x.shape)}: this agent takes {shape} or a batch [N, *{shape}]")
+        x = x.unsqueeze(0) if single else x
+        device = next(self.policy.parameters()).device
+        with torch.inference_mode():
+            x = x.to(device)
+            actions = self.policy(x) if deterministic else self._sample(x if x.dtype == torch.uint8 else x.float())
+        out = actions.cpu().numpy()
+        if single:
+            return out[0] if out.ndim > 1 else int(out[0])
+        return out
+
+    def _sample(self, x):
+        import torch
+
+        from pipeline.nets.actor_critic import categorical_sample, gaussian_sample
+
+        if self.kind is None:
+            raise ValueError(f"{self.config.task._target_}: this API samples the policies of DQN, PPO and CEM runs; "
+                             "use act(obs, deterministic=True)")
+        out = self.policy.net(x)
+        if self.kind == "q_values":
+            greedy = out.argmax(dim=1)
+            explore = torch.rand(len(greedy), device=x.device) < float(self.epsilon or 0.0)
+            random = torch.randint(0, out.shape[1], greedy.shape, device=x.device)
+            return torch.where(explore, random, greedy)
+        if self.kind == "logits":
+            return categorical_sample(out)
+        params, log_std = out[0], self.model.log_std  # an actor-critic: (parameters, value); a log-std when continuous
+        if log_std is None:
+            return categorical_sample(params)
+        action = gaussian_sample(params, log_std.value)
+        return torch.maximum(torch.minimum(action, self.policy.high), self.policy.low)
+
+
+def load(run_dir: str | os.PathLike, device: str = "cpu") -> Agent | TrainedModel:
+    """The trained run in `run_dir` (a `seed<n>` dir for one seed of a batched run): an `Agent` for an RL run, a
+    `TrainedModel` for a supervised or GAN run. Errors name the problem in one line (`pipeline.runtime.replay.EvalError`)."""
+    from omegaconf import OmegaConf
+
+    from pipeline.runtime.replay import find_config, has_env
+
+    run_dir = Path(run_dir)
+    cfg, seed = find_config(run_dir)
+    if has_env(cfg):
+        return _load_agent(cfg, run_dir, seed, device)
+    task = str(OmegaConf.select(cfg, "task._target_", default="")).rsplit(".", 1)[-1]
+    return TrainedModel(run_dir=run_dir, config=cfg, seed=seed, task=task, model=_load_model(cfg, task, run_dir, device))
+
+
+def _load_agent(cfg, run_dir: Path, seed: int, device: str) -> Agent:
+    import gymnasium as gym
+    from omegaconf import OmegaConf
+
+    from pipeline.rl.envs import make_env
+    from pipeline.runtime.replay import env_of, greedy_policy, load_network, load_obs_stats, obs_normalized
+
+    env_id, env_kwargs = env_of(cfg)
+    env = make_env(env_id, **env_kwargs)
+    observation_space, action_space = env.observation_space, env.action_space
+    env.close()
+    continuous = isinstance(action_space, gym.spaces.Box)
+    stats = load_obs_stats(cfg, run_dir)
+    model = load_network(cfg, run_dir, observation_space.shape, int(action_space.shape[0] if continuous else action_space.n),
+                         continuous).to(device).eval()
+    net = model if stats is None else obs_normalized(model, stats)
+    kind = _POLICY_OF_TASK.get(str(OmegaConf.select(cfg, "task._target_", default="")).rsplit(".", 1)[-1])
+    epsilon = OmegaConf.select(cfg, "task.eps_end", default=None) if kind == "q_values" else None
+    return Agent(run_dir=run_dir, config=cfg, seed=seed, model=model, policy=greedy_policy(net, action_space),
+                 observation_space=observation_space, action_space=action_space, kind=kind,
+                 epsilon=None if epsilon is None else float(epsilon))
+
+
+def _load_model(cfg, task: str, run_dir: Path, device: str):
+    """The plain network of a run without an env, sized from its data module as its task sized it."""
+    from hydra.utils import instantiate
+
+    from pipeline.runtime.replay import EvalError
+    from pipeline.store.checkpoint import CheckpointError, load_model
+
+    data = instantiate(cfg.data)
+    factory = instantiate(cfg.model)
+    if task == "GANTask":
+        model = factory(image_shape=tuple(data.image_shape))
+    elif task == "SupervisedTask":
+        from pipeline.nets.factory import make_net
+        from pipeline.tasks.supervised import target_kind
+
+        out_features = 1 if target_kind(instantiate(cfg.loss)) == "regression" else int(data.n_classes)
+        model = make_net(factory, int(data.in_features), out_features)
+    else:
+        raise EvalError(f"this run ({task}) has no environment: pipeline.load loads RL agents and supervised and GAN models")
+    try:
+        model.load_state_dict(load_model(run_dir))
+    except CheckpointError as exc:
+        raise EvalError(str(exc)) from None
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()[0]
+        raise EvalError(f"{run_dir / 'model.pt'} does not fit the run's model config ({cfg.model._target_}): {first}") from None
+    return model.to(device).eval()
+
+
+def run(experiment: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> list[dict]:
+    """Train one run (K agents with `seeds_per_process=K`) as `python -m pipeline experiment=<experiment> <overrides>`
+    would, in this process, and return its records (one dict per seed, as result.json holds them).
+
+    A bad value raises `pipeline.config.checks.ConfigError` (the CLI's one-line message) before anything is written;
+    a run dir that is busy or finished with another config raises `RunRefused`. `hydra.run.dir=<dir>` chooses the dir.
+    Sweeps (`-m`) stay on the command line.
+    """
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf, open_dict
+
+    import pipeline.cli  # noqa: F401 - registers the resolvers the config's paths use
+    from pipeline.config import checks
+    from pipeline.config.checks import ConfigError, check_group_overrides
+
+    overrides = [str(o) for o in overrides]
+    if any(o.startswith("-") for o in overrides):
+        raise ConfigError(f"{next(o for o in overrides if o.startswith('-'))}: pipeline.run takes overrides only; sweeps "
+                          "(-m) and Hydra's flags stay on the command line")
+    if experiment is not None:
+        overrides = [f"experiment={experiment}", *overrides]
+    os.environ.setdefault("WANDB_MODE", "offline")
+    check_group_overrides(overrides)
+    try:
+        with initialize_config_module(config_module="pipeline.conf", version_base="1.3"):
+            cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
+    except Exception as exc:  # noqa: BLE001 - Hydra's errors, as one line (the CLI's hint for an unknown key)
+        line = pipeline.cli._unknown_key_line(str(exc), overrides)
+        raise ConfigError(line or str(exc).strip().splitlines()[0]) from None
+    choices = checks.runtime_choices(cfg)
+    run_dir = Path(str(cfg.hydra.run.dir))
+    with open_dict(cfg):
+        del cfg["hydra"]
+    checks.check_missing(cfg)
+    checks.check_types(cfg, choices)
+    checks.check_values(cfg, choices)
+    checks.check_monitors(cfg)
+    pipeline.cli._check_device(cfg)
+    from pipeline.runtime.context import JobContext
+    from pipeline.runtime.preflight import preflight
+    from pipeline.runtime.run import run_job
+
+    if run_dir.exists():
+        preflight(cfg, run_dir)
+    hydra_dir = run_dir / ".hydra"
+    hydra_dir.mkdir(parents=True, exist_ok=True)
+    # What Hydra writes into a run dir, so `load`, `python -m pipeline.eval` and reports read this run as any other.
+    OmegaConf.save(cfg, hydra_dir / "config.yaml")
+    OmegaConf.save(OmegaConf.create(overrides), hydra_dir / "overrides.yaml")
+    ctx = JobContext(run_dir=str(run_dir), overrides=overrides, choices={k: v for k, v in choices.items() if v is not None},
+                     num_threads=cfg.device.num_threads)
+    handler = logging.FileHandler(run_dir / "run.log")
+    handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
+    log.addHandler(handler)
+    # Lightning's start-up chatter ("GPU available: ...") stays out of a notebook, as the CLI's job logging keeps it out.
+    chatty = [logging.getLogger(name) for name in ("lightning.pytorch.utilities.rank_zero", "lightning.pytorch.accelerators.cuda")]
+    levels = [logger.level for logger in chatty]
+    for logger in chatty:
+        logger.setLevel(logging.WARNING)
+    try:
+        return run_job(cfg, ctx)
+    finally:
+        log.removeHandler(handler)
+        handler.close()
+        for logger, level in zip(chatty, levels):
+            logger.setLevel(level)
