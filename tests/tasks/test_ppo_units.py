@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from pipeline.nets.actor_critic import ActorCritic
 from pipeline.rl.vector import evaluate_agents, make_vector_env
 from pipeline.tasks import base as ppo_base
-from pipeline.tasks import ppo
+from pipeline.tasks import ppo, rl_task
 from pipeline.tasks.ppo import PPOTask
 from pipeline.tune.pruning import PRUNED_REASON
 
@@ -76,38 +76,21 @@ def same(a, b, atol=0.0):
 
 
 def test_bad_settings_are_refused_in_one_line():
-    cases = [
-        (dict(total_steps=0), r"^task.total_steps=0 must be positive$"),
-        (dict(envs_per_agent=0), r"^task.envs_per_agent=0 must be positive$"),
-        (dict(num_steps=-1), r"^task.num_steps=-1 must be positive$"),
-        (dict(num_minibatches=0), r"^task.num_minibatches=0 must be positive$"),
-        (dict(update_epochs=0), r"^task.update_epochs=0 must be positive$"),
-        (dict(eval_every=0), r"^task.eval_every=0 must be positive$"),
-        (dict(log_every=0), r"^task.log_every=0 must be positive$"),
-        (dict(num_minibatches=3), r"^task.num_steps \* task.envs_per_agent = 4 \* 2 = 8 samples do not split into "
-                                  r"task.num_minibatches=3 equal minibatches; choose a num_minibatches that divides 8$"),
-        (dict(total_steps=7), r"^task.total_steps=7 is less than one rollout \(8 = num_steps \* envs_per_agent per agent\)$"),
-        (dict(gamma=1.01), r"^task.gamma=1.01 and task.gae_lambda=0.95 must lie in \[0, 1\]$"),
-        (dict(gamma=-0.01), r"^task.gamma=-0.01 and"),
-        (dict(gae_lambda=-0.1), r"^task.gamma=0.99 and task.gae_lambda=-0.1 must"),
-        (dict(gae_lambda=1.1), r"task.gae_lambda=1.1 must"),
-    ]
-    for kwargs, message in cases:
-        with pytest.raises(ValueError, match=message):
-            make(**kwargs)
+    """The settings' ranges are the Config's (pipeline.tasks.configs, checked at start-up); what depends on the env is
+    refused here."""
     for ok in (dict(total_steps=8), dict(gamma=0.0), dict(gamma=1.0), dict(gae_lambda=0.0), dict(gae_lambda=1.0),
                dict(num_minibatches=8), dict(num_steps=1, envs_per_agent=1, num_minibatches=1, total_steps=1)):
         make(**ok)
     with pytest.raises(ValueError, match=r"^task=ppo takes flat Box actions \(shape \(D,\)\); X has Box"):
-        ppo.check_ppo_settings(ppo.PPOConfig(), "X", ppo.gym.spaces.Box(-1, 1, (2, 2)))
+        ppo.check_action_space("X", ppo.gym.spaces.Box(-1, 1, (2, 2)))
     with pytest.raises(ValueError, match=r"^task=ppo takes Discrete or Box action spaces; X has MultiBinary"):
-        ppo.check_ppo_settings(ppo.PPOConfig(), "X", ppo.gym.spaces.MultiBinary(3))
+        ppo.check_action_space("X", ppo.gym.spaces.MultiBinary(3))
     with pytest.raises(ValueError, match=r"and X's are not finite .*; rescale its actions to a bounded Box"):
-        ppo.check_ppo_settings(ppo.PPOConfig(), "X", ppo.gym.spaces.Box(np.array([-1.0]), np.array([np.inf])))
+        ppo.check_action_space("X", ppo.gym.spaces.Box(np.array([-1.0]), np.array([np.inf])))
     with pytest.raises(ValueError, match="are not finite"):
-        ppo.check_ppo_settings(ppo.PPOConfig(), "X", ppo.gym.spaces.Box(np.array([-np.inf]), np.array([1.0])))
-    ppo.check_ppo_settings(ppo.PPOConfig(), "X", ppo.gym.spaces.Box(-1, 1, (2,)))
-    ppo.check_ppo_settings(ppo.PPOConfig(), "X", ppo.gym.spaces.Discrete(3))
+        ppo.check_action_space("X", ppo.gym.spaces.Box(np.array([-np.inf]), np.array([1.0])))
+    ppo.check_action_space("X", ppo.gym.spaces.Box(-1, 1, (2,)))
+    ppo.check_action_space("X", ppo.gym.spaces.Discrete(3))
     with pytest.raises(ValueError, match=r"^task=ppo runs in fp32; got device.precision=bf16-mixed, use device.precision=32-true$"):
         make().fit_and_evaluate(SimpleNamespace(precision="bf16-mixed"), None, None)
     # the env's kwargs reach the probe env
@@ -131,7 +114,7 @@ def test_what_the_task_reads_from_its_env_and_settings():
     assert task.elapsed_s() == 0.0  # nothing trained yet
     fresh = task.agent_record(0)
     assert fresh["env_steps"] == 0 and fresh["env_steps_per_s"] is None and fresh["batch_env_steps_per_s"] is None
-    assert ppo.action_space_of("CartPole-v1", {}) == ((4,), ppo.gym.spaces.Discrete(2))
+    assert rl_task.spaces_of("CartPole-v1", {})[1] == ppo.gym.spaces.Discrete(2) and task.observation_space.shape == (4,)
     # agent i starts as the single run of seed + i
     assert same(weights(task, 1), weights(make(seed=4), 0))
     assert not same(weights(task, 0), weights(task, 1))
@@ -172,25 +155,25 @@ def test_a_rollout_is_a_replay_of_the_env_and_the_network(k):
         values = torch.stack([nets[i](o[i])[1] for i in range(k)]).detach()
         u = torch.rand(logits.shape)
         actions = (logits - torch.log(-torch.log(u))).argmax(-1)
-        assert torch.equal(batch["obs"][t], o)
-        assert torch.equal(batch["actions"][t], actions)
-        assert torch.allclose(batch["log_probs"][t], F.log_softmax(logits, -1).gather(-1, actions.unsqueeze(-1)).squeeze(-1))
-        assert torch.allclose(batch["values"][t], values)
+        assert torch.equal(batch.obs[t], o)
+        assert torch.equal(batch.actions[t], actions)
+        assert torch.allclose(batch.log_probs[t], F.log_softmax(logits, -1).gather(-1, actions.unsqueeze(-1)).squeeze(-1))
+        assert torch.allclose(batch.values[t], values)
         step = replay.step(actions.reshape(-1))
-        assert torch.equal(batch["rewards"][t], step.reward.view(k, 2))
-        assert torch.equal(batch["terminated"][t], step.terminated.view(k, 2))
-        assert batch["truncated"][t].tolist() == [[t == 2] * 2] * k
+        assert torch.equal(batch.rewards[t], step.reward.view(k, 2))
+        assert torch.equal(batch.terminated[t], step.terminated.view(k, 2))
+        assert batch.truncated[t].tolist() == [[t == 2] * 2] * k
         if t == 2:
             final = step.final_obs.float().view(k, 2, 4)
             expected = torch.stack([nets[i](final[i])[1] for i in range(k)]).detach()
-            assert torch.allclose(batch["final_values"][t], expected)
+            assert torch.allclose(batch.final_values[t], expected)
             assert not torch.allclose(expected, torch.zeros_like(expected))
         else:
-            assert torch.equal(batch["final_values"][t], torch.zeros(k, 2))
+            assert torch.equal(batch.final_values[t], torch.zeros(k, 2))
         obs = step.obs
     assert torch.equal(task.obs, obs)
     last = obs.float().view(k, 2, 4)
-    assert torch.allclose(batch["last_values"], torch.stack([nets[i](last[i])[1] for i in range(k)]).detach())
+    assert torch.allclose(batch.last_values, torch.stack([nets[i](last[i])[1] for i in range(k)]).detach())
 
 
 def test_gaussian_actions_are_clipped_for_the_env_and_stored_unclipped():
@@ -210,11 +193,11 @@ def test_gaussian_actions_are_clipped_for_the_env_and_stored_unclipped():
         mean, value = (x.detach() for x in net(o[0]))
         noise = torch.randn(1, 2, 1)
         actions = mean + np.exp(1.5) * noise
-        assert torch.equal(batch["obs"][t], o)
-        assert torch.allclose(batch["actions"][t], actions)
+        assert torch.equal(batch.obs[t], o)
+        assert torch.allclose(batch.actions[t], actions)
         logp = (-0.5 * noise**2 - 1.5 - 0.5 * np.log(2 * np.pi)).sum(-1)
-        assert torch.allclose(batch["log_probs"][t], logp, atol=1e-5)
-        assert torch.allclose(batch["values"][t], value)
+        assert torch.allclose(batch.log_probs[t], logp, atol=1e-5)
+        assert torch.allclose(batch.values[t], value)
         clipped += int((actions.abs() > 2).sum())
         step = replay.step(actions.clamp(-2, 2).reshape(2, 1))
         obs = step.obs
@@ -241,14 +224,15 @@ def test_advantages_are_gae_with_the_truncation_bootstrap():
     """T=3, one agent, 2 envs: env 0 is truncated at t=1 (bootstraps from V(final obs)), env 1 terminates at t=1."""
     task = make(gamma=0.5, gae_lambda=0.5)
     f, t_ = False, True
-    batch = {
-        "rewards": torch.tensor([[[1.0, 1.0]], [[2.0, 2.0]], [[3.0, 3.0]]]),
-        "values": torch.tensor([[[0.5, 0.5]], [[1.0, 1.0]], [[2.0, 2.0]]]),
-        "terminated": torch.tensor([[[f, f]], [[f, t_]], [[f, f]]]),
-        "truncated": torch.tensor([[[f, f]], [[t_, f]], [[f, f]]]),
-        "final_values": torch.tensor([[[0.0, 0.0]], [[4.0, 9.0]], [[0.0, 0.0]]]),
-        "last_values": torch.tensor([[8.0, 8.0]]),
-    }
+    batch = ppo.Rollout(
+        obs=None, actions=None, log_probs=None,
+        rewards=torch.tensor([[[1.0, 1.0]], [[2.0, 2.0]], [[3.0, 3.0]]]),
+        values=torch.tensor([[[0.5, 0.5]], [[1.0, 1.0]], [[2.0, 2.0]]]),
+        terminated=torch.tensor([[[f, f]], [[f, t_]], [[f, f]]]),
+        truncated=torch.tensor([[[f, f]], [[t_, f]], [[f, f]]]),
+        final_values=torch.tensor([[[0.0, 0.0]], [[4.0, 9.0]], [[0.0, 0.0]]]),
+        last_values=torch.tensor([[8.0, 8.0]]),
+    )
     adv, ret = task.advantages(batch)
     # by hand, gamma = lambda = 0.5:
     # env 0: d2 = 3 + .5*8 - 2 = 5; d1 = 2 + .5*4 - 1 = 3 (truncated: V(final)=4, no carry); d0 = 1 + .5*1 - .5 = 1
@@ -263,25 +247,25 @@ def gae_by_hand(batch, gamma, lam, dtype=torch.float64):
     float32 rounds as the task's tensors do): the value a step leads to is V(final obs) where it was truncated,
     V(next obs) otherwise (the rollout's last values after the last step), nothing where it terminated; the
     recursion stops at every episode's end."""
-    T, K, E = batch["rewards"].shape
+    T, K, E = batch.rewards.shape
     g, gl = torch.tensor(gamma, dtype=dtype), torch.tensor(gamma * lam, dtype=dtype)
     adv = torch.zeros(T, K, E, dtype=dtype)
     for k in range(K):
         for e in range(E):
             running = torch.tensor(0.0, dtype=dtype)
             for t in reversed(range(T)):
-                terminated, truncated = bool(batch["terminated"][t, k, e]), bool(batch["truncated"][t, k, e])
+                terminated, truncated = bool(batch.terminated[t, k, e]), bool(batch.truncated[t, k, e])
                 if truncated:
-                    following = batch["final_values"][t, k, e]
+                    following = batch.final_values[t, k, e]
                 elif t == T - 1:
-                    following = batch["last_values"][k, e]
+                    following = batch.last_values[k, e]
                 else:
-                    following = batch["values"][t + 1, k, e]
-                reward, value = batch["rewards"][t, k, e].to(dtype), batch["values"][t, k, e].to(dtype)
+                    following = batch.values[t + 1, k, e]
+                reward, value = batch.rewards[t, k, e].to(dtype), batch.values[t, k, e].to(dtype)
                 delta = reward - value if terminated else reward + g * following.to(dtype) - value
                 running = delta if terminated or truncated else delta + gl * running
                 adv[t, k, e] = running
-    return adv, adv + batch["values"].to(dtype)
+    return adv, adv + batch.values.to(dtype)
 
 
 def test_the_task_calls_gae_with_its_own_gamma_and_lambda():
@@ -291,7 +275,7 @@ def test_the_task_calls_gae_with_its_own_gamma_and_lambda():
     task = make(k=2, env=env, seed=3, gamma=0.9, gae_lambda=0.5)
     start(task)
     batch = task.rollout()
-    assert bool(batch["truncated"].any())
+    assert bool(batch.truncated.any())
     adv, ret = task.advantages(batch)
     want_adv, want_ret = gae_by_hand(batch, 0.9, 0.5)
     assert torch.allclose(adv.double(), want_adv, atol=1e-5) and torch.allclose(ret.double(), want_ret, atol=1e-5)
@@ -311,7 +295,7 @@ def hand_update(net, batch, i, adv, ret, seed, lr, hp, n_minibatches=2, epochs=1
     def flat(x):
         return x[:, i].reshape(-1, *x.shape[3:])
 
-    obs, actions, old_logp, old_v = (flat(batch[k]) for k in ("obs", "actions", "log_probs", "values"))
+    obs, actions, old_logp, old_v = (flat(x) for x in (batch.obs, batch.actions, batch.log_probs, batch.values))
     adv, ret = flat(adv), flat(ret)
     n = obs.shape[0]
     c = hp["clip_coef"]
@@ -370,7 +354,7 @@ def test_an_update_is_the_hand_written_ppo_step(case):
     pg, vl, ent, logp, old = hand_update(net, batch, 0, adv, ret, 7, LR, hp, epochs=hp.get("update_epochs", 1))
     assert same(weights(task, 0), dict(net.state_dict()), atol=1e-6)
     assert task.updates == 1
-    recent = task._recent
+    recent = task.recent
     assert recent["train/policy_loss"] == [pytest.approx(pg.item(), abs=1e-6)]
     assert recent["train/value_loss"] == [pytest.approx(vl.item(), abs=1e-6)]
     assert recent["train/entropy"] == [pytest.approx(ent.item(), abs=1e-6)]
@@ -395,8 +379,8 @@ def test_a_gaussian_update_is_the_hand_written_ppo_step():
     pg, vl, ent, _, _ = hand_update(net, batch, 0, adv, ret, 5, LR, {**HP, "ent_coef": 0.5, "max_grad_norm": None})
     assert same(weights(task, 0), dict(net.state_dict()), atol=1e-6)
     assert task.net.log_std.value.item() != pytest.approx(-0.3)  # the entropy bonus moved the log-std
-    assert task._recent["train/entropy"] == [pytest.approx(ent.item(), abs=1e-6)]
-    assert task._recent["train/policy_loss"] == [pytest.approx(pg.item(), abs=1e-6)]
+    assert task.recent["train/entropy"] == [pytest.approx(ent.item(), abs=1e-6)]
+    assert task.recent["train/policy_loss"] == [pytest.approx(pg.item(), abs=1e-6)]
 
 
 def test_two_epochs_reshuffle_with_the_agents_generator():
@@ -417,15 +401,14 @@ def test_agent_i_of_a_batch_updates_like_the_single_run_of_its_seed():
     start(pair), start(single)
     torch.manual_seed(0)
     batch = pair.rollout()
-    one = {k: v[:, 1:] for k, v in batch.items() if k != "last_values"}
-    one["last_values"] = batch["last_values"][1:]
+    one = ppo.Rollout(*(v[:, 1:] for v in batch[:-1]), last_values=batch.last_values[1:])
     single.learn(one)
     before0 = weights(pair, 0)
     pair.learn(batch)
     assert same(weights(pair, 1), weights(single, 0), atol=1e-6)
     assert not same(weights(pair, 0), before0, atol=1e-4)  # agent 0 learnt too, from its own samples
-    assert pair._recent["train/policy_loss"][1] == pytest.approx(single._recent["train/policy_loss"][0], abs=1e-6)
-    assert pair._recent["train/lr"] == [LR, LR]
+    assert pair.recent["train/policy_loss"][1] == pytest.approx(single.recent["train/policy_loss"][0], abs=1e-6)
+    assert pair.recent["train/lr"] == [LR, LR]
 
 
 def test_gradients_are_clipped_per_agent():
@@ -434,9 +417,8 @@ def test_gradients_are_clipped_per_agent():
     start(pair), start(single)
     torch.manual_seed(0)
     batch = pair.rollout()
-    batch = {k: (v * torch.tensor([100.0, 1.0]).view(1, 2, 1) if k == "rewards" else v) for k, v in batch.items()}
-    one = {k: v[:, 1:] for k, v in batch.items() if k != "last_values"}
-    one["last_values"] = batch["last_values"][1:]
+    batch = batch._replace(rewards=batch.rewards * torch.tensor([100.0, 1.0]).view(1, 2, 1))
+    one = ppo.Rollout(*(v[:, 1:] for v in batch[:-1]), last_values=batch.last_values[1:])
     single.learn(one)
     pair.learn(batch)
     assert same(weights(pair, 1), weights(single, 0), atol=1e-6)
@@ -448,20 +430,20 @@ def test_the_learning_rate_is_annealed_linearly_over_the_iterations():
     lrs = []
     for _ in range(4):
         task.learn(task.rollout())
-        lrs.append(task._recent["train/lr"][0])
+        lrs.append(task.recent["train/lr"][0])
     assert lrs == pytest.approx([0.01, 0.0075, 0.005, 0.0025])
     flat = make(total_steps=32, anneal_lr=False)
     start(flat)
     for _ in range(2):
         flat.learn(flat.rollout())
-    assert flat._recent["train/lr"] == [LR]
+    assert flat.recent["train/lr"] == [LR]
 
 
 def test_a_non_finite_loss_stops_with_a_hint():
     task = make()
     start(task)
     batch = task.rollout()
-    batch["rewards"][0, 0, 0] = float("nan")
+    batch.rewards[0, 0, 0] = float("nan")
     with pytest.raises(ppo_base.NonFiniteLossError, match=r"^loss became nan at step 8; lower the learning rate or clip gradients$"):
         task.learn(batch)
 
@@ -481,19 +463,19 @@ def test_observations_are_normalised_by_each_agents_running_statistics():
     mean = reset.mean(1) * n / (c + n)
     var = (c + reset.var(1, unbiased=False) * n + reset.mean(1) ** 2 * c * n / (c + n)) / (c + n)
     expected = (reset - mean.unsqueeze(1)) / torch.sqrt(var.unsqueeze(1) + 1e-8)
-    assert torch.allclose(batch["obs"][0].double(), expected, atol=1e-5)
+    assert torch.allclose(batch.obs[0].double(), expected, atol=1e-5)
     # the statistics hold every observation seen: the reset and one per step
     replay = make_vector_env(CART, [1, 2], 2)
     obs = [replay.reset().view(2, 2, 4)]
     for t in range(4):
-        obs.append(replay.step(batch["actions"][t].reshape(-1)).obs.view(2, 2, 4))
+        obs.append(replay.step(batch.actions[t].reshape(-1)).obs.view(2, 2, 4))
     seen = torch.stack(obs).transpose(0, 1).reshape(2, 10, 4).double()
     assert torch.allclose(task.obs_stats.mean, seen.mean(1), atol=1e-4)
     assert torch.allclose(task.obs_stats.var, seen.var(1, unbiased=False), atol=1e-4)
     assert task.obs_stats.count.tolist() == pytest.approx([10.0001, 10.0001])
     clipped, unclipped = make(normalize_obs=True, obs_clip=0.5), make(normalize_obs=True, obs_clip=10.0)
     start(clipped), start(unclipped)
-    first, free = clipped.rollout()["obs"][0], unclipped.rollout()["obs"][0]
+    first, free = clipped.rollout().obs[0], unclipped.rollout().obs[0]
     assert torch.equal(first, free.clamp(-0.5, 0.5)) and (free.abs() > 0.5).any() and (free.abs() < 0.5).any()
     # the evaluation policy sees normalised observations too
     x = torch.randn(1, 3, 4)
@@ -512,7 +494,7 @@ def test_evaluations_fold_nothing_into_the_observation_statistics(monkeypatch):
     assert task.env_steps == 8 and all(e is not None for e in task.early_stop)
     assert task.obs_stats.count.tolist() == pytest.approx([1e-4 + 2 + 8] * 2, abs=1e-12, rel=0)
     before = {k: v.clone() for k, v in task.obs_stats.state_dict().items()}
-    task.deterministic_returns(4, ppo.FINAL_EVAL_SEED_OFFSET)
+    task.evaluation_returns(4, rl_task.FINAL_EVAL_SEED_OFFSET)
     assert same(task.obs_stats.state_dict(), before)
 
 
@@ -526,7 +508,7 @@ def test_each_finished_episode_is_credited_to_the_agent_whose_env_ran_it():
     replay.reset()
     running, expected = [0.0] * 6, [[], [], []]
     for t in range(30):
-        step = replay.step(batch["actions"][t].reshape(-1))
+        step = replay.step(batch.actions[t].reshape(-1))
         for row in range(6):
             running[row] += float(step.reward[row])
             if bool(step.done[row]):
@@ -543,8 +525,8 @@ def test_rewards_are_scaled_for_learning_and_returns_stay_raw():
     start(task)
     batch = task.rollout()
     # every raw reward is 1; the first step's return std is ~0, so it scales far past the clip
-    assert batch["rewards"][0].tolist() == [[0.5, 0.5]]
-    assert (batch["rewards"] <= 0.5).all() and (batch["rewards"] > 0).all()
+    assert batch.rewards[0].tolist() == [[0.5, 0.5]]
+    assert (batch.rewards <= 0.5).all() and (batch.rewards > 0).all()
     assert task.episode_returns == [[3.0, 3.0]]
     assert task.reward_scaler.gamma == 0.5
     # the accumulator restarted after the truncation at step 3: one reward since
@@ -553,7 +535,7 @@ def test_rewards_are_scaled_for_learning_and_returns_stay_raw():
     start(unclipped)
     # the first return is 1 everywhere: its variance (count from 1e-4, variance 1) is tiny
     var = (1e-4 + 1.0 * 1e-4 * 2 / 2.0001) / 2.0001
-    assert unclipped.rollout()["rewards"][0, 0].tolist() == pytest.approx([1 / np.sqrt(var + 1e-8)] * 2, rel=1e-5)
+    assert unclipped.rollout().rewards[0, 0].tolist() == pytest.approx([1 / np.sqrt(var + 1e-8)] * 2, rel=1e-5)
 
 
 # ---- the loop, logging, evaluation ---------------------------------------------------------------
@@ -563,7 +545,7 @@ def test_training_steps_count_log_and_evaluate_on_schedule(monkeypatch):
     task = make(k=2, total_steps=32, log_every=16, eval_every=24, eval_episodes=2)
     start(task)
     calls = []
-    monkeypatch.setattr(ppo, "evaluate_agents", lambda policy, env, seeds, n, offset, device: (
+    monkeypatch.setattr(rl_task, "evaluate_agents", lambda policy, env, seeds, n, offset, device: (
         calls.append((env, list(seeds), n, offset, task.updates)) or torch.tensor([[1.0, 3.0], [5.0, 9.0]])))
     shared = []
     task._log_shared = lambda metrics, step=None: shared.append((task.env_steps, dict(metrics)))
@@ -576,7 +558,7 @@ def test_training_steps_count_log_and_evaluate_on_schedule(monkeypatch):
     assert task.env_steps == 32 and task.updates == 4
     assert saved == [(8, 1, False), (16, 2, False), (24, 3, False), (32, 4, False)]
     # crossing 24 once, after that iteration's update: the evaluation scores the updated policy
-    assert calls == [(CART, [0, 1], 2, ppo.EVAL_SEED_OFFSET, 3)]
+    assert calls == [(CART, [0, 1], 2, rl_task.EVAL_SEED_OFFSET, 3)]
     assert task.evaluations == [[(24, 2.0, 1.0)], [(24, 7.0, 2.0)]]
     rows = task.curves[1].rows
     logged_at = [s for s, r in rows if "perf/env_steps_per_s" in r]
@@ -585,11 +567,11 @@ def test_training_steps_count_log_and_evaluate_on_schedule(monkeypatch):
     assert set(row) == {"perf/env_steps_per_s", "train/policy_loss", "train/value_loss", "train/entropy", "train/approx_kl",
                         "train/clipfrac", "train/lr"} | ({"train/episodic_return"} if task.episode_returns[1] else set())
     assert row["train/lr"] == pytest.approx(LR * 0.25)
-    assert row["train/policy_loss"] == task._recent["train/policy_loss"][1]
+    assert row["train/policy_loss"] == task.recent["train/policy_loss"][1]
     assert (24, {"eval/return_mean": 7.0, "eval/return_std": 2.0}) in rows
     assert (24, {"batch/eval_return_mean": 4.5, "batch/agents_learning": 2.0}) in shared
     assert [s for s, m in shared if "batch/env_steps_per_s" in m] == [16, 32]
-    assert task._last_log_step == 32
+    assert task.last_log_step == 32
     # the batch rate is K times the per-agent rate
     (rate,) = [m["batch/env_steps_per_s"] for s, m in shared if s == 32]
     assert rate == pytest.approx(2 * row["perf/env_steps_per_s"], rel=0.2)
@@ -625,7 +607,7 @@ def test_episodic_return_is_the_mean_of_the_last_ten():
 def test_a_pruned_trial_stops_the_fit(monkeypatch):
     task = make(k=2)
     start(task)
-    monkeypatch.setattr(ppo, "evaluate_agents", lambda *a, **kw: torch.tensor([[1.0, 3.0], [5.0, 7.0]]))
+    monkeypatch.setattr(rl_task, "evaluate_agents", lambda *a, **kw: torch.tensor([[1.0, 3.0], [5.0, 7.0]]))
     stopped = SimpleNamespace(should_stop=False)
     monkeypatch.setattr(PPOTask, "trainer", property(lambda self: stopped))
     reports = []
@@ -643,16 +625,16 @@ def test_a_pruned_trial_stops_the_fit(monkeypatch):
 
 def test_evaluation_plays_each_agents_deterministic_policy_on_its_own_seeds():
     task = make(k=2, seed=6)
-    got = task.deterministic_returns(2, ppo.EVAL_SEED_OFFSET)
+    got = task.evaluation_returns(2, rl_task.EVAL_SEED_OFFSET)
     assert got.dtype == np.float64 and got.shape == (2, 2)
     nets = [plain(task, i) for i in range(2)]
 
     def policy(obs):
         return torch.stack([nets[i](obs[i].float())[0].argmax(-1) for i in range(2)])
 
-    expected = evaluate_agents(policy, CART, [6, 7], 2, ppo.EVAL_SEED_OFFSET)
+    expected = evaluate_agents(policy, CART, [6, 7], 2, rl_task.EVAL_SEED_OFFSET)
     assert got.tolist() == expected.double().tolist()
-    assert ppo.EVAL_SEED_OFFSET == 10_000 and ppo.FINAL_EVAL_SEED_OFFSET == 20_000
+    assert rl_task.EVAL_SEED_OFFSET == 10_000 and rl_task.FINAL_EVAL_SEED_OFFSET == 20_000
 
 
 def trainer():
@@ -664,15 +646,15 @@ def test_a_fit_trains_every_iteration_and_scores_the_final_policy(monkeypatch):
     task = make(k=2, total_steps=16, final_eval_episodes=3)
     task.curves = [Rows(), Rows()]
     offsets = []
-    real = ppo.evaluate_agents
-    monkeypatch.setattr(ppo, "evaluate_agents", lambda *a, **kw: offsets.append((a[3], a[4])) or real(*a, **kw))
+    real = rl_task.evaluate_agents
+    monkeypatch.setattr(rl_task, "evaluate_agents", lambda *a, **kw: offsets.append((a[3], a[4])) or real(*a, **kw))
     shared = []
     monkeypatch.setattr(PPOTask, "_log_shared", lambda self, metrics, step=None: shared.append(dict(metrics)))
     metrics = task.fit_and_evaluate(trainer(), None, None)
-    assert task.updates == 2 and task.env_steps == 16 and offsets == [(3, ppo.FINAL_EVAL_SEED_OFFSET)]
+    assert task.updates == 2 and task.env_steps == 16 and offsets == [(3, rl_task.FINAL_EVAL_SEED_OFFSET)]
     nets = [plain(task, i) for i in range(2)]
     expected = evaluate_agents(lambda obs: torch.stack([nets[i](obs[i].float())[0].argmax(-1) for i in range(2)]),
-                               CART, [0, 1], 3, ppo.FINAL_EVAL_SEED_OFFSET).double().numpy()
+                               CART, [0, 1], 3, rl_task.FINAL_EVAL_SEED_OFFSET).double().numpy()
     for i in range(2):
         assert metrics[i] == {"eval/return_mean": pytest.approx(expected[i].mean()), "eval/return_std": pytest.approx(expected[i].std()),
                               "train/episodes": float(len(task.episode_returns[i])), "train/updates": 2.0}
@@ -711,15 +693,15 @@ def test_a_resumed_run_continues_exactly(hp):
     task.learn(task.rollout())
     task.evaluations = [[(8, 1.0, 0.0)], [(8, 2.0, 0.5)]]
     task.time_to_threshold_s = [None, 1.5]
-    task._last_log_step = 8
+    task.last_log_step = 8
     state = saved_and_loaded(task.checkpoint_state())
-    assert state["format"] == "pipeline.ppo/2" and state["agent_seeds"] == [2, 3] and state["env_steps"] == 8
-    assert state["updates"] == 1 and state["config"]["normalize_obs"] == bool(hp)
+    assert state["format"] == "pipeline.ppo/3" and state["agent_seeds"] == [2, 3] and state["progress"]["env_steps"] == 8
+    assert state["progress"]["updates"] == 1 and state["config"]["normalize_obs"] == bool(hp)
     resumed = make(k=2, env=env, seed=2, **hp)
     assert resumed.load_checkpoint_state(state) == 8
     assert resumed.env_steps == 8 and resumed.updates == 1 and resumed.episode_returns == task.episode_returns
     assert resumed.evaluations == [[(8, 1.0, 0.0)], [(8, 2.0, 0.5)]] and resumed.time_to_threshold_s == [None, 1.5]
-    assert resumed._recent == task._recent and resumed._last_log_step == 8
+    assert resumed.recent == task.recent and resumed.last_log_step == 8
     assert resumed._elapsed_before == pytest.approx(state["elapsed_s"]) and resumed.time_breakdown_s == state["time_breakdown_s"]
     assert same(weights(resumed, 1), weights(task, 1))
     if hp:
@@ -757,7 +739,7 @@ def test_bad_checkpoints_are_refused_in_one_line():
     task = make(k=2)
     start(task)
     state = task.checkpoint_state()
-    with pytest.raises(ValueError, match=r"^checkpoint format 'x' is not 'pipeline.ppo/2'"):
+    with pytest.raises(ValueError, match=r"^checkpoint format 'x' is not 'pipeline.ppo/3'"):
         make(k=2).load_checkpoint_state({**state, "format": "x"})
     with pytest.raises(ValueError, match=r"^checkpoint weights do not fit this model \(changed model.\* since\?\): Error"):
         make(k=2, hidden=(4,)).load_checkpoint_state(state)
@@ -857,7 +839,7 @@ def test_one_agent_logs_no_batch_rows_and_the_fit_runs_only_when_iterations_are_
 def test_evaluations_note_the_time_to_threshold_and_hand_videos_each_agents_weights(monkeypatch, normalize_obs):
     task = make(k=2, threshold=5.0, video_every=1, normalize_obs=normalize_obs, obs_clip=7.0)
     start(task)
-    monkeypatch.setattr(ppo, "evaluate_agents", lambda *a, **kw: torch.tensor([[1.0, 3.0], [5.0, 7.0]]))
+    monkeypatch.setattr(rl_task, "evaluate_agents", lambda *a, **kw: torch.tensor([[1.0, 3.0], [5.0, 7.0]]))
     videos = []
     task.video_hook = lambda agent, step, state, files: videos.append((agent, step, state, files))
     task._elapsed_before = 4.0
@@ -905,7 +887,7 @@ def scripted_evaluations(monkeypatch, by_seed):
         calls.append((list(seeds), offset))
         return torch.tensor([[float(by_seed[s])] * n for s in seeds])
 
-    monkeypatch.setattr(ppo, "evaluate_agents", evaluate)
+    monkeypatch.setattr(rl_task, "evaluate_agents", evaluate)
     return calls
 
 
@@ -923,17 +905,19 @@ def test_an_agent_that_reaches_stop_at_return_leaves_the_batch_and_the_others_ca
     before_stop = {}
     stop_agents = task.stop_agents
 
-    def snapshot_then_stop(slots, reasons):
+    def snapshot_then_stop(reasons):
         before_stop.update(obs=task.obs.clone(), scaler=task.reward_scaler.returns.clone(),
                            moments={name: opt.state[p]["exp_avg"].clone() for name, p in task.net.named_parameters()})
-        stop_agents(slots, reasons)
+        stop_agents(reasons)
 
     task.stop_agents = snapshot_then_stop
-    task.training_step(None, 1)  # 16 env steps: the first evaluation, where seed 5 reaches 100
-    assert calls == [([4, 5, 6], ppo.EVAL_SEED_OFFSET)]
+    task.training_step(None, 1)  # 16 env steps: the first evaluation, where seed 5 reaches 100, then its confirmation
+    assert calls == [([4, 5, 6], 10_000), ([5], 30_000 + 30)]  # the first evaluation's 30 fresh episodes
     assert task.slots == [0, 2] and task.net.n_members == 2
-    assert task.early_stop == [None, {"env_step": 16, "reason": "deterministic evaluation mean 100.0 >= stop_at_return 100.0"}, None]
-    assert task.stop_step == [None, 16, None] and task.stop_updates == [None, 2, None] and task.stop_time_s[1] > 0
+    assert task.early_stop == [None, {"env_step": 16, "reason": "deterministic evaluation mean 100.0 >= stop_at_return 100.0, "
+                                      "confirmed on 30 fresh episodes (mean 100.0)"}, None]
+    assert task.confirmations == [[], [(16, 100.0)], []]
+    assert task.stop_step == [None, 16, None] and task.stop_time_s[1] > 0
     # the stopped agent's weights are the record's; everything of the others is only re-indexed
     assert same(task.agent_state_dict(1), {k: v for k, v in task.agents_net.member_state_dict(1).items()})
     assert not same(task.agent_state_dict(1), stopped_weights)  # (it had learned in the second iteration)
@@ -945,7 +929,7 @@ def test_an_agent_that_reaches_stop_at_return_leaves_the_batch_and_the_others_ca
     assert task.generators == generators and task.episode_return.shape == (4,)
     assert torch.equal(task.obs, before_stop["obs"][[0, 1, 4, 5]]) and task.env.num_envs == 4
     assert torch.equal(task.reward_scaler.returns, before_stop["scaler"][[0, 2]])
-    assert all(len(v) == 2 for v in task._recent.values())
+    assert all(len(v) == 2 for v in task.recent.values())
     frozen = {k: v[1].clone() for k, v in task.obs_stats.state_dict().items()}
     task.training_step(None, 2)
     assert task.env_steps == 24 and task.total_env_steps() == 24 + 16 + 24
@@ -956,13 +940,13 @@ def test_an_agent_that_reaches_stop_at_return_leaves_the_batch_and_the_others_ca
     assert not same(task.agent_state_dict(0), kept_weights[0])
     # the evaluations that follow are of the learning agents only; the record says when agent 1 stopped
     task.training_step(None, 3)
-    assert calls[-1] == ([4, 6], ppo.EVAL_SEED_OFFSET) and [len(e) for e in task.evaluations] == [2, 1, 2]
+    assert calls[-1] == ([4, 6], rl_task.EVAL_SEED_OFFSET) and [len(e) for e in task.evaluations] == [2, 1, 2]
     assert task.progress().shown["eval"] == pytest.approx((10.0 + 99.9) / 2)
     task.on_train_end()
     final = scripted_evaluations(monkeypatch, {4: 1.0, 5: 2.0, 6: 3.0})
     task.n_updates = task.updates  # the budget spent: the final evaluation only
     metrics = task.fit_and_evaluate(trainer(), None, None)
-    assert final == [([4, 5, 6], ppo.FINAL_EVAL_SEED_OFFSET)]
+    assert final == [([4, 5, 6], rl_task.FINAL_EVAL_SEED_OFFSET)]
     assert [m["eval/return_mean"] for m in metrics] == [1.0, 2.0, 3.0]
     assert [m["train/updates"] for m in metrics] == [4.0, 2.0, 4.0]
     record = task.agent_record(1)
@@ -970,6 +954,40 @@ def test_an_agent_that_reaches_stop_at_return_leaves_the_batch_and_the_others_ca
     assert record["env_steps_per_s"] == round(16 / task.stop_time_s[1], 1) and task.stop_time_s[1] < task._train_seconds
     assert task.agent_record(0)["env_steps_per_s"] == round(32 / task._train_seconds, 1)
     assert task.curves[1].rows[-1][0] == 16 and task.curves[0].rows[-1][0] == 32  # the final row at each one's last step
+
+
+def test_an_agent_stops_only_when_fresh_episodes_confirm_its_evaluation(monkeypatch):
+    """The stop rule: seeds 1 and 2 screen at the bar (10 episodes of 100); seed 1's 4 fresh confirmation episodes
+    average 99 and it learns on, seed 2's average 100 and it stops. Each later confirmation plays other episodes."""
+    task = make(k=3, total_steps=48, eval_every=8, stop_at_return=100.0, stop_confirm_episodes=4, eval_episodes=10)
+    start(task)
+    calls = []
+
+    def evaluate(policy, env, seeds, n, offset, device):
+        calls.append((list(seeds), n, offset))
+        confirming = offset != rl_task.EVAL_SEED_OFFSET
+        by_seed = {0: 0.0, 1: 99.0 if confirming else 100.0, 2: 100.0}
+        return torch.tensor([[by_seed[s]] * n for s in seeds])
+
+    monkeypatch.setattr(rl_task, "evaluate_agents", evaluate)
+    task.checkpoint_hook = None
+    task.training_step(None, 0)
+    assert calls == [([0, 1, 2], 10, 10_000), ([1, 2], 4, 30_000 + 4)]
+    assert task.slots == [0, 1] and task.stop_step == [None, None, 8]
+    assert task.confirmations == [[], [(8, 99.0)], [(8, 100.0)]]
+    assert task.early_stop[2]["reason"] == ("deterministic evaluation mean 100.0 >= stop_at_return 100.0, confirmed on 4 fresh "
+                                            "episodes (mean 100.0)")
+    assert (8, {"eval/confirm_return_mean": 99.0}) in task.curves[1].rows
+    task.training_step(None, 1)  # seed 1 screens at the bar again: its confirmation plays episodes it never played
+    assert calls[-1] == ([1], 4, 30_000 + 2 * 4) and task.slots == [0, 1] and task.confirmations[1] == [(8, 99.0), (16, 99.0)]
+    # the confirmed agent is the one the record holds; the screening alone decides with stop_confirm_episodes=0
+    quick = make(k=3, total_steps=48, eval_every=8, stop_at_return=100.0, stop_confirm_episodes=0)
+    start(quick)
+    calls.clear()
+    quick.checkpoint_hook = None
+    quick.training_step(None, 0)
+    assert calls == [([0, 1, 2], 1, 10_000)] and quick.slots == [0] and quick.confirmations == [[], [], []]
+    assert quick.early_stop[1]["reason"] == "deterministic evaluation mean 100.0 >= stop_at_return 100.0"
 
 
 def test_stopped_agents_are_scored_with_their_own_frozen_statistics(monkeypatch):
@@ -981,11 +999,11 @@ def test_stopped_agents_are_scored_with_their_own_frozen_statistics(monkeypatch)
     assert task.slots == [1]
     task.training_step(None, 1)
     seen = []
-    monkeypatch.setattr(ppo, "evaluate_agents", lambda policy, env, seeds, n, offset, device: seen.append(policy) or torch.zeros(len(seeds), n))
-    task.deterministic_returns(1, ppo.FINAL_EVAL_SEED_OFFSET)
+    monkeypatch.setattr(rl_task, "evaluate_agents", lambda policy, env, seeds, n, offset, device: seen.append(policy) or torch.zeros(len(seeds), n))
+    task.evaluation_returns(1, rl_task.FINAL_EVAL_SEED_OFFSET)
     stats = task.obs_stats
     assert stats.count[0] < stats.count[1]  # agent 0 stopped folding in observations
-    task.deterministic_returns(1, ppo.EVAL_SEED_OFFSET, learning_only=True)  # agent 1 alone, with its own statistics
+    task.evaluation_returns(1, rl_task.EVAL_SEED_OFFSET, range(len(task.slots)))  # agent 1 alone, with its own statistics
     obs = 3.0 * torch.randn(2, 5, 4, generator=torch.Generator().manual_seed(0))
     everyone, learning = seen[0](obs), seen[1](obs[1:])
     for i in range(2):
@@ -1006,11 +1024,11 @@ def test_a_run_resumed_after_an_agent_stopped_continues_exactly(monkeypatch):
         task.training_step(None, i)
     assert task.slots == [0, 1]
     state = saved_and_loaded(task.checkpoint_state())
-    assert state["slots"] == [0, 1] and state["stopped"]["stop_step"] == [None, None, 16]
+    assert state["slots"] == [0, 1] and state["progress"]["stop_step"] == [None, None, 16]
     resumed = make(**hp)
     resumed.load_checkpoint_state(state)
     assert resumed.slots == [0, 1] and resumed.net.n_members == 2 and resumed.early_stop == task.early_stop
-    assert resumed.stop_updates == task.stop_updates and resumed.stop_time_s == task.stop_time_s
+    assert resumed.stop_time_s == task.stop_time_s
     start(resumed)
     assert [g.get_state().tolist() for g in resumed.generators] == [g.get_state().tolist() for g in task.generators]
     for run in (task, resumed):

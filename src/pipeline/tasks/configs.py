@@ -42,6 +42,9 @@ class RLConfig:
     eval_episodes: int = count(10)
     final_eval_episodes: int = count(20)
     stop_at_return: float | None = number(None, example=475.0)  # an agent reaching this stops learning (null: never)
+    # The stop rule (pipeline.tasks.rl_task): an evaluation reaching stop_at_return is confirmed on this many fresh
+    # episodes before the agent stops (0: the evaluation alone decides).
+    stop_confirm_episodes: int = count(30, low=0, note="0: the evaluation alone decides")
     log_every: int = count(1_000)
     threshold: float | None = number(None, example=475.0)  # solved at this return (null: the env's reward_threshold)
     capture_video: bool = False
