@@ -89,7 +89,7 @@ def typed_task(cfg: DictConfig, choices: Mapping[str, str | None]) -> tuple[type
         values = {k: v for k, v in OmegaConf.to_container(node, resolve=True).items() if k != "_target_"}
     except OmegaConfBaseException:
         return None  # an interpolation that does not resolve: the run's own composition reports it
-    name = f"task={choices['task']}" if choices.get("task") else cls.__name__
+    name = _task_name(cls, choices)
     known = [f.name for f in dataclasses.fields(cls) if f.name != "_target_"]
     for key in values:
         if key not in known:
@@ -117,7 +117,7 @@ def check_task_settings(cfg: DictConfig, choices: Mapping[str, str | None]) -> N
         return
     cls, config, values = typed
     check_config(config, "task", values)
-    name = f"task={choices['task']}" if choices.get("task") else cls.__name__
+    name = _task_name(cls, choices)
     precisions = getattr(cls, "precisions", None)
     precision = OmegaConf.select(cfg, "device.precision", default=None)
     if precisions and precision is not None and str(precision) not in precisions:
@@ -137,6 +137,14 @@ def check_task_settings(cfg: DictConfig, choices: Mapping[str, str | None]) -> N
         hint = f", or {' or '.join(f'task={t}' for t in others)} for its actions" if others else ""
         raise ConfigError(f"{name} takes {' or '.join(spaces)} actions, and env.id={env_id} has {found[1]}: choose another "
                           f"env{hint}")
+
+
+def _task_name(cls: type, choices: Mapping[str, str | None]) -> str:
+    """`task=ppo` as the user chose it, else the shipped option whose Config it is, else the Config's name."""
+    if choices.get("task"):
+        return f"task={choices['task']}"
+    option = next((t for t, c in _shipped_tasks().items() if c is cls), None)
+    return f"task={option}" if option else cls.__name__
 
 
 @cache
