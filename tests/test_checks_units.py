@@ -246,9 +246,11 @@ def test_runtime_choices_from_the_config_or_none_outside_hydra():
 
 def test_built_groups_need_a_target():
     checks._check_built_groups(cfg(model={}, loss={"_target_": "x"}, optimizer=None, scheduler="s"))
+    shipped = sorted(p.stem for p in (checks.conf_root() / "model").glob("*.yaml") if p.stem != "none")
+    assert {"actor_critic", "mlp", "dueling"} <= set(shipped)
     assert refused(checks._check_built_groups, cfg(model={"hidden": [1], "act": "relu"})) == (
         "model has keys (hidden, act) but no _target_ (model=none keeps the preset's model.* keys); "
-        "choose one with model=actor_critic|atari_cnn|dueling|gan_dcgan|gan_mlp|mlp|noisy")
+        f"choose one with model={'|'.join(shipped)}")
     assert refused(checks._check_built_groups, cfg(scheduler={"gamma": 0.5})).endswith(
         "choose one with scheduler=cosine|exponential|step")
     assert refused(checks._check_built_groups, cfg(optimizer={"lr": 1})).startswith("optimizer has keys (lr)")
