@@ -164,3 +164,39 @@ def test_no_tuning_plot_is_cut_off(tmp_path, n):
     assert set(made) == {"optimization history", "parameter importances", "confirmed scores"} and warnings == []
     for file in made.values():
         assert blank_border(tmp_path / file), f"{file} with {n} candidates: something reaches the edge"
+
+
+def test_a_candidate_within_the_confirmation_s_noise_is_not_said_to_beat_the_preset(tmp_path):
+    """The issue's case: a higher IQM on 4 fresh seeds whose seeds interleave with the preset's (P(better) 0.56, its
+    interval wide across 0.5). Not "beats": not distinguishable, with the seeds a clear answer would take."""
+    dirs = {"preset": _records(tmp_path / "preset", [300.0, 420.0, 480.0, 200.0]),
+            "trial1": _records(tmp_path / "trial1", [310.0, 450.0, 500.0, 190.0])}
+    out = confirm_outcome(dirs, {"trial1": _trial(1, 500.0, lr=0.1)}, SEEDS, "iqm", True, True, None)
+    proof = out["winner"]["evidence"]
+    # P(trial1's seed > preset's seed) over the 16 pairs, by hand: 9 of 16.
+    assert proof["p"] == pytest.approx(9 / 16) and proof["ci"][0] < 0.5 < proof["ci"][1]
+    assert proof["distinguishable"] is False and out["beats_preset"] is False and out["preset_wins"] is False
+    assert out["verdict"].startswith("trial1 and the preset are not distinguishable on 4 fresh seeds: iqm ")
+    assert "includes 0.5" in out["verdict"] and "beats" not in out["verdict"]
+    # The interval's half-width towards 0.5 over the distance to 0.5, squared, times the 4 seeds.
+    half = proof["p"] - proof["ci"][0]
+    assert proof["seeds_needed"] == math.ceil(4 * (half / (proof["p"] - 0.5)) ** 2) > 4
+    assert f"about {proof['seeds_needed']} seeds each" in out["verdict"]
+
+
+def test_seed_for_seed_equal_scores_are_not_told_apart_by_any_number_of_seeds():
+    from pipeline.tune.summary import evidence
+
+    same = {"objective_scores": [500.0, 400.0, 300.0, 200.0]}
+    proof = evidence(same, dict(same), "iqm", True)
+    assert proof["p"] == 0.5 and proof["distinguishable"] is False and proof["seeds_needed"] is None
+
+
+def test_a_minimised_objective_s_evidence_points_its_way(tmp_path):
+    """Times to threshold (lower is better; never = inf): 40 s on every seed against 80 s, one preset seed never.
+    Every pair favours the candidate: P = 1, beats."""
+    dirs = {"preset": _records(tmp_path / "preset", [500.0] * 4, times=[80.0, 80.0, None, 80.0]),
+            "trial2": _records(tmp_path / "trial2", [500.0] * 4, times=[40.0] * 4)}
+    out = confirm_outcome(dirs, {"trial2": _trial(2, 40.0, lr=0.1)}, SEEDS, "time_to_threshold", False, True, None)
+    assert out["winner"]["evidence"]["p"] == 1.0 and out["beats_preset"] is True
+    assert out["verdict"] == "trial2 beats the preset's time_to_threshold on fresh seeds."

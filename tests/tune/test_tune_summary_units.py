@@ -151,10 +151,11 @@ def test_best_yaml_keeps_what_the_run_is_and_adds_the_tuned_values(tmp_path):
                      fixed=["seed=3", "+logger=wandb", "trainer.max_epochs=5", "model=dueling", "~checkpoint",
                             "hydra.job.chdir=true", "device.num_threads=2", "seeds_per_process=4", "+task.gamma=0.9",
                             "trainer.enable_progress_bar=false", "resume=true", "isolate_jobs=false"])
-    text = best_yaml(search, {"optimizer.lr": 0.001, "optimizer": "adam", "task.double": True}, tmp_path / "tune")
+    text = best_yaml(search, {"optimizer.lr": 0.001, "optimizer": "adam", "task.double": True}, tmp_path / "tune", "It wins.")
     assert text.splitlines() == [
         "# @package _global_",
         "# Tuned by pipeline's Optuna sweeper over 3 seeds per trial (study 'st').",
+        "# Verdict: It wins.",
         f"# python -m pipeline --config-dir {tmp_path / 'tune'} experiment=best",
         "defaults:",
         "  - dqn_cartpole",
@@ -174,10 +175,10 @@ def test_best_yaml_keeps_what_the_run_is_and_adds_the_tuned_values(tmp_path):
 
 
 def test_best_yaml_without_hydra_choices_names_no_preset(tmp_path):
-    text = best_yaml(_search(tmp_path), {"task.k": 4}, tmp_path)
-    assert text.splitlines()[3:] == ["defaults:", "  - _self_", "", "name: dqn_cartpole_tuned", "task:", "  k: 4"]
-    text = best_yaml(_search(tmp_path, choices={"model": "mlp"}), {}, tmp_path)
-    assert text.splitlines()[3:6] == ["defaults:", "  - _self_", ""]
+    text = best_yaml(_search(tmp_path), {"task.k": 4}, tmp_path, "v")
+    assert text.splitlines()[4:] == ["defaults:", "  - _self_", "", "name: dqn_cartpole_tuned", "task:", "  k: 4"]
+    text = best_yaml(_search(tmp_path, choices={"model": "mlp"}), {}, tmp_path, "v")
+    assert text.splitlines()[4:7] == ["defaults:", "  - _self_", ""]
 
 
 def run_summary(calls) -> dict:
@@ -347,6 +348,28 @@ def test_write_tune_with_confirmation(tmp_path, monkeypatch, preset_return):
     assert preset["primary_scores"] == [preset_return] * (3 if failed_seed else 4)
     md = (out / "tune.md").read_text()
     assert "## Confirmed on fresh seeds 10-13" in md and summary["verdict"] in md
+    # best.yaml says what the confirmation found, in its header.
+    header = " ".join(line[1:].strip() for line in (out / "best.yaml").read_text().splitlines() if line.startswith("#"))
+    assert f"Verdict: {summary['verdict']}" in header
+    assert summary["beats_preset"] is (preset_return < 500)
+
+
+def test_best_yaml_of_a_winner_within_the_noise_says_so(tmp_path, monkeypatch):
+    """Confirmed on 4 seeds that interleave with the preset's: tune.json's verdict and best.yaml's header say
+    "not distinguishable", never "beats", and the verdict is a warning."""
+    study = optuna.create_study(direction="maximize")
+    study.add_trial(_trial(0, 0.9, x=0.2))
+    monkeypatch.setattr("pipeline.tune.plots.write_plots", lambda *args: {})
+    dirs = {"preset": _confirm_records(tmp_path / "c" / "preset", [300.0, 420.0, 480.0, 200.0]),
+            "trial0": _confirm_records(tmp_path / "c" / "trial0", [310.0, 450.0, 500.0, 190.0])}
+    search = _search(tmp_path, tune_seeds=range(5), candidates=lambda: study.get_trials(), study=study)
+    search.confirm_seeds = [10, 11, 12, 13]
+    out = tune_summary.write_tune(search, dirs)
+    summary = json.loads((out / "tune.json").read_text())
+    assert summary["beats_preset"] is False and summary["evidence"]["distinguishable"] is False
+    assert "not distinguishable on 4 fresh seeds" in summary["verdict"] and summary["verdict"] in summary["warnings"]
+    header = " ".join(line[1:].strip() for line in (out / "best.yaml").read_text().splitlines() if line.startswith("#"))
+    assert "not distinguishable" in header and "beats" not in header
 
 
 def test_fmt_shows_floats_to_four_digits_and_the_rest_as_they_are():
@@ -413,8 +436,8 @@ def test_best_yaml_keeps_seeding_and_overrides_whose_value_holds_an_equals_sign(
     """`seed` (where a run ran) is left out, `seeding` (deterministic kernels: what a run computes) is not."""
     search = _search(tmp_path, fixed=["seeding=deterministic", "task.note=a=b", "seed.x=1", "+Xk=1", "+Xseed=2",
                                       "checkpointing=1", "trial.number=3", "hydra/launcher=joblib", "+logger/wandb=on"])
-    lines = best_yaml(search, {}, tmp_path).splitlines()
-    assert lines[3:] == ["defaults:", "  - override /seeding: deterministic", "  - _self_", "", "name: dqn_cartpole_tuned",
+    lines = best_yaml(search, {}, tmp_path, "v").splitlines()
+    assert lines[4:] == ["defaults:", "  - override /seeding: deterministic", "  - _self_", "", "name: dqn_cartpole_tuned",
                          "task:", "  note: a=b", "Xk: 1", "Xseed: 2", "checkpointing: 1"]
 
 

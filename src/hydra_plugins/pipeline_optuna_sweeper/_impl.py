@@ -108,6 +108,11 @@ class SeedDistributionSearch:
         return [f"{p.name}={format_value(params[p.name])}" for p in space if p.name in params]
 
     # ---------------------------------------------------------------- the search
+    def _choose_tune_seeds(self) -> None:
+        """Every trial's seeds: `hydra.sweeper.seeds` of them from the config's seed (the confirmation takes the next)."""
+        self.base_seed = int(self.config.seed)
+        self.tune_seeds = list(range(self.base_seed, self.base_seed + int(self.s.seeds)))
+
     def sweep(self, arguments: list[str]) -> Any:
         from pipeline.tune.study import make_pruner, make_sampler, open_storage, quiet_optuna, sampler_seed
 
@@ -119,9 +124,8 @@ class SeedDistributionSearch:
         # A task that declares it trains seeds together runs a trial's K seeds in one process (seeds_per_process=K);
         # any other runs them as K launcher jobs.
         self.batched = bool(getattr(self._task_class(), "trains_seeds_together", False))
-        self.base_seed = int(self.config.seed)
-        k = int(self.s.seeds)
-        self.tune_seeds = list(range(self.base_seed, self.base_seed + k))
+        self._choose_tune_seeds()
+        k = len(self.tune_seeds)
         self.confirm_seeds: list[int] = []
 
         import optuna

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,7 @@ def confirmed_entry(run_dir: Path, seeds: list[int], objective: str, maximize: b
         "seeds": seeds,
         "failed": {str(s): e for s, e in primary.errors.items()},
         "primary_metric": metric,
+        "objective_scores": [dist.scores[s] for s in sorted(dist.scores)],
         "primary_scores": [primary.scores[s] for s in sorted(primary.scores)],
         "primary": _stats(list(primary.scores.values())),
         "time_to_threshold_s": _threshold(records, seeds),
@@ -76,6 +78,31 @@ def _improvement(x: list[float], y: list[float], higher_is_better: bool) -> dict
     sign = 1.0 if higher_is_better else -1.0
     poi = probability_of_improvement(sign * np.asarray(x), sign * np.asarray(y))
     return {"p": poi["p"], "ci": poi["ci"]}
+
+
+# The confidence the verdict asks for: "beats" only when the 95% interval of P(a candidate's seed does better than a
+# preset's seed) lies above 0.5 (no difference), as rliable reads probability of improvement.
+NO_DIFFERENCE = 0.5
+
+
+def evidence(winner: dict, preset: dict, objective: str, maximize_: bool) -> dict[str, Any] | None:
+    """How sure the confirmation is that `winner` does better than the preset in the study's objective, seed against
+    seed (a seed that never reached the threshold counts as never): P(better) with its 95% interval, whether that
+    interval excludes no difference, and about how many fresh seeds per side would make it do so at the spread seen.
+
+    Seeds needed: the interval's half-width towards 0.5 shrinks as 1/sqrt(seeds), so n * (half-width / |P - 0.5|)^2
+    seeds bring its edge to 0.5 (an estimate from this one confirmation; None when P is exactly 0.5)."""
+    x, y = winner.get("objective_scores") or [], preset.get("objective_scores") or []
+    poi = _improvement(x, y, maximize_)
+    if poi is None:
+        return None
+    p, (low, high) = poi["p"], poi["ci"]
+    n = min(len(x), len(y))
+    distinct = low > NO_DIFFERENCE or high < NO_DIFFERENCE
+    gap = abs(p - NO_DIFFERENCE)
+    half = (p - low) if p >= NO_DIFFERENCE else (high - p)
+    needed = None if distinct or gap == 0 else max(n + 1, math.ceil(n * (half / gap) ** 2))
+    return {"objective": objective, "p": p, "ci": [low, high], "seeds": n, "distinguishable": distinct, "seeds_needed": needed}
 
 
 def _better(a: float | None, b: float | None, maximize: bool) -> bool:
@@ -142,7 +169,7 @@ def confirm_outcome(confirm_dirs: dict[str, Path], trials: dict, seeds: list[int
     ranked = rank(candidates, lambda e: e["value"], lambda e: e["secondary"], maximize_, secondary)
     winner = ranked[0] if ranked else None
     tie = tie_of(ranked, objective, secondary, "on fresh seeds") if ranked else None
-    preset_tie = False
+    preset_tie = beats = False
     if winner is None or (not ties(preset["value"], winner["value"]) and _better(preset["value"], winner["value"], maximize_)):
         preset_wins, verdict = True, "The preset still wins on fresh seeds: keep it."
     elif ties(preset["value"], winner["value"]):
@@ -157,9 +184,20 @@ def confirm_outcome(confirm_dirs: dict[str, Path], trials: dict, seeds: list[int
             preset_wins, preset_tie = False, True
             verdict = f"{winner['label']} ties the preset's {objective} on fresh seeds: compare the other columns before switching."
     else:
-        preset_wins, verdict = False, f"{winner['label']} beats the preset's {objective} on fresh seeds."
+        preset_wins = False
+        winner["evidence"] = proof = evidence(winner, preset, objective, maximize_)
+        beats = proof is None or proof["distinguishable"]
+        if beats:
+            verdict = f"{winner['label']} beats the preset's {objective} on fresh seeds."
+        else:
+            low, high = proof["ci"]
+            more = (f"about {proof['seeds_needed']} seeds each would be needed to tell them apart at the spread seen"
+                    if proof["seeds_needed"] else "no seed count would tell them apart: they do as well seed for seed")
+            verdict = (f"{winner['label']} and the preset are not distinguishable on {proof['seeds']} fresh seeds: "
+                       f"{objective} {_show(winner['value'])} vs {_show(preset['value'])}, P({winner['label']} does better "
+                       f"on a seed) {proof['p']:.2f} [{low:.2f}, {high:.2f}] includes {NO_DIFFERENCE}; {more}.")
     return {"preset": preset, "candidates": candidates, "winner": winner, "tie": tie, "verdict": verdict,
-            "preset_wins": preset_wins, "preset_tie": preset_tie}
+            "preset_wins": preset_wins, "preset_tie": preset_tie, "beats_preset": beats}
 
 
 def write_tune(search, confirm_dirs: dict[str, Path]) -> Path:
@@ -189,13 +227,14 @@ def write_tune(search, confirm_dirs: dict[str, Path]) -> Path:
         outcome = confirm_outcome(confirm_dirs, by_label, search.confirm_seeds, objective, search.maximize, metric_higher, secondary)
         preset, candidates, winner = outcome["preset"], outcome["candidates"], outcome["winner"]
         verdict, preset_wins, tie = outcome["verdict"], outcome["preset_wins"], outcome["tie"]
-        if preset_wins or outcome["preset_tie"]:
+        beats = outcome["beats_preset"]
+        if not beats:  # the preset wins, ties, or the difference is within the confirmation's noise
             warnings.append(verdict)
         for entry in [*candidates, {**preset, "label": "preset"}]:
             if entry["failed"]:
                 warnings.append(f"{entry['label']}: {len(entry['failed'])} of {len(entry['seeds'])} confirmation seeds failed")
     else:
-        winner, verdict, preset_wins = None, None, None
+        winner, verdict, preset_wins, beats = None, None, None, None
         trials_dir = search.sweep_dir / "trials"
         secondary = tie_breaker(tie_break, objective, [trials_dir / str(t.number) for t in ranked[:1]])
         entries = [{"label": f"trial{t.number}", "trial": t.number, "tuned_value": _finite(t.value), "value": _finite(t.value),
@@ -229,6 +268,9 @@ def write_tune(search, confirm_dirs: dict[str, Path]) -> Path:
         "best_tuned_value": None if winner is None else _finite(winner["tuned_value"]),
         "best_confirmed": None if winner is None or not confirm_dirs else {k: winner[k] for k in ("value", "secondary", "primary", "time_to_threshold_s", "optimism_gap", "probability_of_improvement_over_preset")},
         "preset_wins": preset_wins,
+        # True only when the confirmation shows the winner better than the preset beyond its noise (evidence's interval).
+        "beats_preset": beats,
+        "evidence": None if winner is None else winner.get("evidence"),
         "candidates": candidates,
         "preset": preset,
         "verdict": verdict,
@@ -236,7 +278,9 @@ def write_tune(search, confirm_dirs: dict[str, Path]) -> Path:
     }
     write_json(out / "tune.json", summary)
     if winner is not None:
-        text = best_yaml(search, winner["params"], out)
+        label = verdict if verdict is not None else ("Not confirmed on fresh seeds (confirm_top=0): its value is its own "
+                                                     "score on the tuning seeds, which is optimistic.")
+        text = best_yaml(search, winner["params"], out, label)
         (out / "best.yaml").write_text(text)
         (out / "experiment").mkdir(exist_ok=True)
         (out / "experiment" / "best.yaml").write_text(text)
@@ -250,8 +294,9 @@ def write_tune(search, confirm_dirs: dict[str, Path]) -> Path:
     return out
 
 
-def best_yaml(search, params: dict[str, Any], out: Path) -> str:
-    """An experiment preset of the winner: the original preset, the fixed overrides, then the tuned values."""
+def best_yaml(search, params: dict[str, Any], out: Path, label: str) -> str:
+    """An experiment preset of the winner: the original preset, the fixed overrides, then the tuned values. Its header
+    says what the confirmation found (`label`: the verdict, e.g. not distinguishable from the preset)."""
     groups = group_options()
     choices = OmegaConf.select(search.config, "hydra.runtime.choices", default={}) or {}
     experiment = choices.get("experiment")
@@ -273,6 +318,7 @@ def best_yaml(search, params: dict[str, Any], out: Path) -> str:
     return "\n".join([
         "# @package _global_",
         f"# Tuned by pipeline's Optuna sweeper over {len(search.tune_seeds)} seeds per trial (study {search.name!r}).",
+        *textwrap.wrap(f"Verdict: {label}", width=116, initial_indent="# ", subsequent_indent="#   "),
         f"# python -m pipeline --config-dir {out} experiment=best",
         "defaults:", *defaults, "  - _self_", "", body,
     ])
