@@ -192,20 +192,23 @@ def test_layer_widths():
     assert refused(checks._check_numbers, cfg(model={"hidden": [2.0]})).startswith("model.hidden=[2.0]:")
 
 
-def test_auction_data_is_checked_only_for_auction_data(tmp_path):
-    target = "pipeline.games.bids_csv.AuctionBidsData"
-    checks._check_auction_data(cfg(data={"_target_": "x.Other", "path": str(tmp_path)}))
-    checks._check_auction_data(cfg(data=None))
-    checks._check_auction_data(cfg(data={"_target_": target, "path": None, "n_bidders": None}))
-    checks._check_auction_data(cfg(data={"_target_": target, "path": ""}))
-    assert refused(checks._check_auction_data, cfg(data={"_target_": target, "path": str(tmp_path)})).startswith(
-        "data.path=")
-    message = refused(checks._check_auction_data, cfg(data={"_target_": target, "path": str(tmp_path / "none.csv")}))
-    assert message.startswith("data.path=") and "none.csv" in message
-    message = refused(checks._check_auction_data, cfg(data={"_target_": target, "n_bidders": 1}))
-    assert message.startswith("data.n_bidders=1: an auction has 2 to 100 bidders")
-    checks._check_auction_data(cfg(data={"_target_": target, "n_bidders": 3}))
-    checks._check_auction_data(cfg(data={"n_bidders": 1}))  # no _target_: not auction data
+def test_data_with_a_typed_config_is_checked_against_it_and_other_data_is_not(tmp_path):
+    """The checker knows no data class: a data node is checked when its _target_ has a Config
+    (pipeline.config.data_settings), whatever group option chose it."""
+    check = checks.check_group_settings
+    target = "pipeline.data.auction.AuctionBidsData"
+    check(cfg(data={"_target_": "x.Other", "path": str(tmp_path), "n_bidders": 1}), "data", {})
+    check(cfg(data=None), "data", {})
+    check(cfg(data={"n_bidders": 1}), "data", {})  # no _target_: nothing declares its ranges
+    check(cfg(data={"_target_": target, "path": None, "n_bidders": None}), "data", {})
+    check(cfg(data={"_target_": target, "path": "", "n_bidders": 3}), "data", {})
+    assert refused(check, cfg(data={"_target_": target, "path": str(tmp_path)}), "data", {}) == (
+        f"data.path={tmp_path}: a directory, not a file; pass the path of the CSV file itself (data.path=<dir>/<file>.csv)")
+    message = refused(check, cfg(data={"_target_": target, "path": str(tmp_path / "none.csv")}), "data", {})
+    assert message.startswith(f"data.path={tmp_path / 'none.csv'}: file not found; ")
+    assert refused(check, cfg(data={"_target_": target, "n_bidders": 1}), "data", {"data": "auction_bids"}) == (
+        "data.n_bidders=1: must be a whole number in [2, 100] (an auction has 2 to 100 bidders here); "
+        "e.g. data.n_bidders=2 or more, or null to read it from the file")
 
 
 def test_closed_groups_refuse_unknown_keys_and_trainer_owned_keys():
@@ -270,7 +273,7 @@ def test_check_values_runs_every_check_and_fills_removed_groups():
                       ({"trainer": {"max_epoch": 3}}, "did you mean trainer.max_epochs?"),
                       ({"device": {"x": 1}}, "device.x"), ({"model": {"hidden": [1]}}, "no _target_"),
                       ({"callbacks": {"x": 1}}, "callbacks.x"),
-                      ({"data": {"_target_": "AuctionBidsData", "n_bidders": 1}}, "n_bidders")]:
+                      ({"data": {"_target_": "pipeline.data.auction.AuctionBidsData", "n_bidders": 1}}, "n_bidders")]:
         assert says in refused(checks.check_values, cfg(**{**ok, **bad}), {"device": "cpu"})
 
 

@@ -11,7 +11,7 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf, open_dict
 
-from pipeline.config import checks, env_ids, ranges
+from pipeline.config import checks, data_settings, env_ids, ranges
 from pipeline.config.checks import ConfigError
 from pipeline.config.ranges import count, items, number, one_of, positive, unit
 from pipeline.config.task_settings import configs_by_target
@@ -159,6 +159,24 @@ def test_sac_and_td3_start_from_cleanrls_defaults():
     assert configs.SACConfig._target_ == "pipeline.tasks.sac.SACTask" and configs.TD3Config._target_ == "pipeline.tasks.td3.TD3Task"
 
 
+def test_the_auction_data_config_is_its_yaml_and_its_classs_arguments():
+    """pipeline.config.data_settings declares the ranges of a data module that lives below the config layer: it must
+    keep the module's arguments, the shipped YAML's keys and defaults, and the bidder limit."""
+    import inspect
+
+    from pipeline.data.auction import AuctionBidsData
+    from pipeline.games.bids_csv import MAX_BIDDERS
+
+    defaults = dataclasses.asdict(data_settings.AuctionBidsDataConfig())
+    assert defaults.pop("_target_") == f"{AuctionBidsData.__module__}.{AuctionBidsData.__name__}"
+    shipped = OmegaConf.to_container(OmegaConf.load(str(checks.conf_root() / "data" / "auction_bids.yaml")))
+    shipped.pop("_target_")
+    assert shipped == defaults
+    params = inspect.signature(AuctionBidsData.__init__).parameters
+    assert {k: p.default for k, p in params.items() if k != "self"} == defaults
+    assert data_settings.MAX_BIDDERS == MAX_BIDDERS
+
+
 def test_the_start_up_check_finds_each_shipped_task_config_by_its_target():
     found = configs_by_target()
     for name, cls in configs.SCHEMAS.items():
@@ -205,6 +223,10 @@ PPO = "experiment=ppo_cartpole"  # num_steps 32 x envs_per_agent 8 = 256 env ste
     ((PPO, "env.id=NoSuchEnv-v0"), "env.id=NoSuchEnv-v0 is not a registered gymnasium environment; e.g. env.id=CartPole-v1 "
                                    "(or env=cartpole|pendulum|acrobot|atari)"),
     ((PPO, "env.id=Cartpole-v1"), "env.id=Cartpole-v1 is not a registered gymnasium environment; did you mean env.id=CartPole-v1"),
+    (("experiment=rmac_auction", "data.n_bidders=5000"), "data.n_bidders=5000: must be a whole number in [2, 100] (an auction "
+                                                         "has 2 to 100 bidders here); e.g. data.n_bidders=2 or more"),
+    (("experiment=rmac_auction", "data.value_scale=0"), "data.value_scale=0: must be a finite number > 0; e.g. data.value_scale=1.0"),
+    (("experiment=rmac_auction", "+data.nbids=3"), "data.nbids is not a setting of data=auction_bids; did you mean data.n_bids?"),
     ((PPO, "+trainer.accumulate_grad_batchs=4"), "trainer.accumulate_grad_batchs is not a Lightning Trainer argument; "
                                                  "did you mean trainer.accumulate_grad_batches?"),
     ((PPO, "seeds_per_process=100000"), "seeds_per_process=100000: at most 4096 seeds train in one process"),
@@ -219,7 +241,7 @@ def test_the_issues_bad_settings_are_one_line_naming_the_key(overrides, line):
     (PPO,), (PPO, "task.ent_coef=0", "task.stop_at_return=null", "task.max_grad_norm=null"),
     (PPO, "env=pendulum"), ("experiment=dqn_cartpole", "env=acrobot"), ("experiment=dqn_cartpole", "task.envs_per_agent=4"),
     ("experiment=cem_cartpole",), ("experiment=supervised_digits", "device.precision=bf16-mixed"),
-    ("experiment=dqn_cartpole", "env.id=ALE/Pong-v5"),
+    ("experiment=dqn_cartpole", "env.id=ALE/Pong-v5"), ("experiment=rmac_auction", "data.n_bidders=100", "data.grid=0"),
 ])
 def test_valid_settings_pass(overrides):
     cfg, choices = composed(*overrides)

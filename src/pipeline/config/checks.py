@@ -14,7 +14,7 @@ from pathlib import Path
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from pipeline.config.errors import ConfigError
-from pipeline.config.task_settings import check_task_settings
+from pipeline.config.task_settings import check_group_settings, check_task_settings
 
 
 def conf_root() -> Path:
@@ -225,26 +225,6 @@ def _check_numbers(cfg: DictConfig, choices: Mapping[str, str | None] | None = N
             raise ConfigError(f"model.{key}={list(widths)}: layer widths are whole numbers >= 1; e.g. model.{key}=[128,128]")
 
 
-def _check_auction_data(cfg: DictConfig) -> None:
-    """The auction data's file and bidder count, before a run dir exists: the data module's own checks, run early
-    (they import torch, so only when the run reads auction data)."""
-    data = cfg.get("data") or {}
-    if not isinstance(data, DictConfig) or not str(data.get("_target_", "")).endswith("AuctionBidsData"):
-        return
-    from pipeline.games.bids_csv import BidDataError, check_bids_file, check_n_bidders
-
-    path = data.get("path")
-    try:
-        if path not in (None, ""):
-            check_bids_file(Path(str(path)).expanduser())
-        if data.get("n_bidders") is not None:
-            check_n_bidders(data.get("n_bidders"))
-    except BidDataError as exc:
-        raise ConfigError(f"data.path={exc}") from None
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-
-
 def _check_closed_groups(cfg: DictConfig, choices: Mapping[str, str | None]) -> None:
     root = conf_root()
     for group in CLOSED_GROUPS:
@@ -305,8 +285,9 @@ def check_values(cfg: DictConfig, choices: Mapping[str, str | None] | None = Non
     another group or that is no Trainer argument, the task's settings against its typed Config (types, declared
     ranges, cross-field rules, the precisions and action spaces it declares; `pipeline.config.task_settings`), an
     env id gymnasium does not know, a NaN anywhere (or an infinite model/optimizer value), a learning rate <= 0, a
-    layer width < 1, a negative checkpoint interval, device.num_threads < 1, an auction data path that is a
-    directory or missing or a bidder count outside [2, 100].
+    layer width < 1, a negative checkpoint interval, device.num_threads < 1, and the data's settings against its
+    typed Config where it has one (`pipeline.config.data_settings`: e.g. an auction data path that is a directory
+    or missing, a bidder count outside [2, 100]).
     Also fills a removed optional group (`~scheduler`) with its `none` option."""
     choices = runtime_choices(cfg) if choices is None else choices
     _check_seed(cfg)
@@ -315,8 +296,8 @@ def check_values(cfg: DictConfig, choices: Mapping[str, str | None] | None = Non
     _check_built_groups(cfg)
     check_callback_entries(cfg)
     check_task_settings(cfg, choices)
+    check_group_settings(cfg, "data", choices)
     _check_numbers(cfg, choices)
-    _check_auction_data(cfg)
 
 
 def callback_entries(cfg: DictConfig) -> list[tuple[str, object]]:

@@ -23,7 +23,7 @@ from pipeline.config.errors import ConfigError
 from pipeline.config.ranges import check_config, example_of
 
 # Torch-free modules holding typed Configs, each naming the class it configures in its `_target_` default.
-CONFIG_MODULES = ["pipeline.tasks.configs"]
+CONFIG_MODULES = ["pipeline.tasks.configs", "pipeline.config.data_settings"]
 
 
 @cache
@@ -76,10 +76,10 @@ def _shown(value: Any) -> str:
     return "null" if value is None else str(value).replace(" ", "")
 
 
-def typed_task(cfg: DictConfig, choices: Mapping[str, str | None]) -> tuple[type, Any, dict] | None:
-    """(Config class, the `task:` node as its instance, the node's values as given); None when its Config is not
+def typed_node(cfg: DictConfig, group: str, choices: Mapping[str, str | None]) -> tuple[type, Any, dict] | None:
+    """(Config class, the group's node as its instance, the node's values as given); None when its Config is not
     known here. A wrong type or an unknown key is one line naming the key, what it takes and an example."""
-    node = cfg.get("task")
+    node = cfg.get(group)
     if not isinstance(node, DictConfig):
         return None
     cls = config_class(node.get("_target_"))
@@ -89,34 +89,44 @@ def typed_task(cfg: DictConfig, choices: Mapping[str, str | None]) -> tuple[type
         values = {k: v for k, v in OmegaConf.to_container(node, resolve=True).items() if k != "_target_"}
     except OmegaConfBaseException:
         return None  # an interpolation that does not resolve: the run's own composition reports it
-    name = _task_name(cls, choices)
+    name = f"{group}={choices[group]}" if choices.get(group) else (_task_name(cls, choices) if group == "task" else cls.__name__)
     known = [f.name for f in dataclasses.fields(cls) if f.name != "_target_"]
     for key in values:
         if key not in known:
             close = difflib.get_close_matches(str(key), known, n=1)
-            hint = f"did you mean task.{close[0]}?" if close else f"its settings: {', '.join(known)}"
-            raise ConfigError(f"task.{key} is not a setting of {name}; {hint}")
+            hint = f"did you mean {group}.{close[0]}?" if close else f"its settings: {', '.join(known)}"
+            raise ConfigError(f"{group}.{key} is not a setting of {name}; {hint}")
     try:
         return cls, OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls), values)), values
     except OmegaConfBaseException as exc:
         key = str(exc.full_key or exc.key or "")
         found = _field(cls, key) if key else None
         if found is None:
-            raise ConfigError(f"task.{key}: {str(exc).splitlines()[0]}" if key else f"task: {str(exc).splitlines()[0]}") from None
+            raise ConfigError(f"{group}.{key}: {str(exc).splitlines()[0]}" if key else f"{group}: {str(exc).splitlines()[0]}") from None
         owner, field = found
         value = OmegaConf.select(OmegaConf.create(values), key, default=None)
         example = example_of(owner, field.name)
-        raise ConfigError(f"task.{key}={_shown(value)}: expected {_expected(field)}"
-                          + (f"; e.g. task.{key}={example}" if example else "")) from None
+        raise ConfigError(f"{group}.{key}={_shown(value)}: expected {_expected(field)}"
+                          + (f"; e.g. {group}.{key}={example}" if example else "")) from None
+
+
+def check_group_settings(cfg: DictConfig, group: str, choices: Mapping[str, str | None]) -> tuple[type, Any] | None:
+    """The group's node against its typed Config (types, ranges, rules); (Config class, instance), or None when
+    its Config is not known here."""
+    typed = typed_node(cfg, group, choices)
+    if typed is None:
+        return None
+    cls, config, values = typed
+    check_config(config, group, values)
+    return cls, config
 
 
 def check_task_settings(cfg: DictConfig, choices: Mapping[str, str | None]) -> None:
     """Types, ranges and rules of the task's Config, then the precision and env it declares it runs with."""
-    typed = typed_task(cfg, choices)
-    if typed is None:
+    checked = check_group_settings(cfg, "task", choices)
+    if checked is None:
         return
-    cls, config, values = typed
-    check_config(config, "task", values)
+    cls = checked[0]
     name = _task_name(cls, choices)
     precisions = getattr(cls, "precisions", None)
     precision = OmegaConf.select(cfg, "device.precision", default=None)
