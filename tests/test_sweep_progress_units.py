@@ -52,7 +52,7 @@ def test_what_the_sweep_and_its_jobs_write(tmp_path):
         "job7.json": {"started": T0 + 1},
         "job8.json": {"started": T0 + 2, "ended": T0 + 12, "status": "failed"},
         "job9.json": {"started": None, "ended": T0 + 13, "status": "0"},
-        "sweep.json": {"total": 3, "started": T0, "pid": os.getpid()},
+        "sweep.json": {"total": 3, "started": T0, "pid": os.getpid(), "finished_before": {}},
     }
 
 
@@ -65,7 +65,7 @@ def test_the_clock_is_read_when_no_time_is_given(tmp_path, monkeypatch):
     assert files(tmp_path) == {
         "job0.json": {"started": 4242.0},
         "job1.json": {"started": 4242.0, "ended": 4242.0, "status": "ok"},
-        "sweep.json": {"total": None, "started": 4242.0, "pid": os.getpid()},
+        "sweep.json": {"total": None, "started": 4242.0, "pid": os.getpid(), "finished_before": {}},
     }
     monkeypatch.setattr(time, "time", lambda: 4250.0)
     snap = read_snapshot(tmp_path)
@@ -81,6 +81,31 @@ def test_a_new_start_forgets_the_old_jobs_only(tmp_path):
     start_sweep(tmp_path, 5, now=T0 + 100)
     assert sorted(files(tmp_path)) == ["notes.json", "sweep.json"]
     assert files(tmp_path)["sweep.json"]["total"] == 5
+
+
+def test_a_resumed_sweep_counts_its_skipped_jobs_with_the_time_they_took_before(tmp_path):
+    """The issue's case: 4 jobs of 60 s; the first attempt finished jobs 0 and 1 and was killed during job 2. The
+    resume skips 0 and 1 (0.3 s each): the ETA is still that of 60 s jobs, not of 0.3 s ones."""
+    start_sweep(tmp_path, 4, now=T0)
+    for num in (0, 1):
+        job_started(tmp_path, num, now=T0 + 60 * num)
+        job_ended(tmp_path, num, "ok", now=T0 + 60 * num + 60)
+    job_started(tmp_path, 2, now=T0 + 120)  # killed: never ends
+    start_sweep(tmp_path, 4, now=T0 + 500)
+    for num in (0, 1):
+        job_started(tmp_path, num, now=T0 + 500 + 0.3 * num)
+        job_ended(tmp_path, num, "ok", now=T0 + 500 + 0.3 * num + 0.3)
+    job_started(tmp_path, 2, now=T0 + 501)
+    snap = read_snapshot(tmp_path, now=T0 + 511)
+    assert (snap.done, snap.skipped, snap.running) == (2, 2, 1)
+    assert snap.durations_s == [60.0, 60.0]
+    # By hand: d = 60; job 2 has 50 s left, job 3 waits 60: 110 s with one running.
+    assert snap.eta_s == pytest.approx(110.0)
+    assert snap.line() == "[2/4 done (2 before the resume), 1 running, 0 failed, ETA 2 min]"
+    # A job that failed before and ends ok now really ran: its own time counts, and it is not "before the resume".
+    job_ended(tmp_path, 2, "ok", now=T0 + 561)
+    start_sweep(tmp_path, 4, now=T0 + 600)  # a second resume still knows all three, with their first times
+    assert files(tmp_path)["sweep.json"]["finished_before"] == {"0": 60.0, "1": 60.0, "2": 60.0}
 
 
 def test_close_unfinished_marks_only_the_running_jobs_lost(tmp_path):

@@ -9,6 +9,10 @@ bottom of a terminal (rich), or, in a log or a pipe, one plain line each time a 
 The ETA assumes every job takes as long as the finished ones did on average (d) and that as many run side by
 side as run now (c): (the running jobs' remaining d - age, plus d for each job not started) / c. None before the
 first job ends, or when the sweeper does not say how many jobs it plans (the tuner).
+
+A resumed sweep (`resume=true`) skips the jobs that finished ok before: `start_sweep` keeps their numbers and how
+long they took from the folder the earlier attempt left, so such a job counts as done with the time it really took
+(not as a job of a fraction of a second, which made the ETA say "1 s" for minutes); the line says how many.
 """
 
 from __future__ import annotations
@@ -48,11 +52,25 @@ def _read(path: Path) -> dict | None:
 
 
 def start_sweep(sweep_dir: str | Path, total: int | None, now: float | None = None) -> None:
-    """Called once by the sweep's process before any job starts; a resumed sweep starts counting afresh."""
+    """Called once by the sweep's process before any job starts. A resumed sweep starts counting afresh, and
+    remembers which jobs finished ok in an earlier attempt, with how long each took (None: not known)."""
     folder = progress_dir(sweep_dir)
+    earlier = _read(folder / SWEEP_FILE) or {}
+    finished = {str(k): v for k, v in (earlier.get("finished_before") or {}).items()}
     for old in folder.glob("job*.json"):
+        job = _read(old) or {}
+        if job.get("status") == "ok":
+            num = old.stem.removeprefix("job")
+            took = job.get("took_s") if job.get("skipped") else _took(job)
+            finished[num] = took if took is not None else finished.get(num)
         old.unlink(missing_ok=True)
-    _write(folder / SWEEP_FILE, {"total": total, "started": time.time() if now is None else now, "pid": os.getpid()})
+    _write(folder / SWEEP_FILE, {"total": total, "started": time.time() if now is None else now, "pid": os.getpid(),
+                                 "finished_before": finished})
+
+
+def _took(job: dict) -> float | None:
+    started, ended = job.get("started"), job.get("ended")
+    return None if started is None or ended is None else max(0.0, float(ended) - float(started))
 
 
 def job_started(sweep_dir: str | Path, num: int, now: float | None = None) -> None:
@@ -60,9 +78,16 @@ def job_started(sweep_dir: str | Path, num: int, now: float | None = None) -> No
 
 
 def job_ended(sweep_dir: str | Path, num: int, status: str, now: float | None = None) -> None:
-    path = progress_dir(sweep_dir) / f"job{int(num)}.json"
+    """The job's end and status. One that finished ok in an earlier attempt of the sweep, ending ok again, was
+    skipped (resume=true): it is written as skipped, with the time it took then."""
+    folder = progress_dir(sweep_dir)
+    path = folder / f"job{int(num)}.json"
     started = (_read(path) or {}).get("started")
-    _write(path, {"started": started, "ended": time.time() if now is None else now, "status": str(status)})
+    job = {"started": started, "ended": time.time() if now is None else now, "status": str(status)}
+    before = (_read(folder / SWEEP_FILE) or {}).get("finished_before") or {}
+    if str(status) == "ok" and str(int(num)) in before:
+        job.update(skipped=True, took_s=before[str(int(num))])
+    _write(path, job)
 
 
 def close_unfinished(sweep_dir: str | Path, now: float | None = None) -> None:
@@ -92,6 +117,7 @@ class Snapshot:
     elapsed_s: float = 0.0
     durations_s: list[float] = field(default_factory=list)  # of the finished jobs
     running_ages_s: list[float] = field(default_factory=list)
+    skipped: int = 0  # of the done jobs: finished ok in an earlier attempt of a resumed sweep
 
     @property
     def eta_s(self) -> float | None:
@@ -103,7 +129,8 @@ class Snapshot:
         return left / max(1, self.running)
 
     def line(self) -> str:
-        parts = [f"{self.done}/{self.total} done" if self.total else f"{self.done} done", f"{self.running} running",
+        done = f"{self.done}/{self.total} done" if self.total else f"{self.done} done"
+        parts = [done + (f" ({self.skipped} before the resume)" if self.skipped else ""), f"{self.running} running",
                  f"{self.not_ok.get('failed', 0)} failed"]
         parts += [f"{n} {status}" for status, n in sorted(self.not_ok.items()) if status != "failed"]
         if self.total and self.done >= self.total:
@@ -132,7 +159,11 @@ def read_snapshot(sweep_dir: str | Path, now: float | None = None) -> Snapshot |
                 snap.running_ages_s.append(max(0.0, now - float(started)))
             continue
         snap.done += 1
-        if started is not None:
+        if job.get("skipped"):  # its time is the earlier attempt's (when known), not the skip's fraction of a second
+            snap.skipped += 1
+            if job.get("took_s") is not None:
+                snap.durations_s.append(float(job["took_s"]))
+        elif started is not None:
             snap.durations_s.append(max(0.0, float(job["ended"]) - float(started)))
         if job.get("status") != "ok":
             snap.not_ok[str(job.get("status"))] = snap.not_ok.get(str(job.get("status")), 0) + 1
