@@ -22,10 +22,12 @@ under `replay_save_max_mb`), every generator, the envs and the counters.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import math
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
 from typing import ClassVar
 
@@ -235,6 +237,26 @@ class OffPolicyActorCriticTask(RLAgents, Task):
     def sample_batch(self) -> Transitions:
         """One minibatch per learning agent, [K, B, ...], drawn with its generator."""
         return Transitions(*(x[0] for x in self.buffer.sample(1, self.config.batch_size, self.generators)))
+
+    @contextlib.contextmanager
+    def critics_frozen(self) -> Iterator[None]:
+        """The critics take no weight gradients inside (an actor loss through them): those would be discarded (the
+        critics' next step starts from zero), and not computing them saves the backward's weight products."""
+        params = list(self.critic.parameters())
+        for p in params:
+            p.requires_grad_(False)
+        try:
+            yield
+        finally:
+            for p in params:
+                p.requires_grad_(True)
+
+    def actor_step(self, loss: torch.Tensor) -> None:
+        """One Adam step of every agent's actor on `loss` [K] (summed: each agent gets its own gradient)."""
+        self.actor_opt.zero_grad(set_to_none=True)
+        loss.sum().backward()
+        self.actor_opt.step()
+        self._recent["train/actor_loss"] = loss.detach()
 
     def critic_step(self, batch: Transitions, target: torch.Tensor) -> None:
         """One Adam step of every agent's twin critics toward `target` [K, B]."""
@@ -517,20 +539,17 @@ class SACTask(OffPolicyActorCriticTask):
         if self.updates % hp.policy_frequency == 0:
             # Delayed, as CleanRL: policy_frequency actor (and temperature) steps every policy_frequency critic steps.
             for _ in range(hp.policy_frequency):
-                actions, log_prob = squashed_gaussian_sample(*self.actor.distribution(batch.obs), self.generators)
-                q1, q2 = self.critic(batch.obs, actions)
-                actor_loss = sac_actor_loss(q1, q2, log_prob, alpha)
-                self.actor_opt.zero_grad(set_to_none=True)
-                actor_loss.sum().backward()
-                self.actor_opt.step()
+                with self.critics_frozen():
+                    actions, log_prob = squashed_gaussian_sample(*self.actor.distribution(batch.obs), self.generators)
+                    self.actor_step(sac_actor_loss(*self.critic(batch.obs, actions), log_prob, alpha))
+                log_prob = log_prob.detach()
                 if hp.autotune:
-                    alpha_loss = temperature_loss(self.log_alpha, log_prob.detach(), self.target_entropy)
+                    alpha_loss = temperature_loss(self.log_alpha, log_prob, self.target_entropy)
                     self.alpha_opt.zero_grad(set_to_none=True)
                     alpha_loss.sum().backward()
                     self.alpha_opt.step()
                     alpha = self.log_alpha.detach().exp()
-            self._recent["train/actor_loss"] = actor_loss.detach()
-            self._recent["train/entropy"] = -log_prob.detach().mean(-1)
+            self._recent["train/entropy"] = -log_prob.mean(-1)
         self._recent["train/alpha"] = alpha
         if self.updates % hp.target_network_frequency == 0:
             soft_update(self.critic_target, self.critic, hp.tau)

@@ -49,11 +49,7 @@ class TD3Task(OffPolicyActorCriticTask):
             target = twin_q_target(batch.rewards, batch.dones, next_q1, next_q2, hp.gamma)
         self.critic_step(batch, target)
         if self.updates % hp.policy_frequency == 0:
-            q1, _ = self.critic(batch.obs, self.actor.unit(batch.obs))
-            actor_loss = -q1.mean(-1)
-            self.actor_opt.zero_grad(set_to_none=True)
-            actor_loss.sum().backward()
-            self.actor_opt.step()
+            with self.critics_frozen():
+                self.actor_step(-self.critic(batch.obs, self.actor.unit(batch.obs))[0].mean(-1))
             soft_update(self.actor_target, self.actor, hp.tau)
             soft_update(self.critic_target, self.critic, hp.tau)
-            self._recent["train/actor_loss"] = actor_loss.detach()
