@@ -75,9 +75,13 @@ class EpochCheckpointer(Checkpoint):
     (the resumed run starts at the next epoch).
     """
 
-    def __init__(self, path: Path, policy: CheckpointPolicy, stop: StopRequests, on_save, saved_epoch: int | None = None) -> None:
+    def __init__(self, path: Path, policy: CheckpointPolicy, stop: StopRequests, on_save, saved_epoch: int | None = None,
+                 curve_step=None) -> None:
         self.path, self.policy, self.stop, self.on_save = Path(path), policy, stop, on_save
         self.saved_epoch = saved_epoch
+        # The last step of the run's curves when an epoch is saved: a GAN's curve counts batches, CEM's env steps,
+        # while the checkpoint's own step is the epoch; a resume keeps every row up to this step (curve_step_of).
+        self.curve_step = curve_step or (lambda: None)
         # The last finished epoch's checkpoint, serialised in memory when the policy did not write it: a stop
         # request in the middle of the next epoch saves it, so the run continues from there (not from scratch).
         self._unsaved: tuple[int, bytes] | None = None
@@ -93,6 +97,7 @@ class EpochCheckpointer(Checkpoint):
         epoch = trainer.current_epoch
         # What trainer.save_checkpoint would write now (one device: the same dict, without its temp-file handling).
         state = trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
+        state[PIPELINE_KEY] = {"curve_step": self.curve_step()}
         if self.policy.due(epoch) or epoch + 1 >= (trainer.max_epochs or 0) or self.stop.requested:
             t0 = time.perf_counter()
             try:
@@ -124,6 +129,17 @@ class EpochCheckpointer(Checkpoint):
         self._unsaved = None
         self.policy.saved(epoch)
         self.on_save(step=epoch, seconds=time.perf_counter() - t0, size=self.path.stat().st_size)
+
+
+# A Lightning checkpoint's entry of our own (Lightning ignores keys it does not know).
+PIPELINE_KEY = "pipeline_curves"
+
+
+def curve_step_of(state: dict, resume_step: int | None) -> int | None:
+    """The last curve step a loaded checkpoint covers: what it recorded when it was saved, else its own step (the
+    state tasks' env step is their curves' step too)."""
+    saved = (state.get(PIPELINE_KEY) or {}).get("curve_step") if isinstance(state, dict) else None
+    return int(saved) if isinstance(saved, int) else resume_step
 
 
 def state_checkpointer(task, path: Path, policy: CheckpointPolicy, stop: StopRequests, note_save):

@@ -45,6 +45,7 @@ from pipeline.runtime.checkpointing import (
     CheckpointPolicy,
     EpochCheckpointer,
     ValidationTimer,
+    curve_step_of,
     state_checkpointer,
 )
 from pipeline.runtime.context import JobContext
@@ -262,10 +263,11 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
             datamodule.prepare_data()
             datamodule.setup("fit")
         task = build_task(cfg, datamodule, k, run_dir, device)
-        resume_step = None
+        resume_step = curve_step = None
         if ckpt is not None:
             resume_state = load_safely(ckpt, "checkpoint")
             resume_step = task.load_checkpoint_state(resume_state)
+            curve_step = curve_step_of(resume_state, resume_step)
         setup_s = time.perf_counter() - t0
     except Exception as exc:
         if ckpt is not None:  # a failed resume leaves the earlier record and curve as they were
@@ -280,7 +282,7 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
                  higher_is_better=task.higher_is_better, device=str(device))
         r.write()
     try:
-        curves = [CurveLog(metrics_path(d), resume_step=resume_step) for d in dirs]
+        curves = [CurveLog(metrics_path(d), resume_step=curve_step) for d in dirs]
         resolved = OmegaConf.to_container(cfg, resolve=True)
         logger_spec = {} if k > 1 else dict(cfg.get("logger") or {})
         logger_spec.pop("csv", None)
@@ -323,7 +325,8 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
         if task.checkpointing == "state":
             task.checkpoint_hook = state_checkpointer(task, ckpt_file, policy, stop, note_save)
         else:
-            epochs = EpochCheckpointer(ckpt_file, policy, stop, note_save, saved_epoch=resume_step)
+            epochs = EpochCheckpointer(ckpt_file, policy, stop, note_save, saved_epoch=resume_step,
+                                       curve_step=lambda: max((c.last_step() for c in curves if c.rows), default=None))
             callbacks.append(epochs)
         policy.start(resume_step or 0)
         trainer = make_trainer(cfg, device.type, run_dir, loggers, callbacks)
