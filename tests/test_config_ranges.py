@@ -220,8 +220,8 @@ PPO = "experiment=ppo_cartpole"  # num_steps 32 x envs_per_agent 8 = 256 env ste
     (("experiment=dqn_cartpole", "task.eps_end=1.5"), "task.eps_end=1.5: must be a finite number in [0, 1]; e.g. task.eps_end=0.04"),
     (("experiment=cem_cartpole", "task.elite_percentile=101"), "task.elite_percentile=101: must be a finite number in [0, 100]; "
                                                                "e.g. task.elite_percentile=70.0"),
-    ((PPO, "env.id=NoSuchEnv-v0"), "env.id=NoSuchEnv-v0 is not a registered gymnasium environment; e.g. env.id=CartPole-v1 "
-                                   "(or env=cartpole|pendulum|acrobot|atari)"),
+    ((PPO, "env.id=NoSuchEnv-v0"), "env.id=NoSuchEnv-v0 is not a registered gymnasium environment; e.g. env.id=CartPole-v1, "
+                                   "or a shipped env: env=acrobot|"),
     ((PPO, "env.id=Cartpole-v1"), "env.id=Cartpole-v1 is not a registered gymnasium environment; did you mean env.id=CartPole-v1"),
     (("experiment=rmac_auction", "data.n_bidders=5000"), "data.n_bidders=5000: must be a whole number in [2, 100] (an auction "
                                                          "has 2 to 100 bidders here); e.g. data.n_bidders=2 or more"),

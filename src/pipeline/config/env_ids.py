@@ -41,7 +41,13 @@ def check_env_id(env_id: str) -> None:
     if not close:  # case and version typos: `cartpole-v1`, `CartPole-v9`
         lowered = {i.lower(): i for i in ids}
         close = [lowered[c] for c in difflib.get_close_matches(env_id.lower(), list(lowered), n=3, cutoff=0.6)]
-    hint = f"did you mean {' or '.join(f'env.id={c}' for c in close)}?" if close else "e.g. env.id=CartPole-v1 (or env=cartpole|pendulum|acrobot|atari)"
+    if close:
+        hint = f"did you mean {' or '.join(f'env.id={c}' for c in close)}?"
+    else:
+        from pipeline.config.checks import group_options
+
+        shipped = "|".join(o for o in group_options().get("env", []) if o != "none")
+        hint = f"e.g. env.id=CartPole-v1, or a shipped env: env={shipped}"
     raise ConfigError(f"env.id={env_id} is not a registered gymnasium environment; {hint}")
 
 
