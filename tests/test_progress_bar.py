@@ -20,4 +20,19 @@ def test_a_dqn_bar_shows_env_steps_of_the_budget_and_the_returns(make_cfg, tmp_p
     (evaluated,) = [e["return_mean"] for e in record["evaluations"]]
     assert re.search(r"return=\d+\.\d", last) and f"eval={evaluated:.1f}" in last, last
     assert "Epoch" not in out
+    # Off a terminal (captured output is not one): whole lines, no redrawn frames, no empty "Training: 0/?" state.
+    assert "\r" not in out and "Training" not in out
+    assert len([s for s in out.splitlines() if s.startswith("env steps")]) <= 2  # the first state and the last
     assert not (tmp_path / "videos").exists()  # videos during training cost nothing unless asked for (video_every)
+
+
+def test_a_supervised_run_off_a_terminal_writes_lines_without_validation_or_test_bars(make_cfg, tmp_path, capsys):
+    from pipeline.runtime.run import run
+
+    cfg = make_cfg("experiment=supervised_digits", "trainer=debug", "trainer.enable_progress_bar=true", "trainer.max_epochs=3")
+    (record,) = run(cfg, tmp_path)
+    assert record["status"] == "ok", record["error"]
+    out = capsys.readouterr().out
+    assert "\r" not in out and not any(word in out for word in ("Validation", "Sanity", "Testing"))
+    epochs = [s for s in out.splitlines() if s.startswith("Epoch")]
+    assert 1 <= len(epochs) <= 2 and epochs[-1].startswith("Epoch 2: 100%")  # the last state: the third epoch, done

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import io
+import os
 
 import pytest
 from omegaconf import OmegaConf
 
+from pipeline.runtime.progress_lines import LIVE_STATUS_ENV, bar_on_terminal
 from pipeline.sweep_progress import (
     SweepProgress,
     job_ended,
@@ -91,11 +93,19 @@ def test_on_a_terminal_the_line_is_live_and_prints_go_above_it(tmp_path, capsys)
     job_ended(tmp_path, 0, "ok")
     progress.update()
     drawn = screen.getvalue()
+    # While the status line is live, a job's progress in this process writes lines above it, not a second bar.
+    assert os.environ.get(LIVE_STATUS_ENV) == "1" and not bar_on_terminal(_Terminal())
     assert "[0/2 done, 1 running, 0 failed]" in drawn and "[1/2 done, 0 running, 0 failed, ETA" in drawn
     assert "\x1b[" in drawn  # redrawn in place (cursor control), not appended line by line
     assert drawn.index("[job 0] seed=0 ok") < drawn.index("[1/2 done")  # the print went above the line
     progress.stop()
     assert capsys.readouterr().out.startswith("[1/2 done, 0 running, 0 failed, ETA ")  # the last state stays, plain
+    assert LIVE_STATUS_ENV not in os.environ and bar_on_terminal(_Terminal())  # the terminal is the job's again
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
 
 
 def test_durations_read_at_a_glance():

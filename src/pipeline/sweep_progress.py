@@ -28,6 +28,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pipeline.runtime.progress_lines import LIVE_STATUS_ENV
+
 PROGRESS_DIR = ".progress"
 SWEEP_FILE = "sweep.json"
 
@@ -221,6 +223,8 @@ class SweepProgress:
             # handlers that already hold the terminal's stream are pointed at the redirected one while we show it).
             self._live = Live("", console=console, auto_refresh=False, transient=True, redirect_stdout=True, redirect_stderr=True)
             self._live.start()
+            # A job trained in this process writes its progress as lines (printed above ours), not a second bar.
+            os.environ[LIVE_STATUS_ENV] = "1"
             self._redirect_log_handlers()
             # A sweep stopped by Ctrl-C never reaches on_multirun_end: give the terminal back (cursor, line) anyway.
             atexit.register(self._give_back_terminal)
@@ -269,6 +273,7 @@ class SweepProgress:
                 self._restore_log_handlers()
                 self._live.stop()
                 self._live = None
+                os.environ.pop(LIVE_STATUS_ENV, None)
 
     def _redirect_log_handlers(self) -> None:
         loggers = [logging.getLogger(), *(lg for lg in logging.Logger.manager.loggerDict.values() if isinstance(lg, logging.Logger))]
