@@ -1,9 +1,10 @@
-"""The `task:` node against its typed Config, at start-up: types, declared ranges and cross-field rules
-(`pipeline.config.ranges`), and what the Config declares the task runs with (`precisions`, `action_spaces`).
+"""The `task:` and `data:` nodes against their typed Configs, at start-up: types, declared ranges and cross-field
+rules (`pipeline.config.ranges`), and what a task's Config declares it runs with (`precisions`, `action_spaces`).
 
-The Config is found by the `_target_` it declares, among the dataclasses of the torch-free modules in
-`CONFIG_MODULES` (the shipped tasks' `pipeline.tasks.configs`); nothing here imports a task, torch or Lightning.
-A task whose Config lives elsewhere is checked when the run builds it.
+A Config is found by the `_target_` it declares, among the dataclasses of the torch-free modules in `CONFIG_MODULES`
+(the shipped tasks' `pipeline.tasks.configs`, the data's `pipeline.config.data_settings`). The tasks sit a layer
+above this one, so those modules are imported by name, as Hydra imports a `_target_`; nothing here imports a task,
+torch or Lightning. A task whose Config lives elsewhere is checked when the run builds it.
 """
 
 from __future__ import annotations
