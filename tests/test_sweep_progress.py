@@ -67,6 +67,8 @@ def test_planned_jobs_is_the_product_of_the_basic_sweepers_overrides():
 def test_plain_lines_follow_each_finished_job_once(tmp_path, capsys):
     start_sweep(tmp_path, 2)
     progress = SweepProgress(tmp_path, live=False, interval_s=3600).start()
+    # Jobs started from this process (joblib's workers share one terminal) write progress lines, not bars.
+    assert os.environ.get(LIVE_STATUS_ENV) == "1" and not bar_on_terminal(_Terminal())
     job_started(tmp_path, 0)
     job_started(tmp_path, 1)
     progress.update()
@@ -78,6 +80,7 @@ def test_plain_lines_follow_each_finished_job_once(tmp_path, capsys):
     job_ended(tmp_path, 1, "failed")
     progress.stop()
     assert capsys.readouterr().out.startswith("[2/2 done, 0 running, 1 failed, took ")
+    assert LIVE_STATUS_ENV not in os.environ
 
 
 def test_on_a_terminal_the_line_is_live_and_prints_go_above_it(tmp_path, capsys):

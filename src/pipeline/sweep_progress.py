@@ -214,6 +214,9 @@ class SweepProgress:
         self._handlers: list[tuple[logging.StreamHandler, object]] = []
 
     def start(self) -> SweepProgress:
+        # The sweep's jobs (in this process, or in processes started from it: joblib's workers, the job processes)
+        # write their progress as lines, not bars: several bars, or a bar and our live line, would draw over each other.
+        os.environ[LIVE_STATUS_ENV] = "1"
         if self.live:
             from rich.console import Console
             from rich.live import Live
@@ -223,8 +226,6 @@ class SweepProgress:
             # handlers that already hold the terminal's stream are pointed at the redirected one while we show it).
             self._live = Live("", console=console, auto_refresh=False, transient=True, redirect_stdout=True, redirect_stderr=True)
             self._live.start()
-            # A job trained in this process writes its progress as lines (printed above ours), not a second bar.
-            os.environ[LIVE_STATUS_ENV] = "1"
             self._redirect_log_handlers()
             # A sweep stopped by Ctrl-C never reaches on_multirun_end: give the terminal back (cursor, line) anyway.
             atexit.register(self._give_back_terminal)
@@ -258,6 +259,7 @@ class SweepProgress:
         self._stopped.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
+        os.environ.pop(LIVE_STATUS_ENV, None)
         if sweep_ended:
             close_unfinished(self.sweep_dir)
         snap = read_snapshot(self.sweep_dir)
@@ -273,7 +275,6 @@ class SweepProgress:
                 self._restore_log_handlers()
                 self._live.stop()
                 self._live = None
-                os.environ.pop(LIVE_STATUS_ENV, None)
 
     def _redirect_log_handlers(self) -> None:
         loggers = [logging.getLogger(), *(lg for lg in logging.Logger.manager.loggerDict.values() if isinstance(lg, logging.Logger))]

@@ -1,7 +1,7 @@
 """Where a run's progress bar may draw, and what it writes where it may not (light: no torch, no Lightning).
 
-A terminal that the run has to itself gets tqdm's bar, redrawn in place. Anywhere else (a file, a pipe, a
-sweep's job whose output is relayed, a terminal whose bottom line a sweep's live status owns) a redrawn bar is
+A terminal that the run has to itself gets tqdm's bar, redrawn in place. Anywhere else (a file, a pipe, a job of
+a sweep, whose status line and parallel jobs share the terminal) a redrawn bar is
 a flood: every frame lands in the log (149 frames for one DQN run, 635 with the nested validation bars of a
 13-epoch supervised run). There the bar's state is written as one plain line at most every `every_s` seconds,
 and its last state when training ends.
@@ -14,8 +14,8 @@ import sys
 import time
 from collections.abc import Callable
 
-# Set by a sweep while its live status line holds the terminal's bottom line (pipeline.sweep_progress): a job in
-# that process then writes lines, which the live display prints above its status, instead of a second bar.
+# Set by a sweep while it shows its progress (pipeline.sweep_progress), inherited by the processes it starts: its
+# jobs write lines (which a live status prints above itself) instead of bars that would draw over it and each other.
 LIVE_STATUS_ENV = "PIPELINE_SWEEP_LIVE_STATUS"
 # Off a terminal: one progress line at most this often.
 EVERY_S = 30.0
