@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 from functools import cache
 
+from pipeline.config.conf_tree import group_options
 from pipeline.config.errors import ConfigError
 
 
@@ -44,8 +45,6 @@ def check_env_id(env_id: str) -> None:
     if close:
         hint = f"did you mean {' or '.join(f'env.id={c}' for c in close)}?"
     else:
-        from pipeline.config.checks import group_options
-
         shipped = "|".join(o for o in group_options().get("env", []) if o != "none")
         hint = f"e.g. env.id=CartPole-v1, or a shipped env: env={shipped}"
     raise ConfigError(f"env.id={env_id} is not a registered gymnasium environment; {hint}")

@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from pipeline.config import env_ids
+from pipeline.config.conf_tree import conf_root
 from pipeline.config.errors import ConfigError
 from pipeline.config.ranges import check_config, example_of
 
@@ -161,8 +162,6 @@ def _task_name(cls: type, choices: Mapping[str, str | None]) -> str:
 @cache
 def _shipped_tasks() -> dict[str, type]:
     """{option: Config} of the shipped conf/task/ options whose Config is known here."""
-    from pipeline.config.checks import conf_root
-
     out = {}
     for path in sorted((conf_root() / "task").glob("*.yaml")):
         cls = config_class(OmegaConf.load(path).get("_target_"))
