@@ -82,6 +82,7 @@ def test_defaults_pass_and_each_kind_of_range_names_key_rule_and_example():
     assert lines(mode="polyak") == ["task.mode=polyak: must be one of hard, soft; e.g. task.mode=hard"]
     assert lines(flag="yes") == ["task.flag=yes: must be one of auto, true, false; e.g. task.flag=auto"]
     assert lines(flag=1) == ["task.flag=1: must be one of auto, true, false; e.g. task.flag=auto"]  # 1 is not true
+    assert lines(flag=None) == ["task.flag=null: must be one of auto, true, false; e.g. task.flag=auto"]  # `object`: no null
     assert lines(widths=[8, 0]) == ["task.widths=[8,0]: must be a list, each item a whole number >= 1; e.g. task.widths=[8,8]"]
     assert lines(inner=Inner(width=0)) == ["task.inner.width=0: must be a whole number >= 1; e.g. task.inner.width=4"]
     assert lines(coef=True) == ["task.coef=true: must be a finite number > 0; e.g. task.coef=0.2"]  # a flag is no number

@@ -157,7 +157,7 @@ def example_of(cls: type, name: str) -> str | None:
 
 def _nullable(field: dataclasses.Field) -> bool:
     kind = field.type if isinstance(field.type, str) else repr(field.type)
-    return "None" in kind or "Optional" in kind or "Any" in kind
+    return "None" in kind or "Optional" in kind
 
 
 def problems(config: Any, prefix: str, typed: Mapping | None = None) -> Iterator[str]:
