@@ -228,18 +228,6 @@ def test_a_missing_part_is_named_with_its_fix(part, fix):
     assert str(err.value) == f"task=cem needs {part}: {fix}"
 
 
-def test_fit_and_evaluate_resumes_from_the_checkpoint_it_is_given():
-    class Trainer:
-        def fit(self, model, ckpt_path=None):
-            self.fitted = (model, ckpt_path)
-
-    trainer = Trainer()
-    task = _task(final_eval_episodes=1)
-    (metrics,) = task.fit_and_evaluate(trainer, None, "runs/x/checkpoints/last.ckpt")
-    assert trainer.fitted == (task, "runs/x/checkpoints/last.ckpt")
-    assert metrics["train/iterations"] == 0.0 and metrics["eval/return_std"] == 0.0
-
-
 def test_a_non_finite_loss_names_the_iteration():
     class NaNLoss(nn.CrossEntropyLoss):
         def forward(self, x, y):
@@ -261,3 +249,51 @@ def test_the_policy_is_fitted_by_hand_fit_epochs_steps_per_iteration():
     task = _task(optimizer=lambda params: CountingSGD(params, lr=0.01), fit_epochs=3, max_iterations=2, stop_at_return=None)
     _fit(task)
     assert steps == [None] * 6  # 3 per iteration, ours: none through Lightning's automatic closure
+
+
+def _through_a_file(state):
+    import io
+
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=True)
+
+
+def test_a_run_stopped_between_iterations_resumes_to_where_an_uninterrupted_run_ends():
+    """#37 6b: a stop request (SIGINT/SIGTERM) ends the fit at the checkpoint hook after an iteration; the state saved
+    there resumes (weights, Adam's moments, counters, the sampling generator) to the uninterrupted run's end."""
+    hp = dict(seed=5, max_iterations=3, stop_at_return=None, threshold=None, episodes_per_batch=4)
+    torch.manual_seed(0)  # the lifecycle seeds the process before it builds a task: the same initial weights
+    full = _task(**hp)
+    full.fit_and_evaluate(_trainer(), None, None)
+    torch.manual_seed(0)
+    stopped, saved = _task(**hp), []
+
+    def hook(final=False):
+        if not final and stopped.iterations == 2:  # a stop request after the second iteration: save, stop the fit
+            saved.append(_through_a_file(stopped.checkpoint_state()))
+            stopped.trainer.should_stop = True
+
+    stopped.checkpoint_hook = hook
+    stopped.fit_and_evaluate(_trainer(), None, None)
+    (state,) = saved
+    assert stopped.iterations == 2 and state["format"] == "pipeline.cem/1" and state["progress"]["iterations"] == 2
+    resumed = _task(**hp)
+    assert resumed.load_checkpoint_state(state) == stopped.resume_step == state["progress"]["env_steps"] > 0
+    metrics = resumed.fit_and_evaluate(_trainer(), None, None)
+    assert resumed.iterations == 3 and resumed.env_steps == full.env_steps and resumed.batch_means == full.batch_means
+    assert all(torch.equal(a, b) for a, b in zip(resumed.net.state_dict().values(), full.net.state_dict().values()))
+    assert metrics[0]["train/iterations"] == 3.0
+    done = _task(**hp)  # a finished run's checkpoint: nothing is trained again
+    done.load_checkpoint_state(_through_a_file({**state, "progress": {**state["progress"], "iterations": 3}}))
+    done.fit_and_evaluate(SimpleTrainer(), None, None)
+    with pytest.raises(ValueError, match=r"^checkpoint format 'x' is not 'pipeline.cem/1'"):
+        _task(**hp).load_checkpoint_state({**state, "format": "x"})
+    with pytest.raises(ValueError, match=r"^checkpoint holds seed 5, this run has 6; resume with the same seed$"):
+        _task(**{**hp, "seed": 6}).load_checkpoint_state(state)
+
+
+class SimpleTrainer:
+    def fit(self, module):
+        raise AssertionError("a finished run was fitted again")

@@ -79,13 +79,6 @@ def test_agent_i_starts_from_the_single_run_weights_of_its_seed():
         assert torch.equal(member[key], value), key
 
 
-def test_bad_values_are_refused_in_one_line():
-    with pytest.raises(ValueError, match="gamma"):
-        DQNTask.create(net=_factory, loss=nn.SmoothL1Loss(), optimizer=torch.optim.Adam, env={"id": "CartPole-v1"}, gamma=1.5)
-    with pytest.raises(ValueError, match="multiple of task.envs_per_agent"):
-        DQNTask.create(net=_factory, loss=nn.SmoothL1Loss(), optimizer=torch.optim.Adam, env={"id": "CartPole-v1"}, envs_per_agent=3)
-
-
 def test_epsilon_as_the_run_uses_it_follows_the_schedule(make_cfg, tmp_path):
     """Read epsilon from the run's own curve: it falls from eps_start to eps_end over eps_duration, never rises."""
     (record,) = run(make_cfg("experiment=dqn_cartpole", "trainer.enable_progress_bar=false", "task.total_steps=3000",
@@ -105,7 +98,7 @@ def test_model_pt_reproduces_the_greedy_return(make_cfg, tmp_path):
     (record,) = run(cfg, tmp_path)
     assert record["status"] == "ok", record["error"]
     from pipeline.rl.envs import evaluate_greedy
-    from pipeline.tasks.dqn import FINAL_EVAL_SEED_OFFSET
+    from pipeline.tasks.rl_task import FINAL_EVAL_SEED_OFFSET
 
     net = MLP(4, 2, hidden=(32,))
     net.load_state_dict(torch.load(tmp_path / "model.pt", weights_only=True))

@@ -21,7 +21,9 @@ from pipeline.rl.schedules import epsilon_at
 from pipeline.rl.vector import evaluate_agents
 from pipeline.runtime.loggers import CurveLogger
 from pipeline.store.curves import CurveLog
-from pipeline.tasks.dqn import EVAL_SEED_OFFSET, FINAL_EVAL_SEED_OFFSET, DQNTask, elementwise
+from pipeline.tasks import rl_task
+from pipeline.tasks.dqn import DQNTask, elementwise
+from pipeline.tasks.rl_task import EVAL_SEED_OFFSET, FINAL_EVAL_SEED_OFFSET
 from pipeline.tune.pruning import PRUNED_REASON, TrialReporter
 
 TENSOR = {"id": "CartPole-v1", "backend": "tensor", "dtype": "float64"}
@@ -41,10 +43,12 @@ def sgd(lr):
 
 
 def make(k=1, env=TENSOR, act="relu", **hp):
-    """A tiny DQN: rounds of 16 env steps, no evaluation or logging during training unless asked."""
+    """A tiny DQN: rounds of 16 env steps, no evaluation or logging during training unless asked, the screening
+    evaluation alone deciding a stop."""
     settings = dict(total_steps=64, train_frequency=16, gradient_steps=2, batch_size=8, learning_starts=16,
                     eval_every=NEVER, eval_episodes=1, final_eval_episodes=1, log_every=NEVER, buffer_size=1000,
-                    eps_duration=32, optimizer=sgd(0.05), loss=nn.SmoothL1Loss(), net=mlp(act))
+                    eps_duration=32, optimizer=sgd(0.05), loss=nn.SmoothL1Loss(), net=mlp(act),
+                    stop_confirm_episodes=0)  # the stop rule's confirmation: tests/tasks/test_ppo_units.py (RLTask's)
     settings.update(hp)
     return DQNTask.create(env=env, n_agents=k, **settings)
 
@@ -77,27 +81,13 @@ def same(a: nn.Module, b: nn.Module, atol=1e-6) -> bool:
 # ---- construction --------------------------------------------------------------------------------
 
 
-POSITIVE = (r"^task\.train_frequency, task\.total_steps, task\.envs_per_agent and seeds_per_process must be positive, "
-            r"task\.gradient_steps >= 0$")
 
 
 def test_bad_values_are_refused_in_one_line():
-    cases = [
-        (dict(target_update="polyak"), "task.target_update='polyak'; choose hard or soft"),
-        (dict(train_frequency=0), POSITIVE),
-        (dict(gradient_steps=-1), POSITIVE),
-        (dict(total_steps=0), POSITIVE),
-        (dict(k=0), POSITIVE),
-        (dict(envs_per_agent=0), POSITIVE),
-        (dict(envs_per_agent=3), "task.train_frequency=16 must be a multiple of task.envs_per_agent=3"),
-        (dict(gamma=1.01), r"task.gamma=1.01 must lie in \[0, 1\]"),
-        (dict(gamma=-0.01), "task.gamma=-0.01"),
-        (dict(save_replay="maybe"), "task.save_replay='maybe'; choose true, false or auto"),
-        (dict(env={"id": "Pendulum-v1"}), "DQN needs a discrete action space; Pendulum-v1 has Box"),
-    ]
-    for kwargs, message in cases:
-        with pytest.raises(ValueError, match=message):
-            make(**kwargs)
+    """The settings' ranges are the Config's (pipeline.tasks.configs, checked at start-up); what depends on the env,
+    the loss and the trainer is refused here."""
+    with pytest.raises(ValueError, match="DQN needs a discrete action space; Pendulum-v1 has Box"):
+        make(env={"id": "Pendulum-v1"})
     for ok in (dict(gamma=0.0), dict(gamma=1.0), dict(gradient_steps=0), dict(save_replay=True), dict(save_replay=False),
                dict(train_frequency=1), dict(total_steps=1)):
         make(**ok)
@@ -395,7 +385,7 @@ def test_rounds_learning_starts_and_gradient_steps_are_counted():
     """total 40 in rounds of 16: rounds end at 16, 32 and 40 (the last one short); learning once 32 transitions are held."""
     task = make(k=2, total_steps=40, learning_starts=32, gradient_steps=3, optimizer=lambda p: torch.optim.SGD(p, lr=1.0),
                 scheduler=lambda opt: torch.optim.lr_scheduler.StepLR(opt, 1, 0.5))
-    assert len(task.train_dataloader()) == 3 and task.n_rounds() == 3
+    assert len(task.train_dataloader()) == 3 and task.iterations_left() == 3
     metrics = fit(task)
     assert task.env_steps == 40 and len(task.buffer) == 40
     assert task.updates == [6, 6]  # rounds 2 and 3, three updates each
@@ -417,9 +407,9 @@ def test_envs_per_agent_share_the_rounds_env_steps():
     assert task.env_steps == 40 and len(task.buffer) == 40 and task.env.num_envs == 8
     task = make(total_steps=40, learning_starts=NEVER)
     task.env_steps = 24  # a resumed run: what is left is ceil(16 / 16) rounds
-    assert task.n_rounds() == 1
+    assert task.iterations_left() == 1
     task.env_steps = 40
-    assert task.n_rounds() == 1  # never fewer than one
+    assert task.iterations_left() == 0 and len(task.train_dataloader()) == 1  # a loader is never empty
 
 
 def test_agent_i_of_a_batch_trains_like_the_single_run_of_its_seed():
@@ -660,7 +650,7 @@ def test_greedy_evaluation_of_a_noisy_net_ignores_the_noise_draw(env):
     draws = []
     for noise_seed in (1, 2, 3):
         task.net.reset_noise([torch.Generator().manual_seed(noise_seed * 10 + i) for i in range(2)])
-        draws.append(task.greedy_returns(task.net, [0, 1], 4, EVAL_SEED_OFFSET))
+        draws.append(task.evaluation_returns(4, EVAL_SEED_OFFSET, [0, 1]))
     assert all(np.array_equal(draws[0], d) for d in draws[1:])
     # the same as a plain evaluation of the noise-free (eval mode) net
     task.net.eval()
@@ -672,11 +662,10 @@ def test_greedy_evaluation_of_a_noisy_net_ignores_the_noise_draw(env):
 def test_every_evaluation_runs_the_net_in_eval_mode_and_training_resumes_in_train_mode(monkeypatch, net):
     """In-training evaluations, the stop rule's and the final one see net.training False; the learning net is back
     in train mode after each (noise and dropout on for acting and learning)."""
-    import pipeline.tasks.dqn as dqn
 
     task = make(k=2, net=net, total_steps=64, eval_every=16, stop_at_return=10**6)
     modes, train_modes_after = [], []
-    real = dqn.evaluate_agents
+    real = rl_task.evaluate_agents
 
     def observed(policy, *args, **kwargs):
         hooks = [m.register_forward_pre_hook(lambda mod, inp: modes.append(mod.training)) for m in (task.net, task.agents_net)]
@@ -687,7 +676,7 @@ def test_every_evaluation_runs_the_net_in_eval_mode_and_training_resumes_in_trai
                 h.remove()
             train_modes_after.append(task.net.training)
 
-    monkeypatch.setattr(dqn, "evaluate_agents", observed)
+    monkeypatch.setattr(rl_task, "evaluate_agents", observed)
     fit(task)
     assert len(train_modes_after) == 4 + 1  # an evaluation every 16 of 64 env steps, and the final one
     assert modes and not any(modes)
@@ -720,7 +709,7 @@ def test_a_resumed_run_continues_exactly(k, env):
     whole = make(**hp)
     fit(whole)
     state = stopped_at(48, breakdown={"earlier_segment": 2.5}, **hp)  # after 3 scheduler steps: mid-period
-    assert state["progress"]["env_steps"] == 48 and state["replay"] is not None and state["format"] == "pipeline.dqn/3"
+    assert state["progress"]["env_steps"] == 48 and state["algorithm"]["replay"] is not None and state["format"] == "pipeline.dqn/4"
     resumed = make(**hp)
     resumed.load_checkpoint_state(state)
     assert resumed.resume_step == 48
@@ -743,7 +732,7 @@ def test_a_resumed_run_continues_exactly(k, env):
 
 def test_a_resume_without_the_replay_refills_it_and_says_so():
     state = stopped_at(32, k=2, total_steps=64, save_replay=False)
-    assert state["replay"] is None
+    assert state["algorithm"]["replay"] is None
     resumed = make(k=2, total_steps=64, learning_starts=32)
     resumed.load_checkpoint_state(state)
     fit(resumed)
@@ -769,7 +758,7 @@ def test_the_replay_is_saved_when_it_fits_in_replay_save_max_mb():
     held_mb = 2 * 32 * 48 / 2**20
     for save_replay, max_mb, kept in [("auto", held_mb, True), ("auto", held_mb * 0.999, False), (True, 0.0, True), (False, 1e9, False)]:
         task.save_replay, task.replay_save_max_mb = save_replay, max_mb
-        assert (task.checkpoint_state()["replay"] is not None) is kept, (save_replay, max_mb)
+        assert (task.checkpoint_state()["algorithm"]["replay"] is not None) is kept, (save_replay, max_mb)
 
 
 def test_resuming_where_an_agent_had_stopped_keeps_only_the_learning_agents():
@@ -809,7 +798,7 @@ def test_a_finished_run_is_not_trained_again_and_bad_checkpoints_are_refused():
     again.load_checkpoint_state(state)
     metrics = fit(again)  # only the final evaluation: no env, no buffer
     assert not hasattr(again, "buffer") and len(metrics) == 2 and again.stop_step == [32, 32]
-    with pytest.raises(ValueError, match="checkpoint format 'other' is not 'pipeline.dqn/3'"):
+    with pytest.raises(ValueError, match="checkpoint format 'other' is not 'pipeline.dqn/4'"):
         make(k=2).load_checkpoint_state({**state, "format": "other"})
     state = stopped_at(16, k=3, total_steps=32)
     with pytest.raises(ValueError, match=r"^checkpoint holds seeds 0\.\.2 \(3 agents\), this run has 1\.\.3; "

@@ -28,3 +28,26 @@ def test_its_config_is_typed(tmp_path):
     errors = [line for line in (proc.stdout + proc.stderr).splitlines() if "task.epsilon" in line]
     assert len(errors) == 1 and "could not be converted to Float" in errors[0], proc.stderr[-2000:]
     assert not (tmp_path / "result.json").exists()
+
+
+def test_an_rl_algorithm_on_rltask_is_one_file_and_runs_k_seeds_durably(tmp_path):
+    """docs/add_an_algorithm.md's RL example (reinforce.py: the algorithm only) gets from RLTask the K-agent batch,
+    evaluations on schedule, one record and model.pt per seed, and checkpoints holding its own counters."""
+    import torch
+
+    from pipeline.nets.mlp import MLP
+
+    proc = run_cli("--config-dir", "conf", "experiment=reinforce", "task.total_steps=4096", "task.eval_every=2048",
+                   "seeds_per_process=2", "trainer.enable_progress_bar=false", f"hydra.run.dir={tmp_path}", cwd=EXAMPLE)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for seed in (0, 1):
+        record = read_result(tmp_path / f"seed{seed}")
+        assert record["status"] == "ok" and record["task"] == "ReinforceTask" and record["seed"] == seed
+        assert record["env_steps"] == 4096 and [e["env_step"] for e in record["evaluations"]] == [2048, 4096]
+        assert record["metrics"]["train/episodes"] > 0 and 0 < record["metrics"]["eval/return_mean"] <= 500
+        net = MLP(4, 2, hidden=(32,))
+        net.load_state_dict(torch.load(tmp_path / f"seed{seed}" / "model.pt", weights_only=True))
+        curve = pd.read_csv(tmp_path / f"seed{seed}" / "metrics.csv")
+        assert {"eval/return_mean", "train/episodic_return", "final_eval/return_mean"} <= set(curve.columns)
+    state = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    assert state["format"] == "example.reinforce/1" and state["progress"]["updates"] == 4096 // (64 * 4)

@@ -3,8 +3,8 @@
 Pinned from the outside: every seed a real run hands to an env's reset is recorded (gymnasium's CartPole and the
 tensor envs, spied on at their own `reset`), through `pipeline.run.run` and `pipeline.eval.main`, and sorted into
 phases by when and how many: the training envs are reset first (K x E of them), then each in-training evaluation
-(K x eval_episodes fresh envs; the record lists how many evaluations ran), then the final evaluation (K x
-final_eval_episodes), and the replay runs after the run. Nothing here reads the code's seed offsets: a wrong
+(K x eval_episodes fresh envs; the record lists how many evaluations ran) and the stop rule's confirmation (K x
+stop_confirm_episodes), then the final evaluation (K x final_eval_episodes), and the replay runs after the run. Nothing here reads the code's seed offsets: a wrong
 offset that makes two phases share a start state fails, whatever the constants are.
 """
 
@@ -21,7 +21,7 @@ from pipeline import eval as replay_cli
 from pipeline.rl.tensor_env import TensorEnv
 from pipeline.runtime.run import run
 
-EVAL_EPISODES, FINAL_EPISODES, REPLAY_EPISODES = 2, 3, 4  # distinct, so a batch's size names its phase
+EVAL_EPISODES, FINAL_EPISODES, REPLAY_EPISODES, CONFIRM_EPISODES = 2, 3, 4, 5  # distinct: a batch's size names its phase
 
 
 @pytest.fixture
@@ -84,7 +84,8 @@ def replay_seeds(calls, run_dir, capsys) -> list[int]:
 DQN = [
     "experiment=dqn_cartpole", "task.total_steps=600", "task.train_frequency=100", "task.learning_starts=64",
     "task.batch_size=32", "task.gradient_steps=2", "task.eval_every=200", f"task.eval_episodes={EVAL_EPISODES}",
-    f"task.final_eval_episodes={FINAL_EPISODES}", "trainer.enable_progress_bar=false", "checkpoint.enabled=false",
+    f"task.final_eval_episodes={FINAL_EPISODES}", f"task.stop_confirm_episodes={CONFIRM_EPISODES}",
+    "trainer.enable_progress_bar=false", "checkpoint.enabled=false",
 ]
 
 
@@ -99,7 +100,8 @@ def test_dqn_seed_streams_are_pairwise_disjoint(make_cfg, tmp_path, resets, caps
     save_config(cfg, tmp_path)
     records = run(cfg, tmp_path)
     assert [r["status"] for r in records] == ["ok"] * k, [r["error"] for r in records]
-    # The batch evaluates all agents still learning at once; K agents stop together (stop=0 stops at the first).
+    # The batch evaluates all agents still learning at once; K agents stop together (stop=0 stops at the first, once
+    # its confirmation on fresh episodes agrees).
     n_evals = max(len(r["evaluations"]) for r in records)
     assert n_evals >= (1 if stop is not None else 2)
     if stop is not None:
@@ -110,6 +112,9 @@ def test_dqn_seed_streams_are_pairwise_disjoint(make_cfg, tmp_path, resets, caps
     for i in range(n_evals):
         batch, seeds = take(seeds, k * EVAL_EPISODES, f"evaluation {i}")
         evaluation += batch
+    confirmation: list[int] = []
+    if stop is not None:
+        confirmation, seeds = take(seeds, k * CONFIRM_EPISODES, "the stop rule's confirmation")
     final, seeds = take(seeds, k * FINAL_EPISODES, "final evaluation")
     assert seeds == [], f"seeded resets nobody accounts for: {seeds}"
     # Every in-training evaluation faces the same start states (a fair curve), which are not training's.
@@ -119,7 +124,8 @@ def test_dqn_seed_streams_are_pairwise_disjoint(make_cfg, tmp_path, resets, caps
     for record in records:
         agent_dir = tmp_path if k == 1 else tmp_path / f"seed{record['seed']}"
         replayed += replay_seeds(resets, agent_dir, capsys)
-    assert_disjoint({"training": training, "evaluation": per_eval[0], "final evaluation": final, "replay": replayed}, k == 1)
+    assert_disjoint({"training": training, "evaluation": per_eval[0], "confirmation": confirmation, "final evaluation": final,
+                     "replay": replayed}, k == 1)
 
 
 @pytest.mark.parametrize("seed", [0, 3])

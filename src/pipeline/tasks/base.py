@@ -168,6 +168,12 @@ class Task(L.LightningModule):
     def add_time(self, phase: str, seconds: float) -> None:
         self.time_breakdown_s[phase] = self.time_breakdown_s.get(phase, 0.0) + float(seconds)
 
+    def safe_point(self, final: bool = False) -> None:
+        """checkpointing="state" tasks: call between iterations (`final=True` once training ends); the lifecycle's
+        `checkpoint_hook` saves when due and stops the fit when a stop was requested. Nothing when none is set."""
+        if self.checkpoint_hook is not None:
+            self.checkpoint_hook(final=final)
+
     # ---- the hooks the lifecycle calls ------------------------------------------------------------------
     def fit_and_evaluate(self, trainer: L.Trainer, datamodule, ckpt_path: str | None) -> list[dict[str, float]]:
         """Train, then return the final metrics of each agent (one dict per agent, keys `split/name`).

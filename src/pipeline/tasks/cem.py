@@ -4,6 +4,10 @@ Each Lightning step is one iteration: `episodes_per_batch` episodes of the stoch
 side (one batched forward per env step for all of them), the episodes whose return is at or above the
 `elite_percentile` are kept, and the policy is fitted to their (observation, action) pairs with
 cross-entropy. Training stops when a batch's mean return reaches `stop_at_return`.
+
+Durable: a batch's episodes start from seeds fixed by the seed and the iteration, so `checkpoint_state()` (the
+network, Adam's moments, the counters, the sampling generator and the global RNG) is all a resumed run needs to go
+on exactly; it is saved between iterations, periodically and on a stop request (SIGINT/SIGTERM).
 """
 
 from __future__ import annotations
@@ -18,10 +22,14 @@ from torch.utils.data import DataLoader
 
 from pipeline.nets.factory import make_net
 from pipeline.rl.envs import env_threshold, evaluate_greedy, obs_to_tensor
+from pipeline.store.checkpoint import rng_state, set_rng_state
 from pipeline.tasks.base import Task, TaskParts, check_finite
 from pipeline.tasks.configs import CEMConfig
 
 FINAL_EVAL_SEED_OFFSET = 20_000
+CHECKPOINT_FORMAT = "pipeline.cem/1"
+# What a CEM run counts as it trains: saved in checkpoints as they are.
+PROGRESS = ("env_steps", "iterations", "batch_means", "time_to_threshold_s", "early_stop")
 
 
 class CEMTask(Task):
@@ -30,6 +38,7 @@ class CEMTask(Task):
     primary_metric = "eval/return_mean"
     primary_curve = "train/batch_return_mean"
     monitorable_metrics = ()  # it stops early by itself: task.stop_at_return
+    checkpointing = "state"
 
     def __init__(self, config: CEMConfig, parts: TaskParts):
         super().__init__(config, parts)
@@ -63,17 +72,30 @@ class CEMTask(Task):
         self.time_to_threshold_s: float | None = None
         self.early_stop: dict | None = None
         self._t0: float | None = None
+        self._elapsed_before = 0.0  # training seconds of earlier segments (a resumed run)
         self._train_seconds = 0.0
+        self._resume: dict | None = None
 
     def configure_optimizers(self):
         return self.optimizer_factory(self.net.parameters())
 
     def train_dataloader(self) -> DataLoader:
-        return DataLoader(range(self.max_iterations), batch_size=None, shuffle=False)
+        return DataLoader(range(max(1, self.max_iterations - self.iterations)), batch_size=None, shuffle=False)
 
     def on_fit_start(self) -> None:
-        self._t0 = time.perf_counter()
         self.sample_gen = torch.Generator(device=self.device).manual_seed(self.seed)
+
+    def on_train_start(self) -> None:
+        if self._resume is not None:
+            self.optimizers().optimizer.load_state_dict(self._resume["optimizer"])
+            self.sample_gen.set_state(self._resume["sample_gen"])
+            set_rng_state(self._resume["rng"])
+            self._resume = None
+        self._t0 = time.perf_counter()
+
+    def elapsed_s(self) -> float:
+        """Training seconds so far, over every segment of the run."""
+        return self._elapsed_before + (time.perf_counter() - self._t0 if self._t0 is not None else 0.0)
 
     def play_batch(self) -> tuple[list[np.ndarray], list[list[int]], np.ndarray]:
         """One episode per env, side by side, actions sampled from the policy's softmax."""
@@ -102,6 +124,9 @@ class CEMTask(Task):
         return [np.stack(o) for o in episode_obs], episode_act, returns
 
     def training_step(self, batch, batch_idx):
+        if self.iterations >= self.max_iterations or self.early_stop is not None:
+            self.trainer.should_stop = True
+            return None
         t0 = time.perf_counter()
         obs, actions, returns = self.play_batch()
         t1 = time.perf_counter()
@@ -124,24 +149,56 @@ class CEMTask(Task):
         self.batch_means.append(mean)
         metrics = {
             "env_step": self.env_steps, "train/batch_return_mean": mean, "train/elite_cutoff": float(cutoff),
-            "train/loss": loss.item(), "perf/env_steps_per_s": self.env_steps / (time.perf_counter() - self._t0),
+            "train/loss": loss.item(), "perf/env_steps_per_s": self.env_steps / max(self.elapsed_s(), 1e-9),
         }
         for logger in self.loggers:
             logger.log_metrics(metrics, step=self.env_steps)
         self.log("batch_return", mean, prog_bar=True, logger=False, on_step=True)
         if self.threshold is not None and mean >= self.threshold and self.time_to_threshold_s is None:
-            self.time_to_threshold_s = time.perf_counter() - self._t0
+            self.time_to_threshold_s = self.elapsed_s()
         if self.stop_at_return is not None and mean >= self.stop_at_return:
             self.early_stop = {"iteration": self.iterations, "env_step": self.env_steps,
                                "reason": f"batch mean return {mean:.1f} >= stop_at_return {self.stop_at_return}"}
             self.trainer.should_stop = True
+        self.safe_point()  # saves when due, and stops the fit when a stop was requested
         return None
 
     def on_train_end(self) -> None:
-        self._train_seconds = time.perf_counter() - self._t0
+        self._train_seconds = self.elapsed_s()
+        self.safe_point(final=True)
+
+    def checkpoint_state(self) -> dict:
+        """Everything a resumed run needs to go on exactly (plain values: weights_only loads)."""
+        return {
+            "format": CHECKPOINT_FORMAT, "seed": self.seed, "progress": {name: getattr(self, name) for name in PROGRESS},
+            "elapsed_s": self.elapsed_s(), "time_breakdown_s": dict(self.time_breakdown_s), "net": self.net.state_dict(),
+            "optimizer": self.optimizers().optimizer.state_dict(), "sample_gen": self.sample_gen.get_state(), "rng": rng_state(),
+        }
+
+    @property
+    def resume_step(self) -> int:
+        return self.env_steps
+
+    def load_checkpoint_state(self, state: dict) -> int:
+        """Before fit: the weights and counters; the optimizer and the random streams at train start."""
+        if state.get("format") != CHECKPOINT_FORMAT:
+            raise ValueError(f"checkpoint format {state.get('format')!r} is not {CHECKPOINT_FORMAT!r} (made by another version?)")
+        if int(state["seed"]) != self.seed:
+            raise ValueError(f"checkpoint holds seed {state['seed']}, this run has {self.seed}; resume with the same seed")
+        try:
+            self.net.load_state_dict(state["net"])
+        except RuntimeError as exc:
+            raise ValueError(f"checkpoint weights do not fit this model (changed model.* since?): {str(exc).splitlines()[0]}") from None
+        for name in PROGRESS:
+            setattr(self, name, state["progress"][name])
+        self._elapsed_before = float(state["elapsed_s"])
+        self.time_breakdown_s = dict(state.get("time_breakdown_s") or {})
+        self._resume = state
+        return self.env_steps
 
     def fit_and_evaluate(self, trainer, datamodule, ckpt_path) -> list[dict[str, float]]:
-        trainer.fit(self, ckpt_path=ckpt_path)
+        if self.iterations < self.max_iterations and self.early_stop is None:
+            trainer.fit(self)
         t0 = time.perf_counter()
         self.net.eval()
         returns = evaluate_greedy(lambda o: self.net(o).argmax(dim=1), self.env_id, self.final_eval_episodes,

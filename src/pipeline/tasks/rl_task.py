@@ -245,8 +245,7 @@ class RLTask(Task):
             self.evaluate_now()
         if not self.slots:
             self.trainer.should_stop = True
-        if self.checkpoint_hook is not None:
-            self.checkpoint_hook()  # saves when due, and stops the fit when a stop was requested
+        self.safe_point()  # saves when due, and stops the fit when a stop was requested
         return None
 
     def on_train_end(self) -> None:
@@ -254,8 +253,7 @@ class RLTask(Task):
         if self.slots and self.env_steps != self.last_log_step:
             self.log_progress()
         self.sync_agents_net()
-        if self.checkpoint_hook is not None:
-            self.checkpoint_hook(final=True)
+        self.safe_point(final=True)
 
     # ---- the batch ---------------------------------------------------------------------------------
     def agent_view(self, x: torch.Tensor) -> torch.Tensor:
