@@ -36,8 +36,8 @@ KINDS = {
     # 36 batches an epoch, a row every 3: the curve's steps are batches 3..36, the checkpoint's epoch 0.
     "gan": ("experiment=gan_digits", "task.log_every_n_steps=3", "task.eval_every_n_epochs=1", "task.n_eval_samples=200",
             "task.classifier.epochs=5", "trainer.enable_progress_bar=false"),
-    # One epoch of 4 batches of 16 episodes: the curve's steps are env steps.
-    "cem": ("experiment=cem_cartpole", "task.max_iterations=4", "task.stop_at_return=null", "task.final_eval_episodes=2",
+    # Batches of 16 episodes: the curve's steps are env steps (its budget: task.max_iterations, below).
+    "cem": ("experiment=cem_cartpole", "task.stop_at_return=null", "task.final_eval_episodes=2",
             "trainer.enable_progress_bar=false"),
     # The curve's step is the epoch itself (the case that always worked).
     "supervised": ("experiment=supervised_digits", "scheduler=none", "trainer.limit_train_batches=2",
@@ -47,14 +47,15 @@ KINDS = {
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_a_resumed_lightning_task_keeps_every_row_its_checkpoint_covers(tmp_path, kind):
-    (part,) = run(compose(*KINDS[kind], "trainer.max_epochs=1"), tmp_path)
+    budget = ("task.max_iterations=4", "task.max_iterations=8") if kind == "cem" else ("trainer.max_epochs=1", "trainer.max_epochs=2")
+    (part,) = run(compose(*KINDS[kind], budget[0]), tmp_path)
     assert part["status"] == "ok", part["error"]
     # The final test scores come after training, past any checkpoint: a continued run redoes them.
     before = {s: {k: v for k, v in r.items() if not k.startswith("test/")} for s, r in read_run_curve(tmp_path).items()}
     before = {s: r for s, r in before.items() if r}
     if kind != "supervised":
         assert len(before) >= 2 and max(before) > 1, before  # steps past the checkpoint's epoch (0)
-    (rest,) = run(compose(*KINDS[kind], "trainer.max_epochs=2", "ckpt_path=last"), tmp_path)
+    (rest,) = run(compose(*KINDS[kind], budget[1], "ckpt_path=last"), tmp_path)
     assert rest["status"] == "ok", rest["error"]
     after = read_run_curve(tmp_path)
     for step, row in before.items():  # every row the first segment wrote (its checkpoint covers them all) is kept

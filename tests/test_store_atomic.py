@@ -23,7 +23,8 @@ def test_a_failed_write_names_the_path_and_cause_and_keeps_the_old_file(tmp_path
     with pytest.raises(StoreWriteError) as info:
         write_atomically(path, _failing(OSError(code, "raw")))
     message = str(info.value)
-    assert message.startswith(f"cannot write {path}: {cause}; ") and "\n" not in message
+    assert message.startswith(f"cannot write {path}: {cause}") and "\n" not in message
+    assert ("on the disk at" in message) == (code == errno.ENOSPC)  # a full disk is named
     assert path.read_text() == "old" and list(tmp_path.iterdir()) == [path]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import random
+import re
 
 import numpy as np
 import pytest
@@ -317,10 +318,12 @@ def test_causes_by_hand():
 
 def test_write_error_says_what_to_do(tmp_path):
     full = write_error(tmp_path / "f", OSError(errno.EDQUOT, "x"))
-    assert str(full) == f"cannot write {tmp_path / 'f'}: disk quota exceeded; free some space"
+    # A full disk is named: which one (its mount point) and how much is free on it.
+    assert re.fullmatch(rf"cannot write {re.escape(str(tmp_path / 'f'))}: disk quota exceeded on the disk at "
+                        rf"{re.escape(str(atomic.mount_of(tmp_path)))} \(\d+\.\d MB free\); free some space", str(full)), str(full)
     assert full.errno == errno.EDQUOT and full.filename == str(tmp_path / "f") and isinstance(full, OSError)
     space = write_error(tmp_path / "f", OSError(errno.ENOSPC, "x"))
-    assert str(space).endswith("no space left on device; free some space")
+    assert re.search(r"no space left on device on the disk at /\S* \(\d+\.\d MB free\); free some space$", str(space))
     perm = write_error(tmp_path / "f", OSError(errno.EPERM, "x"))
     assert str(perm) == (
         f"cannot write {tmp_path / 'f'}: operation not permitted (an immutable dir?); "
@@ -336,9 +339,10 @@ def test_a_torch_write_failing_on_a_full_disk_is_named_as_one(tmp_path, monkeypa
     monkeypatch.setattr(atomic.shutil, "disk_usage", lambda p: seen.append(p) or Usage())
     with pytest.raises(StoreWriteError) as err:
         write_atomically(tmp_path / "m.pt", _failing(RuntimeError("unexpected pos 64")))
-    assert str(err.value) == f"cannot write {tmp_path / 'm.pt'}: no space left on device; free some space"
+    assert str(err.value) == (f"cannot write {tmp_path / 'm.pt'}: no space left on device on the disk at "
+                              f"{atomic.mount_of(tmp_path)} (1.0 MB free); free some space")
     assert err.value.errno == errno.ENOSPC and err.value.__cause__ is None and err.value.__suppress_context__
-    assert seen == [tmp_path] and list(tmp_path.iterdir()) == []
+    assert seen[0] == tmp_path and list(tmp_path.iterdir()) == []
     Usage.free = 1 << 20  # a MiB free: not full, the error goes on as it was
     with pytest.raises(RuntimeError, match="unexpected pos 64"):
         write_atomically(tmp_path / "m.pt", _failing(RuntimeError("unexpected pos 64")))
@@ -363,7 +367,7 @@ def test_a_failed_write_whose_temp_file_cannot_be_removed_still_names_the_cause(
         raise PermissionError(errno.EACCES, "no")
 
     monkeypatch.setattr(atomic.Path, "unlink", cannot_unlink)
-    with pytest.raises(StoreWriteError, match=r"no space left on device; free some space$"):
+    with pytest.raises(StoreWriteError, match=r"no space left on device on the disk at .*; free some space$"):
         write_atomically(tmp_path / "f", _failing(OSError(errno.ENOSPC, "x")))
 
 

@@ -14,8 +14,8 @@ from lightning.pytorch.callbacks import Callback, Checkpoint
 
 from pipeline.config.checks import one_line
 from pipeline.runtime.rundir import Interrupted, StopRequests
-from pipeline.store.atomic import StoreWriteError, write_atomically
-from pipeline.store.checkpoint import save_atomic
+from pipeline.store.atomic import StoreWriteError
+from pipeline.store.integrity import save_checkpoint
 
 log = logging.getLogger("pipeline")
 
@@ -118,7 +118,7 @@ class EpochCheckpointer(Checkpoint):
         t0 = time.perf_counter()
         epoch, data = self._unsaved
         try:
-            write_atomically(self.path, lambda f: f.write(data))
+            save_checkpoint(self.path, lambda f: f.write(data), step=epoch)
         except StoreWriteError as exc:
             log.warning(f"checkpoint of epoch {epoch} not saved: {exc}")
             return
@@ -129,6 +129,11 @@ class EpochCheckpointer(Checkpoint):
         self._unsaved = None
         self.policy.saved(epoch)
         self.on_save(step=epoch, seconds=time.perf_counter() - t0, size=self.path.stat().st_size)
+
+
+def save_atomic(state: dict, path: Path) -> int:
+    """A Lightning checkpoint dict saved with its digest (store/integrity.py), naming its epoch as its step."""
+    return save_checkpoint(path, lambda f: torch.save(state, f), step=state.get("epoch"))
 
 
 # A Lightning checkpoint's entry of our own (Lightning ignores keys it does not know).
@@ -149,7 +154,7 @@ def state_checkpointer(task, path: Path, policy: CheckpointPolicy, stop: StopReq
         t0 = time.perf_counter()
         try:
             state = task.checkpoint_state()
-            size = save_atomic(state, path)
+            size = save_checkpoint(path, lambda f: torch.save(state, f), step=task.resume_step)
         except (OSError, RuntimeError) as exc:  # a failed save (disk full, ...) must not end the training
             policy.saved(task.resume_step)
             log.warning(f"checkpoint at step {task.resume_step} not saved: {one_line(exc)}; training goes on")

@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from pipeline.config.grouping import flatten, is_ignored, semantic_config
 from pipeline.runtime.rundir import RunDirBusy, probe_owner
+from pipeline.store.integrity import DamagedCheckpoint, damaged_line, verify_checkpoint
 from pipeline.store.layout import agent_dirs, checkpoint_path, foreign_entries
 from pipeline.store.record import RunRecord, read_record
 
@@ -50,6 +51,10 @@ def plan_start(cfg: DictConfig, run_dir: Path, dirs: list[Path]) -> StartPlan:
         )
     ckpt = resolve_ckpt(cfg, checkpoint_path(run_dir), any(p is not None for p in previous))
     if ckpt is not None:
+        try:
+            verify_checkpoint(ckpt)  # a damaged checkpoint is refused before anything is written
+        except DamagedCheckpoint as exc:
+            raise RunRefused(damaged_line(exc, ckpt)) from None
         refuse_changed_config(cfg, run_dir, previous)
     if extending and ckpt is None:
         raise RunRefused(f"{run_dir} finished ok and has no checkpoint to continue from; choose a new dir to run it again")
@@ -83,7 +88,7 @@ def preflight(cfg: DictConfig, run_dir: Path) -> None:
 
 # What a resume may change: the budget (continue a finished run further), and what the record's config
 # already leaves out (config.grouping.IGNORED: seeds, loggers, threads, checkpoint cadence, ...).
-RESUME_FREE = ("task.total_steps", "trainer.max_epochs", "trainer.max_steps")
+RESUME_FREE = ("task.total_steps", "task.max_iterations", "trainer.max_epochs", "trainer.max_steps")
 
 
 def refuse_changed_config(cfg: DictConfig, run_dir: Path, previous: list[RunRecord | None]) -> None:

@@ -65,6 +65,7 @@ from pipeline.runtime.seeding import seed_everything
 from pipeline.store.atomic import StoreWriteError, write_error
 from pipeline.store.checkpoint import load_safely, save_model
 from pipeline.store.curves import CurveLog
+from pipeline.store.integrity import DamagedCheckpoint, damaged_line
 from pipeline.store.layout import RESULT, agent_dirs, checkpoint_path, error_log_path, metrics_path
 from pipeline.store.record import RunRecord, git_commit, versions
 from pipeline.tasks.base import PART_GROUPS, Task, TaskParts
@@ -272,6 +273,8 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
     except Exception as exc:
         if ckpt is not None:  # a failed resume leaves the earlier record and curve as they were
             stop.uninstall()
+            if isinstance(exc, DamagedCheckpoint):
+                raise RunRefused(damaged_line(exc, ckpt)) from None
             raise RunRefused(f"cannot resume {run_dir} from {ckpt}: {one_line(exc)}; the earlier record is kept") from None
         records = _start_records(cfg, ctx, dirs, seeds, previous, None)
         return _fail(records, exc, run_dir, t_start, stop, loggers, curves)

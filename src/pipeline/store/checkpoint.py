@@ -1,4 +1,4 @@
-"""Checkpoints a killed run can continue from: atomic writes, safe loads, RNG states, a save policy.
+"""Checkpoints a killed run can continue from: atomic writes, safe loads, RNG states (integrity: store/integrity.py).
 
 A checkpoint is a plain nested dict of tensors, numbers, strings and lists, written with `torch.save`
 to a temp file and renamed over the previous one (so a kill during a save leaves the previous
@@ -15,11 +15,8 @@ import numpy as np
 import torch
 
 from pipeline.store.atomic import write_atomically
+from pipeline.store.integrity import CheckpointError, DamagedCheckpoint, verify_checkpoint  # noqa: F401 - re-exported
 from pipeline.store.layout import model_path
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint that cannot be used; the message is one line naming the file and the problem."""
 
 
 def save_atomic(state: dict, path: Path) -> int:
@@ -28,12 +25,14 @@ def save_atomic(state: dict, path: Path) -> int:
 
 
 def load_safely(path: Path, what: str = "checkpoint", map_location="cpu") -> dict:
-    """`torch.load(..., weights_only=True)` with one-line errors that name the file and what is wrong."""
+    """`torch.load(..., weights_only=True)` with one-line errors that name the file and what is wrong; a file
+    with a digest beside it is verified first (DamagedCheckpoint)."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{what} {path}: no such file")
     if path.stat().st_size == 0:
         raise CheckpointError(f"{what} {path}: the file is empty (a save was interrupted?)")
+    verify_checkpoint(path, what)
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except Exception as exc:  # torch raises many kinds here (KeyError, UnpicklingError, RuntimeError, ...)

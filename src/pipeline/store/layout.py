@@ -50,9 +50,13 @@ def is_own_entry(name: str) -> bool:
     return name.startswith("seed") and name[4:].isdigit()
 
 
+# store/record.py's STATUSES (layout imports nothing of the store).
+RECORD_STATUSES = ("ok", "failed", "interrupted", "pruned", "running")
+
+
 def is_own_record(data: object) -> bool:
     """Whether a parsed result.json is a pipeline run record (not a user's own file of that name)."""
-    return isinstance(data, dict) and {"experiment", "seed", "status", "run_dir"} <= data.keys()
+    return isinstance(data, dict) and "seed" in data and data.get("status") in RECORD_STATUSES
 
 
 def foreign_entries(run_dir: Path) -> list[str]:

@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.store.atomic import write_atomically
-from pipeline.store.layout import RESULT, record_dirs, result_path
+from pipeline.store.layout import RECORD_STATUSES, RESULT, record_dirs, result_path
 
 SCHEMA_VERSION = 2
 # Every status a record can hold: `running` is a record written at the start and not closed yet (the run is
 # training, or was killed before it could say so); `pruned` is a tuning trial the pruner stopped.
-STATUSES = ("ok", "failed", "interrupted", "pruned", "running")
+STATUSES = RECORD_STATUSES
 
 
 class RecordError(ValueError):
