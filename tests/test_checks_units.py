@@ -232,6 +232,26 @@ def test_closed_groups_refuse_unknown_keys_and_trainer_owned_keys():
         "trainer.zzz is not a Lightning Trainer argument; see lightning.pytorch.Trainer's arguments")
 
 
+def test_a_precision_must_be_lightnings():
+    for ok in ("32-true", "bf16-mixed", 32, "16", None):
+        checks._check_precision(cfg(device={"precision": ok}))
+    assert refused(checks._check_precision, cfg(device={"precision": 17})) == (
+        "device.precision=17 is not a Lightning precision (one of 32-true, 16-mixed, bf16-mixed, 64-true, 16-true, bf16-true, "
+        "...); e.g. device.precision=32-true")
+    assert refused(checks._check_precision, cfg(device={"precision": "bf16-mix"})).endswith(
+        "did you mean device.precision=bf16-mixed?")
+    assert refused(checks._check_precision, cfg(device={"precision": "half"})).endswith("e.g. device.precision=32-true")
+
+
+def test_the_precisions_are_lightnings():
+    import typing
+
+    from lightning.fabric.connector import _PRECISION_INPUT
+
+    allowed = {str(v) for literal in typing.get_args(_PRECISION_INPUT) for v in typing.get_args(literal)}
+    assert set(checks.PRECISIONS) == allowed
+
+
 def test_the_trainer_arguments_are_lightnings():
     """TRAINER_ARGS lets the start-up check skip importing Lightning; it must list the installed Trainer's arguments."""
     import inspect

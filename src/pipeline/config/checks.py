@@ -128,6 +128,10 @@ TRAINER_ARGS = (
     "use_distributed_sampler", "profiler", "detect_anomaly", "barebones", "plugins", "sync_batchnorm",
     "reload_dataloaders_every_n_epochs", "default_root_dir", "enable_autolog_hparams", "model_registry",
 )
+# Lightning's precision values (lightning.fabric.connector._PRECISION_INPUT; tests/test_checks_units.py keeps them
+# in sync): device.precision=17 is one line at start-up, not a failed run.
+PRECISIONS = ("32-true", "16-mixed", "bf16-mixed", "64-true", "16-true", "bf16-true", "transformer-engine",
+              "transformer-engine-float16", "64", "32", "16", "bf16")
 TRAINER_OWNED = {"precision": "device.precision", "accelerator": "device.accelerator (device=cpu|cuda|mps|auto)"}
 
 
@@ -200,6 +204,15 @@ def _check_numbers(cfg: DictConfig, choices: Mapping[str, str | None] | None = N
             raise ConfigError(f"model.{key}={list(widths)}: layer widths are whole numbers >= 1; e.g. model.{key}=[128,128]")
 
 
+def _check_precision(cfg: DictConfig) -> None:
+    precision = OmegaConf.select(cfg, "device.precision", default=None)
+    if precision is None or str(precision) in PRECISIONS:
+        return
+    close = difflib.get_close_matches(str(precision), PRECISIONS, n=1)
+    fix = f"did you mean device.precision={close[0]}?" if close else "e.g. device.precision=32-true"
+    raise ConfigError(f"device.precision={precision} is not a Lightning precision (one of {', '.join(PRECISIONS[:6])}, ...); {fix}")
+
+
 def _check_closed_groups(cfg: DictConfig, choices: Mapping[str, str | None]) -> None:
     root = conf_root()
     for group in CLOSED_GROUPS:
@@ -268,6 +281,7 @@ def check_values(cfg: DictConfig, choices: Mapping[str, str | None] | None = Non
     _check_seed(cfg)
     fill_removed_groups(cfg)
     _check_closed_groups(cfg, choices)
+    _check_precision(cfg)
     _check_built_groups(cfg)
     check_callback_entries(cfg)
     check_task_settings(cfg, choices)
