@@ -137,7 +137,7 @@ def test_without_a_checkpoint_the_config_is_not_compared(tmp_path):
 
 
 def test_the_budget_and_the_ignored_keys_may_change(tmp_path):
-    assert RESUME_FREE == ("task.total_steps", "trainer.max_epochs", "trainer.max_steps")
+    assert RESUME_FREE == ("task.total_steps", "task.max_iterations", "trainer.max_epochs", "trainer.max_steps")
     changed = cfg(seed=9, **{"task.total_steps": 1000, "trainer.max_epochs": 30, "trainer.max_steps": 7,
                              "device.num_threads": 4})
     refuse_changed_config(changed, tmp_path, [RunRecordLike(SEMANTIC)])
