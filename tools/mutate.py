@@ -1,7 +1,8 @@
 """Mutation score of the core modules: mutmut 3.8.1, one module at a time, each against its own fast tests.
 
-    python tools/mutate.py                     # the modules in STABLE
+    python tools/mutate.py                     # the modules in DEFAULT (~24 min on 2 cores)
     python tools/mutate.py rl/schedules.py     # named modules (keys of MODULES)
+    python tools/mutate.py --stable            # every module whose score has been measured (hours)
     python tools/mutate.py --all               # every module in MODULES
     python tools/mutate.py --max-children 1    # fewer parallel test processes (default: 2)
 
@@ -10,8 +11,20 @@ with the module's [mutmut] section and links to src/, tests/ and pyproject.toml:
 configuration from the working directory and copies src/ into mutants/ there, which then shadows the
 editable install on sys.path (pipeline.conf still resolves through the editable finder to conf/).
 The last line printed is `mutation score: K/N killed (P%)` over the non-equivalent mutants of the
-modules run; outputs/mutation/summary.json has the counts per module and the survivors' names.
-Equivalent mutants are listed, one per line with a reason, in tests/mutation_equivalent.txt.
+modules run; outputs/mutation/summary.json has the counts per module and the survivors, each as the
+entry to paste (with a reason) if it changes no behaviour.
+
+Equivalent mutants sit in one file per module, tools/mutation/<module path>.txt (src/pipeline/rl/replay.py:
+tools/mutation/rl/replay.txt), keyed by what the mutant changes, not by mutmut's number (which shifts
+whenever the module changes): each entry is four lines,
+
+    Class.method                          the function (or a top-level function's name)
+      - the source line as written        (whitespace collapsed; several lines joined when the mutated
+      + the line as the mutant has it      expression spans them)
+      why it changes no behaviour
+
+A surviving mutant whose function, line and mutated line match an entry counts as equivalent. An entry
+that matches no surviving mutant is printed as stale (the line was edited, or a new test kills it).
 
 mutmut 3 does not mutate functions carrying a decorator other than @staticmethod/@classmethod
 (e.g. @torch.no_grad(), @property): their bodies are outside the score.
@@ -28,13 +41,13 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "outputs" / "mutation"
-EQUIVALENT_FILE = ROOT / "tests" / "mutation_equivalent.txt"
-# More lists may sit beside it (tests/mutation_equivalent_<area>.txt), one per area of the code.
-EQUIVALENT_GLOB = "mutation_equivalent*.txt"
+EQUIVALENT_DIR = ROOT / "tools" / "mutation"
 MUTMUT = Path(sys.executable).with_name("mutmut")
+CLASS_SEPARATOR = "ǁ"  # mutmut's x<sep>Class<sep>method names
 
 # Module (under src/pipeline/) -> the fast tests that should kill its mutants.
 MODULES: dict[str, list[str]] = {
@@ -138,7 +151,33 @@ MODULES: dict[str, list[str]] = {
     # cli (2026-12-05, fifth)
     "cli.py": ["tests/test_cli_units.py"],
 }
-# Measured by default: the modules nobody is rewriting right now.
+# `make mutate`: the core modules, sized to finish within 30 minutes on 2 cores at 2 children. Their times in one
+# run of the older default set (docs/development.md) add up to 20 min; rl/replay.py took 101 CPU-s on 2026-12-06
+# (50 s of wall at 2 children on 2 cores) against 41 s of wall there, so about 24 min now.
+DEFAULT = [
+    "rl/schedules.py",
+    "rl/targets.py",
+    "rl/replay.py",
+    "rl/cartpole_tensor.py",
+    "rl/tensor_env.py",
+    "rl/acting.py",
+    "rl/gym_state.py",
+    "rl/envs.py",
+    "rl/vector.py",
+    "rl/ppo.py",
+    "nets/mlp.py",
+    "nets/heads.py",
+    "nets/cnn.py",
+    "nets/factory.py",
+    "nets/ensemble.py",
+    "nets/td_grad.py",
+    "nets/actor_critic.py",
+    "store/record.py",
+    "report/stats.py",
+    "tasks/supervised.py",
+    "tasks/dqn.py",
+]
+# `--stable` (hours): every module whose score has been measured, with how it got there.
 STABLE = [
     "rl/schedules.py",
     "rl/targets.py",
@@ -437,20 +476,96 @@ STATUS = {
 }
 
 
-def load_equivalent(paths: list[Path] | None = None) -> dict[str, str]:
-    """`mutant_name  reason` lines from tests/mutation_equivalent*.txt; '#' starts a comment line."""
-    if paths is None:
-        paths = sorted(EQUIVALENT_FILE.parent.glob(EQUIVALENT_GLOB))
-    equivalent = {}
-    for path, line in ((p, line) for p in paths for line in p.read_text().splitlines()):
-        line = line.strip()
-        if not line or line.startswith("#"):
+class MutantText(NamedTuple):
+    """What a mutant changes, as a reader of the module sees it: stable while that line stays as it is."""
+
+    function: str  # "name" or "Class.method"
+    line: str  # the source line(s) holding the mutated expression, whitespace collapsed
+    mutated: str  # the same line(s) with the mutation
+
+
+def _collapse(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _function_label(mangled: str) -> str:
+    """x_name -> name; xǁClassǁmethod -> Class.method."""
+    if mangled.startswith("x" + CLASS_SEPARATOR):
+        cls, _, name = mangled[2:].partition(CLASS_SEPARATOR)
+        return f"{cls}.{name}"
+    return mangled.removeprefix("x_")
+
+
+def mutant_texts(source: str, filename: str = "module.py") -> dict[str, MutantText]:
+    """mutmut 3.8.1's name of each mutant of ``source`` (``x_fn__mutmut_3``, without the module) -> its text.
+
+    The same mutations, in the same order, that mutmut generates (its MutationVisitor over libcst); numbered as
+    its trampolines number them: per top-level function or class method, 1, 2, ... in the visitor's order.
+    """
+    import libcst as cst
+    from libcst.metadata import MetadataWrapper, PositionProvider
+    from mutmut.mutation.file_mutation import MutationVisitor
+    from mutmut.mutation.mutators import mutation_operators
+    from mutmut.mutation.pragma_handling import get_ignored_lines
+
+    wrapper = MetadataWrapper(cst.parse_module(source))
+    visitor = MutationVisitor(mutation_operators, get_ignored_lines(filename, source, wrapper, None), None)
+    wrapper.visit(visitor)
+    positions = wrapper.resolve(PositionProvider)
+    module = wrapper.module
+    mangled: dict[int, str] = {}
+    for statement in module.body:
+        if isinstance(statement, cst.FunctionDef):
+            mangled[id(statement)] = f"x_{statement.name.value}"
+        elif isinstance(statement, cst.ClassDef) and isinstance(statement.body, cst.IndentedBlock):
+            for method in statement.body.body:
+                if isinstance(method, cst.FunctionDef):
+                    mangled[id(method)] = f"x{CLASS_SEPARATOR}{statement.name.value}{CLASS_SEPARATOR}{method.name.value}"
+    lines = source.splitlines()
+    counts: Counter = Counter()
+    texts = {}
+    for mutation in visitor.mutations:
+        owner = mutation.contained_by_top_level_function
+        if owner is None or id(owner) not in mangled:
             continue
-        name, _, reason = line.partition(" ")
-        if not reason.strip():
-            raise SystemExit(f"{path}: mutant {name} has no reason; add one after the name on the same line")
-        equivalent[name] = reason.strip()
-    return equivalent
+        name = mangled[id(owner)]
+        counts[name] += 1
+        where = positions[mutation.original_node]
+        span = lines[where.start.line - 1 : where.end.line]
+        before, after = span[0][: where.start.column], span[-1][where.end.column :]
+        mutated = before + module.code_for_node(mutation.mutated_node) + after
+        texts[f"{name}__mutmut_{counts[name]}"] = MutantText(_function_label(name), _collapse("\n".join(span)), _collapse(mutated))
+    return texts
+
+
+def equivalent_file(module: str) -> Path:
+    """tools/mutation/rl/replay.txt for rl/replay.py."""
+    return EQUIVALENT_DIR / (module.removesuffix(".py") + ".txt")
+
+
+def format_entry(text: MutantText, reason: str) -> str:
+    return f"{text.function}\n  - {text.line}\n  + {text.mutated}\n  {reason}\n"
+
+
+def load_equivalent(module: str) -> dict[MutantText, str]:
+    """The entries of the module's file (none if it has no file): text -> reason. '#' starts a comment line."""
+    path = equivalent_file(module)
+    if not path.exists():
+        return {}
+    entries: dict[MutantText, str] = {}
+    lines = [(i, line) for i, line in enumerate(path.read_text().splitlines(), 1) if line.strip() and not line.startswith("#")]
+    for start in range(0, len(lines), 4):
+        chunk = lines[start : start + 4]
+        where = f"{path.relative_to(ROOT)}:{chunk[0][0]}"
+        shapes = [not chunk[0][1][0].isspace(), *(line.startswith(p) for (_, line), p in zip(chunk[1:], ("  - ", "  + ", "  ")))]
+        if len(chunk) < 4 or not all(shapes) or chunk[3][1].startswith(("  - ", "  + ")):
+            raise SystemExit(
+                f"{where}: an entry is four lines: the function, '  - ' the line, '  + ' the mutated line, "
+                "'  ' why it changes no behaviour"
+            )
+        text = MutantText(chunk[0][1].strip(), _collapse(chunk[1][1][4:]), _collapse(chunk[2][1][4:]))
+        entries[text] = chunk[3][1].strip()
+    return entries
 
 
 def _setup_cfg(module: str, tests: list[str]) -> str:
@@ -503,21 +618,39 @@ def run_module(module: str, max_children: int) -> dict:
             + "\n".join(tail)
         )
     codes = json.loads(meta.read_text())["exit_code_by_key"]
-    return {"codes": codes, "wall_s": round(time.perf_counter() - start, 1), "tests": tests}
+    return {"codes": codes, "texts": named_texts(module, codes), "wall_s": round(time.perf_counter() - start, 1),
+            "tests": tests}
 
 
-def summarize(results: dict[str, dict], equivalent: dict[str, str]) -> dict:
+def named_texts(module: str, codes: dict) -> dict[str, MutantText]:
+    """mutmut's full mutant names of this run -> their texts; refuses if the two do not name the same mutants."""
+    prefix = "pipeline." + module.removesuffix(".py").replace("/", ".") + "."
+    texts = {prefix + short: text for short, text in mutant_texts((ROOT / "src" / "pipeline" / module).read_text(),
+                                                                  f"src/pipeline/{module}").items()}
+    if set(texts) != set(codes):
+        raise SystemExit(
+            f"{module}: the mutants mutmut ran are not the ones tools/mutate.py generates ({len(codes)} against "
+            f"{len(texts)}): mutmut is not 3.8.1, or the module changed during the run; rerun it"
+        )
+    return texts
+
+
+def summarize(results: dict[str, dict], equivalents: dict[str, dict[MutantText, str]]) -> dict:
     per_module = {}
     for module, result in results.items():
         counts: Counter = Counter()
         survivors = []
+        equivalent = equivalents.get(module, {})
+        matched = set()
         for name, code in sorted(result["codes"].items()):
             status = STATUS.get(code, "suspicious")
-            if status == "survived" and name in equivalent:
+            text = result["texts"][name]
+            if status == "survived" and text in equivalent:
                 status = "equivalent"
+                matched.add(text)
             counts[status] += 1
             if status in ("survived", "no tests", "suspicious", "not checked"):
-                survivors.append({"mutant": name, "status": status})
+                survivors.append({"mutant": name, "status": status, "entry": format_entry(text, "<why it changes no behaviour>")})
         scored = counts["killed"] + counts["timeout"] + len(survivors)
         per_module[module] = {
             "killed": counts["killed"],
@@ -529,6 +662,7 @@ def summarize(results: dict[str, dict], equivalent: dict[str, str]) -> dict:
             },
             "score": (counts["killed"] + counts["timeout"]) / scored if scored else None,
             "survivors": survivors,
+            "stale_equivalent": [format_entry(t, r) for t, r in equivalent.items() if t not in matched],
             "tests": result["tests"],
             "wall_s": result["wall_s"],
         }
@@ -550,26 +684,23 @@ def summarize(results: dict[str, dict], equivalent: dict[str, str]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "modules", nargs="*", help=f"modules under src/pipeline/ (default: {' '.join(STABLE)})"
+        "modules", nargs="*", help=f"modules under src/pipeline/ (default: {' '.join(DEFAULT)})"
     )
+    parser.add_argument("--stable", action="store_true", help="every module whose score has been measured (hours)")
     parser.add_argument("--all", action="store_true", help="every configured module")
     parser.add_argument("--max-children", type=int, default=2, help="parallel test processes (default 2)")
     args = parser.parse_args(argv)
-    modules = list(MODULES) if args.all else (args.modules or STABLE)
+    modules = list(MODULES) if args.all else list(STABLE) if args.stable else (args.modules or DEFAULT)
     unknown = [m for m in modules if m not in MODULES]
     if unknown:
         parser.error(f"unknown module(s) {unknown}; choose from {sorted(MODULES)}")
-    equivalent = load_equivalent()
+    equivalents = {module: load_equivalent(module) for module in modules}  # a malformed file fails before any run
     results = {}
     for module in modules:
         print(f"mutating {module} against {' '.join(MODULES[module])} ...", flush=True)
         results[module] = run_module(module, args.max_children)
         print(f"  done in {results[module]['wall_s']} s", flush=True)
-    summary = summarize(results, equivalent)
-    # Entries for the modules just run that did not survive: killed by a new test, or renamed by an edit.
-    prefixes = tuple(f"pipeline.{m.removesuffix('.py').replace('/', '.')}.x" for m in results)
-    matched = {n for r in results.values() for n, c in r["codes"].items() if STATUS.get(c) == "survived"}
-    summary["stale_equivalent"] = sorted(n for n in equivalent if n.startswith(prefixes) and n not in matched)
+    summary = summarize(results, equivalents)
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     for module, m in summary["modules"].items():
@@ -583,21 +714,29 @@ def main(argv: list[str] | None = None) -> int:
         )
         if names:
             print(
-                f"    see one: (cd {_work_dir(module).relative_to(ROOT)} && {MUTMUT} show <full mutant name>)"
+                f"    see one: (cd {_work_dir(module).relative_to(ROOT)} && {MUTMUT} show <full mutant name>); "
+                f"summary.json has each as the entry to add to {equivalent_file(module).relative_to(ROOT)} if it "
+                "changes no behaviour"
             )
-    if summary["stale_equivalent"]:
-        print(
-            f"  tests/{EQUIVALENT_GLOB}: {len(summary['stale_equivalent'])} entries no longer survive "
-            f"(killed, or renamed by an edit; recheck): {', '.join(summary['stale_equivalent'])}"
-        )
-    left_out = {
-        m: LEFT_OUT.get(m) or ("in the default set, not named in this run" if m in STABLE else "not in STABLE yet")
-        for m in [*MODULES, *LEFT_OUT] if m not in results
+        if m["stale_equivalent"]:
+            print(
+                f"    {len(m['stale_equivalent'])} entries of {equivalent_file(module).relative_to(ROOT)} match no "
+                "surviving mutant (the line was edited, or a test now kills it): recheck and remove them; the first:\n"
+                + "".join("      " + line + "\n" for line in m["stale_equivalent"][0].splitlines()).rstrip()
+            )
+    not_run = [m for m in [*MODULES, *LEFT_OUT] if m not in results]
+    groups = {
+        "of the default set, not named in this run": [m for m in not_run if m in DEFAULT],
+        "measured with --stable": [m for m in not_run if m in STABLE and m not in DEFAULT],
+        "not in STABLE yet": [m for m in not_run if m in MODULES and m not in STABLE and m not in LEFT_OUT],
     }
-    if left_out:
+    if not_run:
         print("  left out of this run, and why:")
-        for module, why in left_out.items():
-            print(f"    {module}: {why}")
+        for why, names in groups.items():
+            if names:
+                print(f"    {len(names)} {why}: {' '.join(names)}")
+        for module in (m for m in not_run if m in LEFT_OUT):
+            print(f"    {module}: {LEFT_OUT[module]}")
     pct = 100 * summary["score"] if summary["score"] is not None else 0.0
     print(f"summary: {OUT / 'summary.json'}")
     print(f"mutation score: {summary['killed_or_timed_out']}/{summary['non_equivalent']} killed ({pct:.1f}%)")
