@@ -9,7 +9,7 @@ TORCH := torch==2.13.0
 EXPERIMENT ?= dqn_cartpole
 ARGS ?=
 
-.PHONY: help setup run test test-fast mutate bench bench-jax bench-cleanrl bench-tune lint clean cluster-up cluster-down
+.PHONY: help setup run test test-fast mutate bench bench-jax bench-cleanrl bench-offpolicy-cleanrl bench-tune lint clean cluster-up cluster-down
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -47,6 +47,9 @@ bench-jax: $(STAMP) ## PPO CartPole, K=16 and 64 seeds on one core: the pipeline
 
 bench-cleanrl: $(STAMP) ## PPO Pendulum, 16 seeds x 1M steps: the pipeline against CleanRL's ppo_continuous_action.py (own .venv-cleanrl; ~2.5 h on one core)
 	$(PY) benchmarks/bench_cleanrl.py $(ARGS)
+
+bench-offpolicy-cleanrl: $(STAMP) ## SAC and TD3 on HalfCheetah, 4 seeds x 300k steps: the pipeline against CleanRL (own venv under outputs/; hours; ARGS="--smoke")
+	$(PY) benchmarks/bench_offpolicy_cleanrl.py $(ARGS)
 
 bench-tune: $(STAMP) ## tune dqn_cartpole over seed distributions, then confirm on fresh seeds (~20 minutes on 2 cores)
 	$(PY) benchmarks/tune_dqn.py $(ARGS)
