@@ -106,9 +106,10 @@ def test_limits_are_inclusive(tmp_path):
     # 1100 header fields is still read as a header; exactly 50 bids and exactly 100 bidders are taken
     with pytest.raises(BidDataError, match="no bid columns"):
         load_bids_csv(_write(tmp_path, "h.csv", "a" + "," * 1099))
-    data = load_bids_csv(_write(tmp_path, "fifty.csv", "bid\n" + "0.1\n" * 50), n_bidders=2)
+    data = load_bids_csv(_write(tmp_path, "fifty.csv", "bid\n" + "".join(f"0.{i:02d}\n" for i in range(50))), n_bidders=2)
     assert data.bids.shape == (25, 2)
-    data = load_bids_csv(_write(tmp_path, "hundred.csv", "bid\n" + "0.1\n" * 100), n_bidders=100)
+    data = load_bids_csv(_write(tmp_path, "hundred.csv", "bid\n" + "".join(f"0.{i:02d}\n" for i in range(100))),
+                         n_bidders=100)
     assert data.bids.shape == (1, 100)
 
 
@@ -139,12 +140,13 @@ def test_the_most_common_auction_size_is_the_bidder_count_and_others_dropped(tmp
 def test_named_bidders_fill_their_own_columns_and_a_repeated_bidder_drops_the_auction(tmp_path):
     rows = []
     for i in range(30):
-        rows += [(i, "bob", 0.2), (i, "al", 0.1)]
+        rows += [(i, "bob", 0.2 + i / 100), (i, "al", 0.1 + i / 1000)]
     rows += [(99, "al", 0.3), (99, "al", 0.4)]
-    text = "bidder,auction_id,bid\n" + "".join(f"{b},{a},{x}\n" for a, b, x in rows)
+    text = "bidder,auction_id,bid\n" + "".join(f"{b},{a},{x:g}\n" for a, b, x in rows)
     data = load_bids_csv(_write(tmp_path, "b.csv", text), on_bad_rows="drop")
     assert data.by_bidder and data.n_bidders == 2
-    assert torch.equal(data.bids, torch.tensor([[0.1, 0.2]] * 30, dtype=torch.float64))
+    want = [[0.1 + i / 1000, 0.2 + i / 100] for i in sorted(range(30), key=str)]  # auctions in auction_id order
+    assert torch.allclose(data.bids, torch.tensor(want, dtype=torch.float64), rtol=0, atol=1e-12)
     assert data.rows.rejected == {"auction_size": 2}
 
 

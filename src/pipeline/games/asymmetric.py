@@ -34,13 +34,11 @@ import torch
 from torch import Tensor
 
 from pipeline.games.rmac import (
-    LoggedAuction,
     ValueScale,
-    cap_types,
+    curve_point_mask,
     default_bandwidth,
     first_order_values,
     fit_logged_auction,
-    interp,
     nice_step,
     reported_bounds,
     result_key,
@@ -132,7 +130,7 @@ def inverted_value_cdf_of_bidder(
     if int(own.sum()) < 4:
         raise ValueError(f"a bidder's bids span {float(bids.max()) - float(bids.min()):g}, under 3 / {n_points} of "
                          "all bids' range: too little to invert its values")
-    values = first_order_values(edge / step, empirical, cells, step, 1, spread)
+    values = first_order_values(edge / step, empirical, cells, step, 1, spread, competing.numel())
     values, points = values[own], edge[own]
     cdf = _empirical_cdf(bids, points)
     cdf[0], cdf[-1] = 0.0, 1.0
@@ -220,17 +218,6 @@ def first_price_from_cdfs(
 # Robust bounds
 
 
-def _point_mask(logged: LoggedAuction, values: Tensor, bids: Tensor, max_type: float) -> Tensor:
-    """(C, T) the types the point estimate gives each distinct bid of one bidder: those whose cells meet
-    [v(lower edge), v(upper edge)] of the bid's grid cell, v through (bids, values) (internal units)."""
-    step = logged.step
-    edges = torch.stack([logged.class_bid - 0.5, logged.class_bid + 0.5]).double() * step
-    v_low, v_high = (interp(e, bids, values) for e in edges)
-    cell_low, cell_high = logged.actions[:-1], logged.actions[1:]
-    mask = (cell_high[None, :] > v_low[:, None]) & (cell_low[None, :] <= v_high[:, None])
-    return cap_types(mask, logged.types, max_type)
-
-
 def asymmetric_bounds(
     table: Tensor,
     rules: Sequence[str],
@@ -265,7 +252,7 @@ def asymmetric_bounds(
     actions, types = logged[0].actions, logged[0].types
     weights = torch.stack([value_type_weights(values / unit, cdf, actions, top_value / unit)
                            for values, cdf, _ in inversions])
-    masks = [_point_mask(one, values / unit, bids / unit, top_value / unit)
+    masks = [curve_point_mask(one, values / unit, bids / unit, top_value / unit)
              for one, (values, _, bids) in zip(logged, inversions)]
     epsilons = sorted(set(float(e) for e in epsilons))
     out: dict[str, float] = {}

@@ -33,6 +33,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from pipeline.games.bid_checks import constant_bidder
+
 MIN_BIDS = 50
 MAX_NAMED = 5
 # The most bidders per auction a log may have. Why a limit: the estimator's cost grows fast with it (for unlike
@@ -299,6 +301,12 @@ def load_bids_csv(path: str | Path, n_bidders: int | None = None, on_bad_rows: s
     if auctions.size < MIN_BIDS:
         raise _fail(path, f"only {auctions.size} usable bids, need at least {MIN_BIDS} to estimate the opponents' "
                     "bid distribution", "log more auctions")
+    if np.ptp(auctions) == 0:
+        raise _fail(path, f"every bid is {auctions.flat[0]:g}: equal bids say nothing about the values behind them",
+                    "check that the bid column holds the bids (not a reserve or a fixed price)")
+    if (constant := constant_bidder(auctions, by_bidder)) is not None:
+        raise _fail(path, f"{constant} (a constant bid column): no equilibrium of private values bids that",
+                    "drop that bidder's bids and pass the others' count (data.n_bidders), or check the column")
     return BidData(torch.from_numpy(np.ascontiguousarray(auctions)), int(n), by_bidder, counts)
 
 

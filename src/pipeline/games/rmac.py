@@ -48,6 +48,7 @@ import torch
 from torch import Tensor
 
 from pipeline.games.auction import truth
+from pipeline.games.bid_checks import LATTICE_CELLS, ZERO_WARN, bid_lattice, check_bids, zero_share
 from pipeline.games.rules import STATISTICS, Rule, eps_label, parse_rule, result_key
 from pipeline.games.solver import (
     DEFAULT_ITERS,
@@ -153,41 +154,74 @@ def local_cdf_fit(edge: Tensor, cells: float) -> tuple[Tensor, Tensor]:
     return fit[:, 0, :], fit[:, 1, :]
 
 
-def inverted_value_cdf(bids: Tensor, n_bidders: int, grid: float, bandwidth: float | None = None) -> tuple[Tensor, Tensor]:
-    """The value CDF the logged bids imply, as points (values (E,), CDF (E,)) to interpolate between.
+def inverted_value_cdf(
+    bids: Tensor, n_bidders: int, grid: float, bandwidth: float | None = None, lattice: float | None = None
+) -> tuple[Tensor, Tensor]:
+    """The value CDF the logged bids imply, as points (values (E,), CDF (E,)) to interpolate between
+    (`inverted_value_curve` without the bids the points invert)."""
+    _, values, cdf = inverted_value_curve(bids, n_bidders, grid, bandwidth, lattice)
+    return values, cdf
+
+
+def inverted_value_curve(
+    bids: Tensor, n_bidders: int, grid: float, bandwidth: float | None = None, lattice: float | None = None
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(bids (E,), values (E,), CDF (E,)): at each CDF point b, the value it inverts to and P(V <= v(b)).
 
     At each CDF point b (`cdf_points`) the symmetric first-order condition gives the value
     v(b) = b + F(b) / ((n - 1) f(b)), with F and f the level and slope of a local quadratic fit to
-    the empirical bid CDF (`local_cdf_fit`; no first-order bias at the top of the bids, where the
-    high reserves are decided), and P(V <= v(b)) = F(b), read off the empirical CDF. The v's are
-    kept increasing by a running minimum from the top (see the code for why). The top of the
-    values is v at the largest bid: b_max + 1 / ((n - 1) f(b_max)).
+    the empirical bid CDF (`local_cdf_fit`), and within a few bandwidths of the top the slope of a
+    model of the CDF's top (`top_density`: no bias from the square-root cusp of values whose density
+    vanishes there), and P(V <= v(b)) = F(b), read off the empirical CDF. The v's are kept
+    increasing by a running minimum from the top (see the code for why). The top of the values is v
+    at the largest bid: b_max + 1 / ((n - 1) f(b_max)).
+
+    ``lattice`` (the bids' rounding step, `pipeline.games.bid_checks.bid_lattice`; None: bids not
+    rounded coarser than the smoothing): each bid stands for its rounding cell. The CDF is read at the
+    cells' edges only (the rounded and the true bids' CDFs agree there: 0 below the lowest cell, 1
+    above the highest), and the fit spans at least `LATTICE_CELLS` steps.
     """
     bids = bids.flatten()
     cells = (default_bandwidth(bids) if bandwidth is None else bandwidth) / grid
-    index = torch.round(bids / grid).long()
+    step = grid
+    if lattice is not None:
+        step = float(lattice)
+        cells = max(cells * grid / step, LATTICE_CELLS)
+    index = torch.round(bids / step).long()
     lo, hi = int(index.min()), int(index.max())
-    edge = cdf_points(lo, hi, (float(bids.min()) / grid, float(bids.max()) / grid), bids.device)
     counts = torch.zeros(hi - lo + 1, dtype=torch.float64, device=bids.device).index_add_(
         0, index - lo, torch.ones_like(bids))
+    ends = (float(bids.min()) / step, float(bids.max()) / step)
+    if lattice is not None and hi - lo >= 4:
+        # The top cell is filled only up to the highest true bid: as far as its count reaches at the density of
+        # the three cells below it (pinning the CDF at the cell's upper edge read a top 0.1 too high).
+        below = float(counts[-4:-1].mean())
+        ends = (lo - 0.5, hi - 0.5 + min(1.0, float(counts[-1]) / below) if below > 0 else hi + 0.5)
+    edge = cdf_points(lo, hi, ends, bids.device)
     empirical = torch.cat([counts.new_zeros(1), counts.cumsum(0)]) / bids.numel()
+    if lattice is not None and hi - lo < 3:
+        raise ValueError(f"the bids take {hi - lo + 1} values on a lattice of step {step:g} (bids rounded to it): "
+                         "too few to invert; log the bids unrounded")
     if cells <= 0 or hi - lo < 3:
         raise ValueError(f"the bids fill {hi - lo + 1} grid cells: too few to invert (use a finer grid)")
     if cells < 0.3:  # measured: 0.25 cells read a top of 5e5 on U[0, 0.5] bids, 0.1 is singular
         raise ValueError(f"bandwidth {cells * grid:g} is under 0.3 grid steps ({grid:g} each): the local fit to the bid "
                          f"CDF needs several grid cells; use a bandwidth >= {0.3 * grid:g} or a finer grid")
     spread = (float(bids.max()) - float(bids.min())) or 1.0
-    values = first_order_values(edge, empirical, cells, grid, n_bidders - 1, spread)
+    values = first_order_values(edge, empirical, cells, step, n_bidders - 1, spread, bids.numel())
     # Values rise with bids. Where the fit says otherwise it is at the bottom, where F and f both
     # vanish (values with a density near 0 there, like F = v^2, read F / f = 0 / 0): the running
     # minimum from the top keeps each value at or below every value above it. At the top f never
     # vanishes in equilibrium (f(b_max) = 1 / ((n - 1) (v_top - b_max))).
-    return values.flip(0).cummin(0).values.flip(0), empirical
+    return edge * step, values.flip(0).cummin(0).values.flip(0), empirical
 
 
-def first_order_values(edge: Tensor, empirical: Tensor, cells: float, step: float, opponents: int, spread: float) -> Tensor:
+def first_order_values(
+    edge: Tensor, empirical: Tensor, cells: float, step: float, opponents: int, spread: float, n_samples: int
+) -> Tensor:
     """v(b) = b + F(b) / (opponents * f(b)) at each b = edge * step, F and f the level (kept in [0, 1]) and the
-    slope of `local_cdf_fit` (``cells`` wide, in units of ``step``) applied to the ``empirical`` CDF at ``edge``.
+    slope of `local_cdf_fit` (``cells`` wide, in units of ``step``) applied to the ``empirical`` CDF at ``edge``
+    (of ``n_samples`` bids); within `TOP_WINDOW` bandwidths of the top, f comes from `top_density` instead.
 
     Symmetric bidders: F the pooled bids' CDF and ``opponents`` = n - 1; one bidder of an asymmetric log: F the
     CDF of its highest competing bid and ``opponents`` = 1. f is floored at 1e-6 / ``spread`` (the bids' range).
@@ -195,7 +229,53 @@ def first_order_values(edge: Tensor, empirical: Tensor, cells: float, step: floa
     level_weights, slope_weights = local_cdf_fit(edge, cells)
     level = (level_weights @ empirical).clamp(0.0, 1.0)
     density = (slope_weights @ empirical) / step  # per bid unit
+    top, width = top_density(edge, empirical, cells, n_samples)
+    if width > 0:  # full weight on the top model within half its window, then a linear hand-over to the local fit
+        share = ((width - (edge[-1] - edge)) / (0.5 * width)).clamp(0.0, 1.0)
+        density = share * top / step + (1 - share) * density
     return edge * step + level / (opponents * density.clamp_min(1e-6 / spread))
+
+
+TOP_WINDOW = 8.0  # bandwidths: the window of the smooth top model (1 - F linear + quadratic in the distance to the top)
+CUSP_WINDOW = 6.0  # bandwidths: the window of the cusp model (with the (b_top - b)^(3/2) term)
+CUSP_TEST = 2.5  # largest standardised misfit of the smooth model before the cusp model takes over
+
+
+def top_density(edge: Tensor, empirical: Tensor, cells: float, n_samples: int) -> tuple[Tensor, float]:
+    """The bid density (per cell) at every point of ``edge`` from a model of the CDF's top, and the model's window.
+
+    With d = b_top - b, equilibrium bids have 1 - F(b) = a d + e d^2 + ... when the value density is positive at
+    the top (uniform, F = v^2), and 1 - F = a d + c d^(3/2) + e d^2 + ... when it vanishes linearly there (Beta(2, 2):
+    values near the top are ~sqrt(d), the square-root cusp). A local quadratic in b follows neither within a few
+    bandwidths of the top: on Beta(2, 2) it read the value CDF 0.0055 low at v = 0.7-0.85 (bias growing relative to
+    the sampling noise with N) and its top had a variance that cost reserves near the top 0.02. Least squares of
+    1 - F on (d, d^2) over `TOP_WINDOW` bandwidths has no bias on the first kind and little variance (a, the top's
+    density, is read off the whole window); when that model misses the empirical CDF by more than `CUSP_TEST`
+    binomial SDs somewhere in the window (measured: 0.7-2.2 on uniform and v^2 logs, 2.6-5.4 on Beta(2, 2)),
+    (d, d^(3/2), d^2) over `CUSP_WINDOW` bandwidths is fitted instead (`docs/auctions.md`, measured choices).
+    """
+    distance = edge[-1] - edge
+    # The models describe the top, not the whole range: a window reaching below the median bid (few bids, wide
+    # bandwidths: 400 bids put 6 bandwidths over all of them) is cut there.
+    upper_half = float(distance[empirical >= 0.5].max())
+    fits = []
+    for powers, window in (((1.0, 2.0), TOP_WINDOW), ((1.0, 1.5, 2.0), CUSP_WINDOW)):
+        window = min(window, upper_half / cells)
+        inside = distance <= window * cells
+        if int(inside.sum()) < 4 * len(powers):  # too few CDF points in the window for the model
+            break
+        design = torch.stack([distance[inside] ** p for p in powers], 1)
+        coef = torch.linalg.solve(design.T @ design, design.T @ (1 - empirical[inside]))  # least squares
+        fits.append((powers, window, coef))
+        observed = empirical[inside]
+        sd = torch.sqrt((observed * (1 - observed)).clamp_min(1.0 / n_samples) / n_samples)
+        if float(((1 - design @ coef - observed).abs() / sd).max()) <= CUSP_TEST:
+            break
+    if not fits:
+        return edge.new_zeros(edge.shape), 0.0
+    powers, window, coef = fits[-1]
+    density = sum(c * p * distance.clamp_min(0.0) ** (p - 1) for c, p in zip(coef, powers))
+    return density, window * cells
 
 
 def default_bandwidth(bids: Tensor) -> float:
@@ -419,6 +499,16 @@ def value_point_mask(values: Tensor, logged: LoggedAuction, max_type: float | No
     return cap_types(mask, logged.types, max_type)
 
 
+def curve_point_mask(logged: LoggedAuction, values: Tensor, points: Tensor, max_type: float | None = None) -> Tensor:
+    """(C, T) `value_point_mask` for a value curve through (points, values) at any bids (internal units): the
+    types whose cells meet [v(lower edge), v(upper edge)] of each distinct bid's grid cell, v interpolated."""
+    edges = torch.stack([logged.class_bid - 0.5, logged.class_bid + 0.5]).double() * logged.step
+    v_low, v_high = (interp(e, points, values) for e in edges)
+    cell_low, cell_high = logged.actions[:-1], logged.actions[1:]
+    mask = (cell_high[None, :] > v_low[:, None]) & (cell_low[None, :] <= v_high[:, None])
+    return cap_types(mask, logged.types, max_type)
+
+
 def cdfs_at(cdfs: Sequence[tuple[Tensor, Tensor]], x: Tensor) -> Tensor:
     """(bidders, len(x)): each bidder's value CDF at x, linear between its points and 1 beyond its last one.
 
@@ -529,19 +619,43 @@ def choose_value_scale(
     bid CDF, unbiased at the top to first order), rounded up to the grid. Values above the top the
     fit implies are not cut: the grid reaches it, at least one cell above the highest bid.
     """
-    bids = bids.flatten().to(device)
+    bids = without_zero_bids(bids.flatten().to(device))
     top_bid = float(bids.max())
-    if top_bid <= 0:
-        raise ValueError("every logged bid is 0; there is nothing to invert")
-    h = max(1.06 * float(bids.std()) * bids.numel() ** -0.2, 1e-12 * top_bid)
+    lattice = effective_lattice(bids, bandwidth)
+    # Rounded bids: a window narrower than the rounding step would see one lattice point (a top of 5-7 for values
+    # on [0, 1] with bids rounded to 0.05).
+    h = max(1.06 * float(bids.std()) * bids.numel() ** -0.2, 1e-12 * top_bid, LATTICE_CELLS * (lattice or 0.0))
     density = float((bids >= top_bid - h).sum()) / (bids.numel() * h)
     top_value = top_bid + 1.0 / ((n_bidders - 1) * density)
     unit = nice_step(grid * top_value) / grid
-    values, _ = inverted_value_cdf(bids / unit, n_bidders, grid, None if bandwidth is None else bandwidth / unit)
+    values, _ = inverted_value_cdf(bids / unit, n_bidders, grid, None if bandwidth is None else bandwidth / unit,
+                                   None if lattice is None else lattice / unit)
     # A fitted density near 0 at the top would put the top anywhere: at most twice the rough one.
     largest = min(float(values[-1]), 2 * top_value / unit)
     top = max(math.ceil(largest / grid - 1e-9), round(top_bid / unit / grid) + 1) * grid
     return ValueScale(unit, top, top_value)
+
+
+def without_zero_bids(bids: Tensor) -> Tensor:
+    """``bids`` (checked by `check_bids`) without the exact zeros when they are more than `ZERO_WARN` of them.
+
+    Continuous values bid 0 with probability 0 in equilibrium, so a pile of zeros is bids that were not made
+    (logged as 0): measured on 2% zeros (U[0, 1], F = v^2, Beta(2, 2)), kept they raise every inverted value by
+    0.02 / ((n - 1) f(b)) and cost 2-5x the sampling error at high reserves; dropped, the rest is the same
+    equilibrium sample."""
+    check_bids(bids)
+    return bids[bids > 0] if zero_share(bids) > ZERO_WARN else bids
+
+
+def effective_lattice(bids: Tensor, bandwidth: float | None = None) -> float | None:
+    """The bids' rounding step (`bid_lattice`, data units) when it is coarse enough to matter: at least 1/8 of the
+    smoothing bandwidth (``bandwidth``, None: `default_bandwidth`). Finer rounding (continuous bids written to 4
+    decimals) changes the fitted CDF by less than the fit's own noise; None then."""
+    found = bid_lattice(bids)
+    if found is None:
+        return None
+    width = default_bandwidth(torch.as_tensor(bids, dtype=torch.float64).flatten()) if bandwidth is None else bandwidth
+    return found[0] if found[0] >= width / 8 else None
 
 
 def known_value_scale(top_value: float, grid: float = 0.01) -> ValueScale:
@@ -560,6 +674,17 @@ class Counterfactuals:
     raw: dict[str, float]  # lower/upper bounds as the optimiser left them, before any clamp
     clamps: list[str]  # one line per reported bound that differs from its raw value
     scale: ValueScale
+    value_top: float = math.nan  # the point estimate's largest value, data units
+    tail_value: float = math.nan  # the value with `TAIL_SHARE` of the estimated values above it, data units
+    lattice: float | None = None  # the bids' rounding step when it mattered (`effective_lattice`), data units
+
+    def top_reserves(self, reserves: Sequence[float]) -> list[float]:
+        """The reserves whose point rests on the estimated top alone: at or above `tail_value`, where fewer than
+        `TAIL_SHARE` of the values lie, read off the few highest bids and the top model (`top_density`)."""
+        return [r for r in reserves if r >= self.tail_value]
+
+
+TAIL_SHARE = 0.01
 
 
 def predict_counterfactuals(
@@ -605,17 +730,22 @@ def predict_counterfactuals(
     if any(e < 0 for e in epsilons):
         raise ValueError(f"epsilons={list(epsilons)}: every epsilon must be >= 0")
     epsilons = sorted(set(float(e) for e in epsilons))
-    bids = torch.as_tensor(bids, dtype=torch.float64).flatten()
+    bids = without_zero_bids(torch.as_tensor(bids, dtype=torch.float64).flatten())
     if scale is None:
         scale = choose_value_scale(bids, n_bidders, grid, device, None if bandwidth is None else float(bandwidth))
     unit = scale.unit
+    lattice = effective_lattice(bids, None if bandwidth is None else float(bandwidth))
+    internal_lattice = None if lattice is None else lattice / unit
+    if lattice is not None:  # the logged game's smoothing spans the rounding cells too
+        bandwidth = max(default_bandwidth(bids) if bandwidth is None else float(bandwidth), LATTICE_CELLS * lattice)
     internal_bandwidth = None if bandwidth is None else bandwidth / unit
     if headroom < 1:
         raise ValueError(f"headroom={headroom}: the bounds' type space cannot be smaller than the point's (use >= 1)")
     top = math.ceil(scale.top * headroom / grid - 1e-9) * grid
     logged = fit_logged_auction(bids / unit, n_bidders, grid, device, internal_bandwidth, top=top)
-    values, cdf = inverted_value_cdf(bids.to(logged.actions.device) / unit, n_bidders, grid, internal_bandwidth)
-    point_mask = value_point_mask(values, logged, scale.top)
+    points, values, cdf = inverted_value_curve(bids.to(logged.actions.device) / unit, n_bidders, grid,
+                                               internal_bandwidth, internal_lattice)
+    point_mask = curve_point_mask(logged, values, points, scale.top)
     type_weights = value_type_weights(values, cdf, logged.actions, scale.top)
     table: dict[str, float] = {}
     raw: dict[str, float] = {}
@@ -625,8 +755,12 @@ def predict_counterfactuals(
         rule = parse_rule(name)
         inside = Rule(rule.kind, reserve=rule.reserve / unit, n_bidders=rule.n_bidders)
         n_new = rule.bidders(n_bidders)
-        start = solve_equilibrium(type_weights, logged.types, inside, n_new, logged.actions, point_iters)
-        if rule.kind == "second_price":  # truthful bidding: a functional of the value CDF, no grid needed
+        second = rule.kind == "second_price"
+        # Second price: truthful bidding, a functional of the value CDF (no grid); the grid equilibrium then only
+        # starts the bounds.
+        start = None if second and not epsilons else solve_equilibrium(
+            type_weights, logged.types, inside, n_new, logged.actions, point_iters)
+        if second:
             point = second_price_point(values, cdf, n_new, inside.reserve, statistic, scale.top) * unit
         else:
             point = start.value(statistic) * unit
@@ -640,7 +774,8 @@ def predict_counterfactuals(
         table |= reported
         raw |= raw_bounds
         clamps += lines
-    return Counterfactuals(table, raw, clamps, scale)
+    tail = interp(cdf.new_tensor([1 - TAIL_SHARE]), cdf, values)
+    return Counterfactuals(table, raw, clamps, scale, float(values[-1]) * unit, float(tail) * unit, lattice)
 
 
 def clamp_bounds(point: float, lower: Tensor, upper: Tensor) -> tuple[Tensor, Tensor]:

@@ -15,9 +15,12 @@ import torch
 
 from pipeline.games.asymmetric import ESTIMATED, NOT_ESTIMATED, asymmetric_bounds, asymmetric_table
 from pipeline.games.auction import default_rules, parse_rule, reserve_top
+from pipeline.games.bid_checks import ZERO_WARN, bid_lattice, zero_share
 from pipeline.games.plots import plot_revenue_vs_reserve
 from pipeline.games.rmac import (
     choose_value_scale,
+    default_bandwidth,
+    effective_lattice,
     known_value_scale,
     predict_counterfactuals,
     realised_regret,
@@ -127,6 +130,7 @@ class CounterfactualTask(Task):
             scale = choose_value_scale(logged.bids, logged.n_bidders, self.grid, self.compute_device)
         self.add_time("value_grid", time.perf_counter() - t0)
         clamps: list[str] = []
+        found = None
         for statistic in self.statistics:
             t0 = time.perf_counter()
             found = predict_counterfactuals(
@@ -140,10 +144,49 @@ class CounterfactualTask(Task):
             metrics |= table
             clamps += found.clamps
         self._record_clamps(metrics, clamps)
+        if found is not None:
+            self._report_top(found)
         self.extras["value_grid"] = {"step": scale.unit * self.grid, "top": scale.unit * scale.top,
                                      "top_from": "task.value_top" if self.value_top is not None else "estimated",
                                      "rough_top_value": scale.estimated_top_value}
         return metrics
+
+    def _report_top(self, found) -> None:
+        """Which second-price reserves rest on the estimated top of the values alone (result.json and one line)."""
+        reserves = [parse_rule(r).reserve for r in self.rules if r.startswith("second_price")]
+        top_alone = found.top_reserves(reserves)
+        self.extras["value_top"] = {"estimated": found.value_top, "tail_value": found.tail_value,
+                                    "reserves_on_the_top_alone": top_alone,
+                                    "from": "task.value_top" if self.value_top is not None else "estimated"}
+        if top_alone and self.value_top is None:
+            log.warning(f"second-price reserves {top_alone} are at or above {found.tail_value:.4g}, the value with 1% "
+                        f"of the estimated values above it: their points rest on the estimated top of the values "
+                        f"({found.value_top:.4g}) alone; pass task.value_top=<largest value> if you know it")
+
+    def _check_bids(self, logged) -> None:
+        """A rounding lattice and exact-zero bids: recorded in result.json (`bid_checks`), each named in one line."""
+        bids = logged.bids
+        checks: dict = {"zero_share": zero_share(bids)}
+        if checks["zero_share"] > ZERO_WARN:
+            what = ("dropped from the pooled inversion as bids not made (continuous values bid 0 with probability "
+                    "0; if they are real bids of 0 the estimate is off)" if logged.by_bidder is None or
+                    not self.extras["symmetry"]["decision"].startswith("asymmetric") else
+                    "kept (asymmetric bidders: each bidder's inversion reads them as bids)")
+            log.warning(f"{checks['zero_share']:.1%} of the bids are exactly 0: {what}")
+        found = bid_lattice(bids)
+        step = effective_lattice(bids)
+        if found is not None and step is not None:
+            width = default_bandwidth(bids[bids > 0])
+            checks |= {"lattice": step, "lattice_share": found[1], "bandwidth": width, "coarse": step > width / 2}
+            if checks["coarse"]:
+                log.warning(f"the bids lie on a lattice of step {step:g} ({found[1]:.0%} of them), over half the "
+                            f"smoothing bandwidth {width:.3g}: each bid is read as censored to its rounding cell, but "
+                            f"the value top and the highest reserves are unreliable at this rounding (measured: off "
+                            f"by up to 0.1 of the value range with a step of 0.05 of it); log unrounded bids")
+            else:
+                log.info(f"the bids lie on a lattice of step {step:g} ({found[1]:.0%} of them): each bid is read as "
+                         "censored to its rounding cell")
+        self.extras["bid_checks"] = checks
 
     def fit_and_evaluate(self, trainer, datamodule, ckpt_path) -> list[dict[str, float]]:
         generator = torch.Generator().manual_seed(self.seed)
@@ -159,6 +202,7 @@ class CounterfactualTask(Task):
             self.extras["data_rows"] = {"read": logged.rows.read, "used": logged.rows.used,
                                         "rejected": dict(logged.rows.rejected), "blank_lines": logged.rows.blank_lines}
         self.extras["symmetry"] = self._check_symmetry(logged)
+        self._check_bids(logged)
         if self.extras["symmetry"]["decision"].startswith("asymmetric"):
             self.extras["asymmetric"] = {"estimated": ESTIMATED, "not_estimated": NOT_ESTIMATED}
             metrics = self._asymmetric(logged, metrics)
