@@ -140,6 +140,22 @@ def test_the_rl_configs_share_one_base_and_declare_what_they_run_with():
     assert getattr(configs.GANConfig, "precisions", None) is None
 
 
+def test_a_new_algorithms_config_declares_only_its_own_fields():
+    @dataclasses.dataclass
+    class MineConfig(configs.OffPolicyConfig):
+        _target_: str = "mine.MineTask"
+        noise: float = unit(0.1)
+
+    ranges.check_config(MineConfig())
+    assert list(ranges.problems(MineConfig(noise=2), "task")) == [
+        "task.noise=2: must be a finite number in [0, 1]; e.g. task.noise=0.1"]
+    assert list(ranges.problems(MineConfig(eval_episodes=0), "task")) == [  # the RL batch's ranges, inherited
+        "task.eval_episodes=0: must be a whole number >= 1; e.g. task.eval_episodes=10"]
+    assert list(ranges.problems(MineConfig(batch_size=10, buffer_size=5), "task")) == [  # and the replay's rule
+        "task.batch_size=10: is larger than task.buffer_size=5; e.g. task.batch_size=5"]
+    assert MineConfig.precisions == ("32-true", "32")
+
+
 def test_sac_and_td3_start_from_cleanrls_defaults():
     """CleanRL's sac_continuous_action.py and td3_continuous_action.py (their Args), read by hand."""
     sac = dataclasses.asdict(configs.SACConfig())
@@ -247,6 +263,13 @@ def test_the_issues_bad_settings_are_one_line_naming_the_key(overrides, line):
 def test_valid_settings_pass(overrides):
     cfg, choices = composed(*overrides)
     checks.check_values(cfg, choices)
+
+
+@pytest.mark.parametrize("preset", sorted(p.stem for p in (checks.conf_root() / "experiment").glob("*.yaml")))
+def test_every_shipped_preset_passes_the_start_up_checks(preset):
+    for overrides in ((f"experiment={preset}",), (f"experiment={preset}", "trainer=debug")):
+        cfg, choices = composed(*overrides)
+        checks.check_values(cfg, choices)
 
 
 def test_an_env_gymnasium_cannot_make_here_is_left_to_the_task():
