@@ -61,7 +61,8 @@ def hydra_entry(cfg: DictConfig) -> list[dict]:
             exit_status.set(int((record.get("interrupted") or {}).get("exit_code") or 130))
         else:
             where = record.get("run_dir")
-            log.error(f"run failed: {record.get('error')}  (record kept in {result_path(where)}, traceback in {error_log_path(where)})")
+            trace = f", traceback in {error_log_path(where)}" if error_log_path(where).is_file() else ""
+            log.error(f"run failed: {record.get('error')}  (record kept in {result_path(where)}{trace})")
             exit_status.set(1)
     if len(records) > 1:
         values = [(r.get("metrics") or {}).get(r.get("primary_metric") or "") for r in records]

@@ -49,6 +49,22 @@ class CheckpointPolicy:
         self.start(step)
 
 
+class FailedSaves:
+    """A save that fails (a full disk) is one warning; the same failure again is not repeated until a save works
+    (with checkpoint.every_s=0 a full disk printed one line per epoch)."""
+
+    def __init__(self) -> None:
+        self._said: str | None = None
+
+    def warn(self, what: str, cause: str, going_on: bool = True) -> None:
+        if cause != self._said:
+            log.warning(f"{what}: {cause}" + ("; training goes on" if going_on else ""))
+            self._said = cause
+
+    def clear(self) -> None:
+        self._said = None
+
+
 class ValidationTimer(Callback):
     """Time spent in validation, so the fit time can be split into train and val."""
 
@@ -82,6 +98,7 @@ class EpochCheckpointer(Checkpoint):
         # The last step of the run's curves when an epoch is saved: a GAN's curve counts batches, CEM's env steps,
         # while the checkpoint's own step is the epoch; a resume keeps every row up to this step (curve_step_of).
         self.curve_step = curve_step or (lambda: None)
+        self.failures = FailedSaves()
         # The last finished epoch's checkpoint, serialised in memory when the policy did not write it: a stop
         # request in the middle of the next epoch saves it, so the run continues from there (not from scratch).
         self._unsaved: tuple[int, bytes] | None = None
@@ -104,8 +121,9 @@ class EpochCheckpointer(Checkpoint):
                 save_atomic(state, self.path)
             except StoreWriteError as exc:  # a full disk must not end the training: the next save may fit
                 self.policy.saved(epoch)
-                log.warning(f"checkpoint of epoch {epoch} not saved: {exc}; training goes on")
+                self.failures.warn(f"checkpoint of epoch {epoch} not saved", str(exc))
                 return
+            self.failures.clear()
             self._saved(epoch, t0)
         else:
             buffer = io.BytesIO()
@@ -120,7 +138,7 @@ class EpochCheckpointer(Checkpoint):
         try:
             save_checkpoint(self.path, lambda f: f.write(data), step=epoch)
         except StoreWriteError as exc:
-            log.warning(f"checkpoint of epoch {epoch} not saved: {exc}")
+            self.failures.warn(f"checkpoint of epoch {epoch} not saved", str(exc), going_on=False)
             return
         self._saved(epoch, t0)
 
@@ -150,6 +168,8 @@ def curve_step_of(state: dict, resume_step: int | None) -> int | None:
 def state_checkpointer(task, path: Path, policy: CheckpointPolicy, stop: StopRequests, note_save):
     """For tasks that keep their own state (DQN): save when due; on a stop request save and end the fit."""
 
+    failures = FailedSaves()
+
     def save() -> None:
         t0 = time.perf_counter()
         try:
@@ -157,8 +177,9 @@ def state_checkpointer(task, path: Path, policy: CheckpointPolicy, stop: StopReq
             size = save_checkpoint(path, lambda f: torch.save(state, f), step=task.resume_step)
         except (OSError, RuntimeError) as exc:  # a failed save (disk full, ...) must not end the training
             policy.saved(task.resume_step)
-            log.warning(f"checkpoint at step {task.resume_step} not saved: {one_line(exc)}; training goes on")
+            failures.warn(f"checkpoint at step {task.resume_step} not saved", one_line(exc))
             return
+        failures.clear()
         policy.saved(task.resume_step)
         note_save(step=task.resume_step, seconds=time.perf_counter() - t0, size=size, replay_saved=state.get("replay") is not None)
 

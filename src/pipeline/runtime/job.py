@@ -248,6 +248,9 @@ def _log_to(path: Path) -> None:
     file = logging.FileHandler(path)
     file.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
     root.handlers = [console, file]
+    from pipeline.runtime.quiet import quiet_failing_log_handlers
+
+    quiet_failing_log_handlers()
     for name in ("lightning.pytorch.utilities.rank_zero", "lightning.pytorch.accelerators.cuda"):
         logging.getLogger(name).setLevel(logging.WARNING)
 

@@ -1,12 +1,16 @@
 """Warnings an ordinary run would print although nothing is wrong, silenced here, each with why it is harmless.
 
-`install()` is called by the CLI (`python -m pipeline`) and by the process that trains a sweep's job.
+`quiet_failing_log_handlers()` turns a log file that cannot be written into one line instead of a traceback
+per log line. `install()` is called by the CLI (`python -m pipeline`) and by the process that trains a sweep's job.
 Only exact messages are filtered: any other warning still reaches the user.
 """
 
 from __future__ import annotations
 
+import logging
+import sys
 import warnings
+from pathlib import Path
 
 HARMLESS = (
     # task=gan scores samples in its own epoch-end hooks; the datamodule's val split serves other tasks
@@ -25,3 +29,35 @@ HARMLESS = (
 def install() -> None:
     for message in HARMLESS:
         warnings.filterwarnings("ignore", message=message)
+
+
+def quiet_failing_log_handlers() -> None:
+    """A log handler whose writes fail (run.log on a full disk; the terminal after SIGHUP) says so once, in one
+    line naming the file and the disk, and is dropped: logging's default printed a "--- Logging error ---"
+    traceback for every line the run logged after (2,329 lines, 73 tracebacks, on a disk that filled up)."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if isinstance(handler, logging.StreamHandler) and not getattr(handler, "_fails_once", False):
+            handler._fails_once = True
+            handler.handleError = _drop_on_error(root, handler)
+
+
+def _drop_on_error(root: logging.Logger, handler: logging.StreamHandler):
+    def handle_error(record: logging.LogRecord) -> None:
+        exc = sys.exc_info()[1]
+        root.removeHandler(handler)
+        if isinstance(handler, logging.FileHandler):
+            from pipeline.store.atomic import write_error
+
+            cause = str(write_error(Path(handler.baseFilename), exc)) if isinstance(exc, OSError) else repr(exc)
+            try:
+                sys.stderr.write(f"{cause}; no more lines go to it, the run goes on (its result.json says how it stands)\n")
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                pass
+        try:
+            handler.close()
+        except (OSError, ValueError):
+            pass
+
+    return handle_error

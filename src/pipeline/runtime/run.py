@@ -223,6 +223,7 @@ def run_job(cfg: DictConfig, ctx: JobContext) -> list[dict]:
     # too, as the CLI and a sweep's job process do: Lightning's "srun is available" on every machine with
     # SLURM's tools.
     quiet.install()
+    quiet.quiet_failing_log_handlers()  # run.log on a disk that fills up: one line, not a traceback per log line
     try:
         return _run_locked(cfg, ctx, run_dir, seeds, dirs)
     finally:

@@ -11,6 +11,7 @@ the top level of the JSON, next to the typed fields.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import math
 import platform
@@ -19,7 +20,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from pipeline.store.atomic import write_atomically
+from pipeline.store.atomic import StoreWriteError, write_atomically
 from pipeline.store.layout import RECORD_STATUSES, RESULT, record_dirs, result_path
 
 SCHEMA_VERSION = 2
@@ -70,9 +71,34 @@ def _clean(value: Any) -> Any:
 
 
 def write_json(path: Path, data: dict) -> None:
-    """Write via a temporary file and rename, so a reader never sees half a record."""
+    """Write via a temporary file and rename, so a reader never sees half a record. On a full disk (no room for
+    the temp file) the record is rewritten in place within the blocks it already has, so it still says how the
+    run ended rather than "still running"."""
     text = (json.dumps(_clean(data), indent=2, allow_nan=False) + "\n").encode()
-    write_atomically(Path(path), lambda f: f.write(text), fsync=False)
+    try:
+        write_atomically(Path(path), lambda f: f.write(text), fsync=False)
+    except StoreWriteError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or not _overwrite_in_place(Path(path), _clean(data)):
+            raise
+
+
+def _overwrite_in_place(path: Path, data: dict) -> bool:
+    """Rewrite `path` in place, padded with spaces to its present size (JSON allows trailing white space): no new
+    block is needed. False when the record does not fit there even without indentation."""
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return False
+    for indent in (2, None):
+        text = (json.dumps(data, indent=indent, allow_nan=False) + "\n").encode()
+        if len(text) <= size:
+            try:
+                with path.open("r+b") as f:
+                    f.write(text + b" " * (size - len(text)))
+                return True
+            except OSError:
+                return False
+    return False
 
 
 def read_result(run_dir: Path) -> dict | None:
