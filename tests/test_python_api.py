@@ -18,6 +18,7 @@ from pipeline.export import main as export_main
 from pipeline.nets.actor_critic import ActorCritic
 from pipeline.nets.gan import MLPGAN
 from pipeline.nets.mlp import MLP
+from pipeline.runtime.preflight import RunRefused
 from pipeline.runtime.replay import EvalError
 
 
@@ -223,6 +224,12 @@ def test_run_refuses_a_bad_value_before_making_its_dir(tmp_path):
     with pytest.raises(ConfigError, match="unknown option 'ppo_cartpol'"):
         pipeline.run(experiment="ppo_cartpol", overrides=[f"hydra.run.dir={tmp_path / 'run'}"])
     assert not (tmp_path / "run").exists()
+    # A folder of the user's is refused as the CLI refuses it (exit 1 there), and left as it was.
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine")
+    with pytest.raises(RunRefused, match="notes.txt"):
+        pipeline.run(experiment="ppo_cartpole", overrides=[f"hydra.run.dir={tmp_path / 'mine'}"])
+    assert [p.name for p in (tmp_path / "mine").iterdir()] == ["notes.txt"]
 
 
 @pytest.mark.slow

@@ -18,8 +18,11 @@ Light to import: torch, Lightning and gymnasium are imported when a function is 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -175,52 +178,77 @@ def run(experiment: str | None = None, overrides: list[str] | tuple[str, ...] = 
     """Train one run (K agents with `seeds_per_process=K`) as `python -m pipeline experiment=<experiment> <overrides>`
     would, in this process, and return its records (one dict per seed, as result.json holds them).
 
-    A bad value raises `pipeline.config.checks.ConfigError` (the CLI's one-line message) before anything is written;
-    a run dir that is busy or finished with another config raises `RunRefused`. `hydra.run.dir=<dir>` chooses the dir.
-    Sweeps (`-m`) stay on the command line.
+    The command line's own start-up checks run first, before anything is written: a bad value raises
+    `pipeline.config.checks.ConfigError` with the CLI's one-line message (its exit code 2), a run dir that is
+    refused (a user's folder, busy, finished with another config: exit 1) raises
+    `pipeline.runtime.preflight.RunRefused`. `hydra.run.dir=<dir>` chooses the dir. Sweeps (`-m`) stay on the
+    command line. A run that fails while training is not an exception: its record says `failed` and why.
     """
     from hydra import compose, initialize_config_module
-    from omegaconf import OmegaConf, open_dict
+    from omegaconf import open_dict
 
-    import pipeline.cli  # noqa: F401 - registers the resolvers the config's paths use
+    from pipeline import cli
     from pipeline.config import checks
-    from pipeline.config.checks import ConfigError, check_group_overrides
+    from pipeline.config.checks import ConfigError
 
-    overrides = [str(o) for o in overrides]
-    if any(o.startswith("-") for o in overrides):
-        raise ConfigError(f"{next(o for o in overrides if o.startswith('-'))}: pipeline.run takes overrides only; sweeps "
+    argv = [str(o) for o in overrides]
+    if any(o.startswith("-") for o in argv):
+        raise ConfigError(f"{next(o for o in argv if o.startswith('-'))}: pipeline.run takes overrides only; sweeps "
                           "(-m) and Hydra's flags stay on the command line")
     if experiment is not None:
-        overrides = [f"experiment={experiment}", *overrides]
+        argv = [f"experiment={experiment}", *argv]
     os.environ.setdefault("WANDB_MODE", "offline")
-    check_group_overrides(overrides)
+    with _as_exceptions():  # the CLI's checks, as the CLI runs them (they print one line and exit)
+        cli._check_dirs_given(argv)
+        cli._check_override_grammar(argv)
+        checks.check_group_overrides(argv)
+        held = cli._check_single_run_first(argv)  # also takes the run dir's lock, and pins hydra.run.dir in argv
     try:
-        with initialize_config_module(config_module="pipeline.conf", version_base="1.3"):
-            cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
-    except Exception as exc:  # noqa: BLE001 - Hydra's errors, as one line (the CLI's hint for an unknown key)
-        line = pipeline.cli._unknown_key_line(str(exc), overrides)
-        raise ConfigError(line or str(exc).strip().splitlines()[0]) from None
-    choices = checks.runtime_choices(cfg)
-    run_dir = Path(str(cfg.hydra.run.dir))
-    with open_dict(cfg):
-        del cfg["hydra"]
-    checks.check_missing(cfg)
-    checks.check_types(cfg, choices)
-    checks.check_values(cfg, choices)
-    checks.check_monitors(cfg)
-    pipeline.cli._check_device(cfg)
+        try:
+            with initialize_config_module(config_module="pipeline.conf", version_base="1.3"):
+                cfg = compose(config_name="config", overrides=argv, return_hydra_config=True)
+        except Exception as exc:  # noqa: BLE001 - Hydra's errors the CLI leaves to Hydra, as one line
+            raise ConfigError(str(exc).strip().splitlines()[0]) from None
+        choices = checks.runtime_choices(cfg)
+        run_dir = Path(str(cfg.hydra.run.dir))
+        with open_dict(cfg):
+            del cfg["hydra"]
+        return _run_in(cfg, run_dir, argv, choices)
+    finally:
+        if held is not None:
+            lock, created = held
+            lock.release()
+            cli._remove_if_empty(Path(lock.path.parent), created)
+
+
+@contextlib.contextmanager
+def _as_exceptions():
+    """A start-up check of the CLI that printed `error: <line>` and exited: ConfigError (exit 2) or RunRefused."""
+    from pipeline.config.checks import ConfigError
+    from pipeline.runtime.preflight import RunRefused
+
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            yield
+    except SystemExit as exc:
+        line = next((s.removeprefix("error: ") for s in err.getvalue().splitlines() if s.strip()), "refused")
+        raise (ConfigError if exc.code == 2 else RunRefused)(line) from None
+    sys.stderr.write(err.getvalue())  # what the checks say without stopping (a warning) still reaches the user
+
+
+def _run_in(cfg, run_dir: Path, argv: list[str], choices: dict) -> list[dict]:
+    from omegaconf import OmegaConf
+
     from pipeline.runtime.context import JobContext
-    from pipeline.runtime.preflight import preflight
     from pipeline.runtime.run import run_job
 
-    if run_dir.exists():
-        preflight(cfg, run_dir)
     hydra_dir = run_dir / ".hydra"
     hydra_dir.mkdir(parents=True, exist_ok=True)
     # What Hydra writes into a run dir, so `load`, `python -m pipeline.eval` and reports read this run as any other.
     OmegaConf.save(cfg, hydra_dir / "config.yaml")
-    OmegaConf.save(OmegaConf.create(overrides), hydra_dir / "overrides.yaml")
-    ctx = JobContext(run_dir=str(run_dir), overrides=overrides, choices={k: v for k, v in choices.items() if v is not None},
+    OmegaConf.save(OmegaConf.create(argv), hydra_dir / "overrides.yaml")
+    ctx = JobContext(run_dir=str(run_dir), overrides=argv, choices={k: v for k, v in choices.items() if v is not None},
                      num_threads=cfg.device.num_threads)
     handler = logging.FileHandler(run_dir / "run.log")
     handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
