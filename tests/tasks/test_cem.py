@@ -51,3 +51,33 @@ def test_the_final_evaluation_runs_the_net_in_eval_mode_then_back(monkeypatch):
     (metrics,) = task.fit_and_evaluate(trainer, None, None)
     assert modes and not any(modes) and task.net.training
     assert metrics["train/iterations"] == 2.0
+
+
+@pytest.mark.slow
+def test_sigterm_saves_a_checkpoint_and_the_printed_command_resumes_it(tmp_path):
+    """#37 6b: a CEM run stopped by SIGTERM records `interrupted` at the step of a checkpoint it saved, and the
+    resume continues from that step (not from 0) to the end."""
+    import json
+    import signal
+    import time
+
+    from pipeline_testing import read_result, run_cli, start_module
+
+    args = ("experiment=cem_cartpole", "task.stop_at_return=null", "task.max_iterations=40", "checkpoint.every_steps=500",
+            "trainer.enable_progress_bar=false", f"hydra.run.dir={tmp_path}")
+    proc = start_module("pipeline", *args)
+    end = time.monotonic() + 240
+    while not (tmp_path / "checkpoints" / "last.ckpt").exists():
+        assert proc.poll() is None and time.monotonic() < end, "the run ended or saved nothing before the signal"
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait()
+    record = json.loads((tmp_path / "result.json").read_text())
+    assert record["status"] == "interrupted", record.get("error")
+    step = record["interrupted"]["step"]
+    assert step is not None and step == record["checkpoint"]["step"] > 0
+    resumed = run_cli(*args, "ckpt_path=last")
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    record = read_result(tmp_path)
+    assert record["status"] == "ok" and record["metrics"]["train/iterations"] == 40.0
+    assert [s["from_step"] for s in record["segments"]] == [None, step]

@@ -709,7 +709,7 @@ def test_a_resumed_run_continues_exactly(k, env):
     whole = make(**hp)
     fit(whole)
     state = stopped_at(48, breakdown={"earlier_segment": 2.5}, **hp)  # after 3 scheduler steps: mid-period
-    assert state["progress"]["env_steps"] == 48 and state["algorithm"]["replay"] is not None and state["format"] == "pipeline.dqn/4"
+    assert state["progress"]["env_steps"] == 48 and state["replay"] is not None and state["format"] == "pipeline.dqn/4"
     resumed = make(**hp)
     resumed.load_checkpoint_state(state)
     assert resumed.resume_step == 48
@@ -732,7 +732,7 @@ def test_a_resumed_run_continues_exactly(k, env):
 
 def test_a_resume_without_the_replay_refills_it_and_says_so():
     state = stopped_at(32, k=2, total_steps=64, save_replay=False)
-    assert state["algorithm"]["replay"] is None
+    assert state["replay"] is None
     resumed = make(k=2, total_steps=64, learning_starts=32)
     resumed.load_checkpoint_state(state)
     fit(resumed)
@@ -758,7 +758,7 @@ def test_the_replay_is_saved_when_it_fits_in_replay_save_max_mb():
     held_mb = 2 * 32 * 48 / 2**20
     for save_replay, max_mb, kept in [("auto", held_mb, True), ("auto", held_mb * 0.999, False), (True, 0.0, True), (False, 1e9, False)]:
         task.save_replay, task.replay_save_max_mb = save_replay, max_mb
-        assert (task.checkpoint_state()["algorithm"]["replay"] is not None) is kept, (save_replay, max_mb)
+        assert (task.checkpoint_state()["replay"] is not None) is kept, (save_replay, max_mb)
 
 
 def test_resuming_where_an_agent_had_stopped_keeps_only_the_learning_agents():

@@ -1062,3 +1062,13 @@ def test_when_every_agent_has_stopped_the_fit_ends_and_a_resume_only_scores(monk
     fake = SimpleNamespace(precision="32-true", fit=lambda module: fit.append(module))
     resumed.fit_and_evaluate(fake, None, None)
     assert fit == [] and [r["env_steps"] for r in map(resumed.agent_record, range(3))] == [8, 16, 16]
+
+
+def test_an_algorithm_state_that_reuses_the_checkpoints_keys_is_refused(monkeypatch):
+    task = make(normalize_obs=True)
+    start(task)
+    state = task.checkpoint_state()
+    assert torch.equal(state["obs_stats"]["mean"], task.obs_stats.state_dict()["mean"])  # beside the skeleton's keys
+    monkeypatch.setattr(PPOTask, "algorithm_state", lambda self: {"slots": [], "extra": 1})
+    with pytest.raises(TypeError, match=r"^PPOTask.algorithm_state\(\) uses the checkpoint's own keys \['slots'\]: rename them$"):
+        task.checkpoint_state()

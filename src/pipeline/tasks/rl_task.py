@@ -188,12 +188,13 @@ class RLTask(Task):
     def algorithm_state(self) -> dict:
         """The algorithm's state that a checkpoint needs besides the skeleton's (`checkpointed_nets`, the optimizer,
         progress, generators, envs, RNGs), as plain values (weights_only loads): statistics, a scheduler, a replay
-        buffer. Default: none."""
+        buffer (under the key "replay", which the run's record notes). Its keys sit beside the skeleton's in the
+        checkpoint and must not reuse them (refused). Default: none."""
         return {}
 
     def load_algorithm_state(self, state: dict) -> None:
-        """Before the fit: take what `algorithm_state` saved (the batch has already shrunk to the checkpoint's
-        slots). Whatever needs the fit's objects (an optimizer's scheduler, a replay buffer) waits for
+        """Before the fit: take what `algorithm_state` saved (`state` is the whole checkpoint; the batch has already
+        shrunk to the checkpoint's slots). Whatever needs the fit's objects (an optimizer's scheduler, a replay buffer) waits for
         `resume_algorithm_state`. Default: nothing."""
 
     def resume_algorithm_state(self, state: dict) -> None:
@@ -469,8 +470,10 @@ class RLTask(Task):
 
     # ---- checkpoints ---------------------------------------------------------------------------------
     def checkpoint_state(self) -> dict:
-        """Everything needed to continue this run where it is (plain values: weights_only loads)."""
-        return {
+        """Everything needed to continue this run where it is (plain values: weights_only loads): the skeleton's keys
+        and, beside them, `algorithm_state()`'s (a replay buffer under "replay" is what the record's checkpoint
+        notes as `replay_saved`)."""
+        state = {
             "format": self.checkpoint_format, "agent_seeds": self.agent_seeds, "config": asdict(self.config),
             "slots": list(self.slots),
             "progress": copy.deepcopy({f.name: getattr(self, f.name) for f in fields(self.RunProgress)}),
@@ -480,8 +483,11 @@ class RLTask(Task):
             "optimizer": self.optimizers().optimizer.state_dict(),
             "generators": [g.get_state() for g in self.generators], "rng": rng_state(),
             "env": self.env.state_dict(), "obs": self.obs, "episode_return": self.episode_return,
-            "algorithm": self.algorithm_state(),
         }
+        extra = self.algorithm_state()
+        if clash := sorted(set(extra) & set(state)):
+            raise TypeError(f"{type(self).__name__}.algorithm_state() uses the checkpoint's own keys {clash}: rename them")
+        return {**state, **extra}
 
     @property
     def resume_step(self) -> int:
@@ -516,7 +522,7 @@ class RLTask(Task):
             setattr(self, f.name, copy.deepcopy(state["progress"][f.name]))
         self._elapsed_before = float(state["elapsed_s"])
         self.time_breakdown_s = dict(state.get("time_breakdown_s") or {})
-        self.load_algorithm_state(state["algorithm"])
+        self.load_algorithm_state(state)
         self._resume = state
         return self.env_steps
 
@@ -528,7 +534,7 @@ class RLTask(Task):
             self.env.load_state_dict(state["env"])
             self.obs = state["obs"].to(self.device)
             self.episode_return = state["episode_return"].to(self.device)
-        self.resume_algorithm_state(state["algorithm"])
+        self.resume_algorithm_state(state)
         set_rng_state(state["rng"])
 
     # ---- the contract with the lifecycle ---------------------------------------------------------------
