@@ -151,6 +151,7 @@ def _load_model(cfg, task: str, run_dir: Path, device: str):
 
     from pipeline.runtime.replay import EvalError
     from pipeline.store.checkpoint import CheckpointError, load_model
+    from pipeline.store.layout import model_path
 
     data = instantiate(cfg.data)
     factory = instantiate(cfg.model)
@@ -170,7 +171,7 @@ def _load_model(cfg, task: str, run_dir: Path, device: str):
         raise EvalError(str(exc)) from None
     except RuntimeError as exc:
         first = str(exc).strip().splitlines()[0]
-        raise EvalError(f"{run_dir / 'model.pt'} does not fit the run's model config ({cfg.model._target_}): {first}") from None
+        raise EvalError(f"{model_path(run_dir)} does not fit the run's model config ({cfg.model._target_}): {first}") from None
     return model.to(device).eval()
 
 
