@@ -104,3 +104,12 @@ def test_a_disk_that_fills_during_training_is_one_line_per_failed_save_and_no_tr
     assert len(out.splitlines()) < 60, out  # no storm
     record = read_result(run_dir)
     assert record["status"] in ("ok", "failed") and "still running" not in (record.get("error") or ""), record
+
+
+def test_a_full_disk_at_start_up_is_one_line_and_leaves_no_run_dir(tiny_disk):
+    subprocess.run(f"cat /dev/zero > {tiny_disk / 'filler'}", shell=True, check=False, capture_output=True)
+    done = run_cli("experiment=supervised_digits", "trainer=debug", f"hydra.run.dir={tiny_disk / 'run'}")
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    assert done.returncode == 1 and len(lines) == 1, lines  # was: a 21-line traceback from the lock's first write
+    assert "no space left on device" in lines[0] and "free some space" in lines[0], lines
+    assert not (tiny_disk / "run").exists()

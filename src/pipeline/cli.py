@@ -221,19 +221,22 @@ def _check_override_grammar(argv: list[str]) -> None:
     for arg in argv:
         if arg.startswith("-") or "=" not in arg:
             continue
+        key, _, value = arg.partition("=")
         try:
-            parser.parse_overrides([arg])
+            (override,) = parser.parse_overrides([arg])
+            if override.key_or_group in ("hydra.run.dir", "hydra.sweep.dir") and override.is_sweep_override():
+                reason = "a comma makes it a list of dirs"
+            else:
+                continue
         except ValueError as exc:  # Python's cap on digits in an int (4300)
-            key, _, value = arg.partition("=")
             print(f"error: {key}={value[:20]}...: a number of {len(value)} digits is more than any setting takes; "
                   f"give {key} a smaller value ({one_line(exc)[:60]}...)", file=sys.stderr)
             sys.exit(2)
         except Exception as exc:  # noqa: BLE001 - Hydra's OverrideParseException and its lexer's errors
-            key, _, value = arg.partition("=")
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            print(f"error: {arg}: Hydra's override grammar cannot read this value ({reason}); quote it: "
-                  f"{key}={hydra_quoted(value)}, typed in a shell as {path_override(key, value)}", file=sys.stderr)
-            sys.exit(2)
+        print(f"error: {arg}: Hydra's override grammar cannot read this value ({reason}); quote it: "
+              f"{key}={hydra_quoted(value)}, typed in a shell as {path_override(key, value)}", file=sys.stderr)
+        sys.exit(2)
 
 
 def _check_dirs_given(argv: list[str]) -> None:
