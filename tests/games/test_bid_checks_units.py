@@ -121,3 +121,15 @@ def test_bids_rounded_to_a_lattice_invert_like_the_unrounded_ones(step):
     assert float((interp(x, lattice_values, lattice_cdf) - interp(x, values, cdf)).abs().max()) < 0.01
     revenue = second_price_point(values, cdf, 3, 0.5, "revenue")
     assert abs(second_price_point(lattice_values, lattice_cdf, 3, 0.5, "revenue") - revenue) < 0.005
+
+
+def test_spread_in_cells_by_hand():
+    """Step 0.05: two bids at 0.05 take 1/4 and 3/4 of [0.025, 0.075]; a bid at 0 takes the middle of [0, 0.025];
+    the top cell (0.15, one bid where the three cells below hold 1, 2 and 1, mean 4/3) is filled 3/4 of the way."""
+    from pipeline.games.bid_checks import spread_in_cells
+
+    column = torch.tensor([0.0, 0.05, 0.05, 0.1, 0.15], dtype=F64)
+    spread = spread_in_cells(torch.stack([column, column], 1), 0.05)
+    want = [0.0125, 0.0375, 0.0625, 0.1, 0.125 + 0.5 * 0.05 * 0.75]
+    assert torch.allclose(spread[:, 0], torch.tensor(want, dtype=F64), atol=1e-12)
+    assert torch.equal(spread[:, 0], spread[:, 1])

@@ -33,10 +33,12 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from pipeline.games.bid_checks import spread_in_cells
 from pipeline.games.rmac import (
     ValueScale,
     curve_point_mask,
     default_bandwidth,
+    effective_lattice,
     first_order_values,
     fit_logged_auction,
     nice_step,
@@ -164,6 +166,8 @@ def _inversions(
 ) -> list[tuple[Tensor, Tensor, Tensor]]:
     """`inverted_value_cdfs` with the bids each value point inverts: per bidder (values, cdf, bids)."""
     table = torch.as_tensor(table, dtype=torch.float64)
+    if (lattice := effective_lattice(table.flatten(), bandwidth)) is not None:
+        table = spread_in_cells(table, lattice)  # rounded bids: censored to their cells (`spread_in_cells`)
     competing = highest_competing_bids(table)
     out = []
     for i in range(table.shape[1]):

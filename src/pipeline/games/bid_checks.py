@@ -93,3 +93,32 @@ def check_bids(bids: Tensor | np.ndarray) -> None:
     if float(x.max()) == float(x.min()):
         raise ValueError(f"every logged bid is {float(x.max()):g}: equal bids say nothing about the values behind "
                          "them (check that the bid column holds the bids, not a reserve or a fixed price)")
+
+
+def spread_in_cells(bids: Tensor, step: float) -> Tensor:
+    """Rounded ``bids`` (any shape, column by column when 2-D) spread evenly over their rounding cells.
+
+    The m bids rounded to k * step take the places (k - 1/2 + (j + 1/2) / m) * step, j = 0..m-1 (in their order
+    in the column): where the rounded bids are interval-censored, this is the CDF that is linear inside each cell.
+    The top cell is filled only as far as its count reaches at the density of the three cells below it (the
+    highest true bid is rarely at the cell's upper edge), and cell 0 only above 0.
+    """
+    x = torch.as_tensor(bids, dtype=torch.float64)
+    columns = x.reshape(x.shape[0], -1) if x.dim() == 2 else x.reshape(-1, 1)
+    out = torch.empty_like(columns)
+    for c in range(columns.shape[1]):
+        index = torch.round(columns[:, c] / step).long()
+        order = torch.argsort(index, stable=True)
+        counts = torch.bincount(index - index.min())
+        starts = counts.cumsum(0) - counts
+        rank = torch.empty_like(index)
+        rank[order] = torch.arange(index.numel()) - starts[index[order] - index.min()]
+        share = (rank.double() + 0.5) / counts[index - index.min()].double()
+        low = (index.double() - 0.5).clamp_min(0.0)
+        width = index.double() + 0.5 - low
+        top = int(index.max())
+        below = counts[-4:-1].double().mean() if counts.numel() >= 4 else counts[-1].double()
+        fill = min(1.0, float(counts[-1]) / float(below)) if float(below) > 0 else 1.0
+        width = torch.where(index == top, width * fill, width)
+        out[:, c] = (low + share * width) * step
+    return out.reshape(x.shape)
