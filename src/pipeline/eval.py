@@ -16,6 +16,8 @@ Loads `<run dir>/model.pt` (weights only) into the network the run's own config 
   real test split: `eval/inception_score`, ... as in the record, equal to the run's final score (the same
   noise); `seed=S` draws other noise.
 
+`out=<dir>` writes eval.json there instead (a run dir that cannot be written: a read-only copy, another user's runs).
+
 No Lightning for an RL replay: it starts in about the time torch and gymnasium take to import.
 """
 
@@ -23,13 +25,14 @@ from __future__ import annotations
 
 import math
 import sys
+import tempfile
 from pathlib import Path
 
 from pipeline.runtime.replay import EvalError, Options, find_config, has_env, log_to_run_loggers, play
 from pipeline.store.layout import EVAL_FILE
 from pipeline.store.record import write_json
 
-USAGE = ("usage: python -m pipeline.eval <run dir> [device=cpu]  RL: [episodes=10] [video=false] [seed=<first episode>]  "
+USAGE = ("usage: python -m pipeline.eval <run dir> [device=cpu] [out=<dir for eval.json>]  RL: [episodes=10] [video=false] [seed=<first episode>]  "
          "supervised: [split=test|val|train] [data.<key>=<value>]  GAN: [seed=<noise seed>] [data.<key>=<value>]")
 
 
@@ -85,7 +88,30 @@ def parse_args(argv: list[str]) -> Options:
     return options
 
 
-def evaluate_run(options: Options) -> dict:
+def _writable(folder: Path) -> bool:
+    """Whether a file can be made in `folder` (absent: in its nearest existing parent, where it would be made)."""
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            return True
+    except OSError:
+        return False
+
+
+def check_writable(options: Options, out: Path | None) -> Path:
+    """Where eval.json goes, refused before any work when it cannot be written there (one line with the fix)."""
+    target = Path(out) if out is not None else options.run_dir
+    if options.run_dir.is_dir() and not _writable(target):
+        fix = "choose a folder you can write" if out is not None else "write it elsewhere with out=<dir>"
+        raise EvalError(f"cannot write {target / EVAL_FILE}: the folder is not writable; {fix}")
+    if options.video and options.run_dir.is_dir() and not _writable(options.run_dir):
+        raise EvalError(f"video=true writes its MP4s into {options.run_dir / 'videos'}, which is not writable; "
+                        "run without video=true (and with out=<dir>), or on a writable copy of the run dir")
+    return target
+
+
+def evaluate_run(options: Options, out: Path | None = None) -> dict:
     """Replay the RL run in `options.run_dir` (eval.json, videos, the run's loggers), or score the model.pt of a run
     without an env on a data split (`model_eval`, eval.json). Here, at the entry point, so that the replay code
     (which training also uses for its videos) never imports the scoring code that builds tasks through run.py."""
@@ -101,7 +127,10 @@ def evaluate_run(options: Options) -> dict:
         from pipeline.runtime.model_eval import score_run
 
         result = score_run(options, cfg, run_seed)
-    write_json(options.run_dir / EVAL_FILE, result)
+    target = check_writable(options, out)
+    target.mkdir(parents=True, exist_ok=True)
+    write_json(target / EVAL_FILE, result)
+    result["eval_file"] = str(target / EVAL_FILE)
     return result
 
 
@@ -110,8 +139,14 @@ def main(argv: list[str] | None = None) -> int:
     if any(a in ("-h", "--help") for a in argv):
         print(f"{USAGE}\n\n{__doc__.strip()}")
         return 0
+    out = next((a.split("=", 1)[1] for a in argv if a.startswith("out=")), None)
+    argv = [a for a in argv if not a.startswith("out=")]
     try:
-        result = evaluate_run(parse_args(argv))
+        if out == "":
+            raise EvalError("out= needs a dir; e.g. out=evals/my_run")
+        options = parse_args(argv)
+        check_writable(options, None if out is None else Path(out))  # before any work
+        result = evaluate_run(options, None if out is None else Path(out))
     except EvalError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -128,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def options_path(result: dict) -> str:
-    return str(Path(result["run_dir"]) / EVAL_FILE)
+    return str(result.get("eval_file") or Path(result["run_dir"]) / EVAL_FILE)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Sequence
@@ -42,6 +43,19 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
     return ["  ".join(value.ljust(width) for value, width in zip(row, widths)).rstrip() for row in rows]
 
 
+def _writable(folder: Path) -> bool:
+    """Whether a file can be made in `folder` (absent: judged by its nearest existing parent)."""
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        return True  # not a dir of runs: build_report says what is wrong with it
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            return True
+    except OSError:
+        return False
+
+
 def _positive(text: str) -> int:
     """argparse type of --reps: a bootstrap needs at least one resample (0 or -3 gave an IndexError deep in rliable)."""
     try:
@@ -67,6 +81,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         except OSError as exc:
             print(f"error: --out {args.out}: {exc.strerror or exc}; choose a folder you can write", file=sys.stderr)
             return 2
+    elif len(args.inputs) == 1 and not _writable(Path(args.inputs[0])):
+        # The default, <DIR>/report, inside a dir that cannot be written (a read-only copy, another user's runs).
+        print(f"error: cannot write the report into {Path(args.inputs[0]) / 'report'}: the folder is not writable; "
+              "write it elsewhere with --out <dir>", file=sys.stderr)
+        return 2
     try:
         with warnings.catch_warnings():
             # Skipped records are listed below with the report's other warnings; once is enough.
