@@ -7,8 +7,8 @@ and td3_continuous_action.py, at the same budget and seeds.
     CLEANRL_GIT=/path/to/a/clone make bench-offpolicy-cleanrl  # no network: clone CleanRL from a local copy
 
 - CleanRL: its files, unmodified, from a scratch clone (outputs/bench-offpolicy-cleanrl/cleanrl, never vendored), in
-  their own virtualenv (`outputs/bench-offpolicy-cleanrl/venv`: CleanRL's gymnasium 0.29.1 with MuJoCo, stable-baselines3 for its
-  replay buffer; torch pinned as ours). One process per seed (this file's `--run-one` mode, run by that
+  their own virtualenv (`outputs/bench-offpolicy-cleanrl/venv`: CleanRL's gymnasium 0.29.1 with MuJoCo; torch pinned as
+  ours). One process per seed (this file's `--run-one` mode, run by that
   virtualenv's python: it runs CleanRL's file with `runpy` and then scores the agent it left behind), with our
   preset's settings as its flags (read from `python -m pipeline experiment=<algo>_halfcheetah --cfg job`, so the
   two cannot drift apart). Scored like ours: the deterministic action (SAC: tanh of the mean; TD3: the actor's
@@ -38,9 +38,9 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "outputs" / "bench-offpolicy-cleanrl"
 VENV = OUT / "venv"  # under outputs/ (ignored by git): the other side never enters the checkout
 # CleanRL's pins where it has them (gymnasium 0.29.1: its `final_info` / `final_observation` predate 1.0; numpy < 2
-# for that gymnasium; stable-baselines3 2.3, the last for gymnasium 0.29, holds its replay buffer); torch is ours.
+# for that gymnasium); torch is ours. Its replay buffer is its own (cleanrl_utils, in the clone).
 CLEANRL_PACKAGES = ["torch==2.13.0", "gymnasium[mujoco]==0.29.1", "mujoco==3.17.0", "numpy==1.26.4", "tyro==1.0.17",
-                    "tensorboard==2.21.0", "stable-baselines3==2.3.2"]
+                    "tensorboard==2.21.0"]
 CLEANRL_GIT = os.environ.get("CLEANRL_GIT", "https://github.com/vwxyzjn/cleanrl")
 SCRIPTS = {"sac": "sac_continuous_action.py", "td3": "td3_continuous_action.py"}
 SMOKE = {"total_steps": 1_200, "learning_starts": 400, "episodes": 2, "max_episode_steps": 100}
@@ -59,6 +59,7 @@ def run_one(script: str, algo: str, seed: int, episodes: int, max_episode_steps:
 
     torch.set_num_threads(1)
     env_id = flags[flags.index("--env-id") + 1]
+    sys.path.insert(0, str(Path(script).resolve().parents[1]))  # the clone's root: its cleanrl_utils
     os.chdir(tempfile.mkdtemp(prefix="cleanrl-"))  # its runs/ folder goes here
     sys.argv = [script, "--seed", str(seed), "--no-cuda", *flags]
     start = time.perf_counter()

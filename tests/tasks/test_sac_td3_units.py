@@ -3,6 +3,7 @@ leaves the batch with everything it owned, a checkpoint continues bitwise, bad s
 
 import functools
 import io
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -12,7 +13,8 @@ from pipeline.tasks.sac import SACTask
 from pipeline.tasks.td3 import TD3Task
 
 PENDULUM = {"id": "Pendulum-v1", "backend": "tensor"}
-SMALL = {"learning_starts": 20, "batch_size": 16, "buffer_size": 300, "critic_hidden": [16, 16]}
+SMALL = {"learning_starts": 20, "batch_size": 16, "buffer_size": 300, "critic_hidden": [16, 16],
+         "optimizer": functools.partial(torch.optim.Adam, lr=0.1)}  # the tasks set the learning rates
 ALGOS = {
     "sac": (SACTask, SquashedGaussianActor, {"policy_frequency": 1}),
     "td3": (TD3Task, DeterministicActor, {"policy_frequency": 2}),
@@ -25,6 +27,8 @@ def make(algo: str, n_agents: int = 1, seed: int = 0, **overrides):
                       **{**SMALL, **own, **overrides})
     task.on_fit_start()
     task.configure_optimizers()
+    # What Lightning's `optimizers()` hands RLTask when it shrinks the batch: the optimizer the task configured.
+    task.optimizers = lambda: SimpleNamespace(optimizer=task.actor_opt)
     return task
 
 
@@ -40,14 +44,14 @@ def test_agent_i_of_a_batch_trains_like_the_single_run_of_its_seed(algo):
     batch, alone = make(algo, n_agents=3, seed=4), make(algo, n_agents=1, seed=6)
     train(batch, 60)
     train(alone, 60)
-    assert batch.updates == alone.updates == 40
-    for net in ("actor", "critic", "critic_target"):
+    assert batch.updates == [40, 40, 40] and alone.updates == [40]
+    for net in ("net", "critic", "critic_target"):
         mine, single = getattr(batch, net).member_state_dict(2), getattr(alone, net).member_state_dict(0)
         for k in single:
             # The same draws (agent 2's generator is the single run's); the batched kernels sum in another order.
             assert torch.allclose(mine[k], single[k], atol=1e-4), (net, k)
-    first = next(iter(alone.actor.member_state_dict(0)))
-    assert not torch.allclose(batch.actor.member_state_dict(1)[first], batch.actor.member_state_dict(2)[first])  # another seed
+    first = next(iter(alone.net.member_state_dict(0)))
+    assert not torch.allclose(batch.net.member_state_dict(1)[first], batch.net.member_state_dict(2)[first])  # another seed
     assert torch.allclose(batch.buffer.rewards.view(3, -1)[2, :60], alone.buffer.rewards[:60], atol=1e-4)
 
 
@@ -66,17 +70,17 @@ def test_sac_tunes_each_agents_temperature_toward_the_target_entropy():
 def test_a_stopped_agent_leaves_the_batch_with_what_it_owned(algo):
     task = make(algo, n_agents=3)
     train(task, 40)
-    kept_actor = task.actor.member_state_dict(2)
+    kept_actor = task.net.member_state_dict(2)
     kept_critic = task.critic.member_state_dict(2)
     moment = task.critic_opt.state[task.critic.q[0].weight]["exp_avg"][[2, 5]].clone()
-    task.stop_agents([0, 1], {0: "test", 1: "test"})
+    task.stop_agents({0: "test", 1: "test"})
     assert task.slots == [2] and task.buffer.n_agents == 1 and task.env.num_envs == 1 and len(task.generators) == 1
-    assert all(torch.equal(v, task.actor.member_state_dict(0)[k]) for k, v in kept_actor.items())
+    assert all(torch.equal(v, task.net.member_state_dict(0)[k]) for k, v in kept_actor.items())
     assert all(torch.equal(v, task.critic.member_state_dict(0)[k]) for k, v in kept_critic.items())
     assert torch.equal(task.critic_opt.state[task.critic.q[0].weight]["exp_avg"], moment)
     assert task.early_stop[0]["reason"] == "test" and task.stop_step[1] == 40
     train(task, 10)  # the smaller batch goes on learning
-    assert task.env_steps == 50 and task.updates == 30
+    assert task.env_steps == 50 and task.updates == [20, 20, 30]
 
 
 @pytest.mark.parametrize("algo", ["sac", "td3"])
@@ -94,10 +98,11 @@ def test_a_checkpoint_continues_bitwise_replay_included(algo):
     assert resumed_task.load_checkpoint_state(state) == 50
     resumed_task.on_fit_start()
     resumed_task.configure_optimizers()
+    resumed_task.optimizers = lambda: SimpleNamespace(optimizer=resumed_task.actor_opt)
     resumed_task.on_train_start()
     train(task, 30)
     train(resumed_task, 30)
-    for net in ("actor", "critic", "critic_target"):
+    for net in ("net", "critic", "critic_target"):
         a, b = getattr(task, net).state_dict(), getattr(resumed_task, net).state_dict()
         assert all(torch.equal(a[k], b[k]) for k in a), net
     assert torch.equal(task.buffer.obs, resumed_task.buffer.obs)
@@ -105,20 +110,21 @@ def test_a_checkpoint_continues_bitwise_replay_included(algo):
 
 def test_bad_settings_are_one_line():
     with pytest.raises(ValueError, match=r"task=sac needs continuous actions .*CartPole-v1"):
-        SACTask.create(net=functools.partial(SquashedGaussianActor), env={"id": "CartPole-v1"})
+        SACTask.create(net=functools.partial(SquashedGaussianActor), env={"id": "CartPole-v1"}, optimizer=SMALL["optimizer"])
     with pytest.raises(ValueError, match=r"task=td3 needs model=deterministic_actor"):
-        TD3Task.create(net=functools.partial(SquashedGaussianActor), env=PENDULUM)
+        TD3Task.create(net=functools.partial(SquashedGaussianActor), env=PENDULUM, optimizer=SMALL["optimizer"])
     with pytest.raises(ValueError, match="task.alpha=0.0 is autotune's start value"):
-        SACTask.create(net=functools.partial(SquashedGaussianActor), env=PENDULUM, alpha=0.0)
+        SACTask.create(net=functools.partial(SquashedGaussianActor), env=PENDULUM, alpha=0.0, optimizer=SMALL["optimizer"])
 
 
 @pytest.mark.parametrize("algo", ["sac", "td3"])
 def test_the_record_and_model_file_hold_the_plain_actor(algo):
     task = make(algo, n_agents=2)
     train(task, 30)
+    assert task.actor_opt.param_groups[0]["lr"] == task.config.policy_lr and task.critic_opt.param_groups[0]["lr"] == task.config.q_lr
     state = task.agent_state_dict(1)
     plain = ALGOS[algo][1](3, 1, (16, 16))
     plain.load_state_dict(state)
     obs = torch.randn(5, 3)
-    assert torch.allclose(plain(obs), task.actor(obs.expand(2, 5, 3))[1], atol=1e-6)
+    assert torch.allclose(plain(obs), task.net(obs.expand(2, 5, 3))[1], atol=1e-6)
     assert (plain(obs).abs() <= 2).all()  # Pendulum's torque bounds travel with the weights

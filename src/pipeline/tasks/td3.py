@@ -1,12 +1,12 @@
 """Twin Delayed DDPG (Fujimoto et al. 2018) for K agents at once (K = 1 is an ordinary run).
 
-Reads like CleanRL's td3_continuous_action.py with a leading agent axis, on the K-agent off-policy batch of
-`pipeline.tasks.sac.OffPolicyActorCriticTask` (replay rows, envs, generators, evaluation, stopping,
-checkpoints): agent i is seed `seed + i` with its own deterministic actor and its target, twin Q critics and
-their targets, Adam moments and random stream. It explores with Gaussian noise on its actions
-(`exploration_noise`, in units of the action scale), learns its critics toward the clipped double-Q target of
-its target actor's actions under clipped smoothing noise (`policy_noise`, `noise_clip`), and every
-`policy_frequency`-th critic step takes one actor step on -Q1(s, actor(s)) and Polyak-averages both targets.
+Reads like CleanRL's td3_continuous_action.py with a leading agent axis, on the off-policy actor-critic of
+`pipeline.tasks.sac` (replay rows, critics and their targets, acting, checkpoints) and RLTask's K-agent batch:
+agent i is seed `seed + i` with its own deterministic actor and its target, twin Q critics and their targets,
+Adam moments and random stream. It explores with Gaussian noise on its actions (`exploration_noise`, in units of
+the action scale), learns its critics toward the clipped double-Q target of its target actor's actions under
+clipped smoothing noise (`policy_noise`, `noise_clip`), and every `policy_frequency`-th critic step takes one
+actor step on -Q1(s, actor(s)) and Polyak-averages both targets.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 
 import torch
+from torch import nn
 
 from pipeline.nets.continuous_control import DeterministicActor
 from pipeline.rl.offpolicy import exploration_actions, smoothed_target_actions, twin_q_target
@@ -28,18 +29,19 @@ class TD3Task(OffPolicyActorCriticTask):
     """TD3: a deterministic actor with a target, twin critics, target policy smoothing, delayed actor updates."""
 
     Config = TD3Config
-    name = "td3"
+    algorithm = "td3"
     actor_class = DeterministicActor
     model_option = "deterministic_actor"
     checkpoint_format = "pipeline.td3/1"
-    algorithm_nets = ("actor_target",)
+    checkpointed_nets = (*OffPolicyActorCriticTask.checkpointed_nets, "actor_target")
 
-    def __init__(self, config: TD3Config, parts: TaskParts):
-        super().__init__(config, parts)
-        self.actor_target = freeze(copy.deepcopy(self.actor))
+    def build_net(self, parts: TaskParts) -> nn.Module:
+        net = super().build_net(parts)
+        self.actor_target = freeze(copy.deepcopy(net))
+        return net
 
     def behaviour_actions(self, obs: torch.Tensor) -> torch.Tensor:
-        return exploration_actions(self.actor.unit(obs), self.config.exploration_noise, self.generators)
+        return exploration_actions(self.net.unit(obs), self.config.exploration_noise, self.generators)
 
     def learn_step(self, batch: Transitions) -> None:
         hp = self.config
@@ -48,8 +50,11 @@ class TD3Task(OffPolicyActorCriticTask):
             next_q1, next_q2 = self.critic_target(batch.next_obs, next_actions)
             target = twin_q_target(batch.rewards, batch.dones, next_q1, next_q2, hp.gamma)
         self.critic_step(batch, target)
-        if self.updates % hp.policy_frequency == 0:
+        if self.critic_updates() % hp.policy_frequency == 0:
             with self.critics_frozen():
-                self.actor_step(-self.critic(batch.obs, self.actor.unit(batch.obs))[0].mean(-1))
-            soft_update(self.actor_target, self.actor, hp.tau)
+                self.actor_step(-self.critic(batch.obs, self.net.unit(batch.obs))[0].mean(-1))
+            soft_update(self.actor_target, self.net, hp.tau)
             soft_update(self.critic_target, self.critic, hp.tau)
+
+    def keep_own_(self, keep: torch.Tensor, n_before: int, training: bool) -> None:
+        self.actor_target.keep_members_(keep)
