@@ -21,7 +21,8 @@ from pipeline.tasks.configs import CEMConfig
 
 def _task(**values):
     values = {"net": functools.partial(MLP, hidden=(8,)), "optimizer": torch.optim.Adam, "env": {"id": "CartPole-v1"},
-              "episodes_per_batch": 3, "max_iterations": 2, "final_eval_episodes": 2, **values}
+              "episodes_per_batch": 3, "max_iterations": 2, "final_eval_episodes": 2,
+              "stop_confirm_episodes": 0, **values}  # the stop rule's confirmation: its own test below
     return CEMTask.create(**values)
 
 
@@ -297,3 +298,25 @@ def test_a_run_stopped_between_iterations_resumes_to_where_an_uninterrupted_run_
 class SimpleTrainer:
     def fit(self, module):
         raise AssertionError("a finished run was fitted again")
+
+
+def test_a_batch_that_reaches_stop_at_return_stops_only_when_fresh_greedy_episodes_confirm_it(monkeypatch):
+    """The stop rule of every RL task: the batch mean reaching the bar is screened; the greedy policy then plays
+    stop_confirm_episodes fresh episodes (other start states after every iteration) and training stops only when
+    their mean reaches the bar too."""
+    from pipeline.tasks import cem
+
+    played = []
+
+    def confirm(policy, env_id, n, seed, device, env_kwargs=None):
+        played.append((n, seed))
+        return [4.0] * n if len(played) == 1 else [5.0] * n  # the first confirmation falls short, the second agrees
+
+    monkeypatch.setattr(cem, "evaluate_greedy", confirm)
+    task = _task(env=FIVE, seed=2, max_iterations=4, stop_at_return=5.0, threshold=None, stop_confirm_episodes=6)
+    task.fit_and_evaluate(_trainer(), None, None)
+    # after iterations 1 and 2, then the final evaluation
+    assert played == [(6, 2 + 30_000 + 6 * 1), (6, 2 + 30_000 + 6 * 2), (2, 2 + 20_000)]
+    assert task.iterations == 2 and task.confirmations == [(15, 4.0), (30, 5.0)]
+    assert task.early_stop == {"iteration": 2, "env_step": 30, "reason": "batch mean return 5.0 >= stop_at_return 5.0, "
+                               "confirmed on 6 fresh greedy episodes (mean 5.0)"}

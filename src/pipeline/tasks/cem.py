@@ -3,7 +3,8 @@
 Each Lightning step is one iteration: `episodes_per_batch` episodes of the stochastic policy run side by
 side (one batched forward per env step for all of them), the episodes whose return is at or above the
 `elite_percentile` are kept, and the policy is fitted to their (observation, action) pairs with
-cross-entropy. Training stops when a batch's mean return reaches `stop_at_return`.
+cross-entropy. Training stops when a batch's mean return reaches `stop_at_return` and `stop_confirm_episodes` fresh
+greedy episodes confirm it (their mean reaches it too: the stop rule of every RL task, docs/rl.md#the-stop-rule).
 
 Durable: a batch's episodes start from seeds fixed by the seed and the iteration, so `checkpoint_state()` (the
 network, Adam's moments, the counters, the sampling generator and the global RNG) is all a resumed run needs to go
@@ -27,9 +28,10 @@ from pipeline.tasks.base import Task, TaskParts, check_finite
 from pipeline.tasks.configs import CEMConfig
 
 FINAL_EVAL_SEED_OFFSET = 20_000
+CONFIRM_SEED_OFFSET = 30_000  # the stop rule's confirmation after iteration i plays from CONFIRM_SEED_OFFSET + n * i on
 CHECKPOINT_FORMAT = "pipeline.cem/1"
 # What a CEM run counts as it trains: saved in checkpoints as they are.
-PROGRESS = ("env_steps", "iterations", "batch_means", "time_to_threshold_s", "early_stop")
+PROGRESS = ("env_steps", "iterations", "batch_means", "confirmations", "time_to_threshold_s", "early_stop")
 
 
 class CEMTask(Task):
@@ -63,12 +65,14 @@ class CEMTask(Task):
         self.fit_epochs = int(config.fit_epochs)
         self.max_iterations = int(config.max_iterations)
         self.stop_at_return = config.stop_at_return
+        self.stop_confirm_episodes = int(config.stop_confirm_episodes)
         self.final_eval_episodes = int(config.final_eval_episodes)
         self.threshold = config.threshold if config.threshold is not None else env_threshold(self.env_id)
         self.sample_gen = torch.Generator().manual_seed(self.seed)
         self.env_steps = 0
         self.iterations = 0
         self.batch_means: list[float] = []
+        self.confirmations: list[tuple[int, float]] = []  # (env_step, mean) of each confirmation played
         self.time_to_threshold_s: float | None = None
         self.early_stop: dict | None = None
         self._t0: float | None = None
@@ -156,12 +160,30 @@ class CEMTask(Task):
         self.log("batch_return", mean, prog_bar=True, logger=False, on_step=True)
         if self.threshold is not None and mean >= self.threshold and self.time_to_threshold_s is None:
             self.time_to_threshold_s = self.elapsed_s()
-        if self.stop_at_return is not None and mean >= self.stop_at_return:
+        if self.stop_at_return is not None and mean >= self.stop_at_return and (confirmed := self.confirmed()) is not None:
             self.early_stop = {"iteration": self.iterations, "env_step": self.env_steps,
-                               "reason": f"batch mean return {mean:.1f} >= stop_at_return {self.stop_at_return}"}
+                               "reason": f"batch mean return {mean:.1f} >= stop_at_return {self.stop_at_return}{confirmed}"}
             self.trainer.should_stop = True
         self.safe_point()  # saves when due, and stops the fit when a stop was requested
         return None
+
+    def confirmed(self) -> str | None:
+        """The stop rule's confirmation: `stop_confirm_episodes` fresh greedy episodes; what the stop reason adds when
+        their mean reaches stop_at_return, None when it does not ("" without a confirmation)."""
+        n = self.stop_confirm_episodes
+        if n == 0:
+            return ""
+        t0 = time.perf_counter()
+        self.net.eval()
+        returns = evaluate_greedy(lambda o: self.net(o).argmax(dim=1), self.env_id, n,
+                                  self.seed + CONFIRM_SEED_OFFSET + n * self.iterations, self.device, self.env_kwargs)
+        self.net.train()
+        self.add_time("eval_confirm", time.perf_counter() - t0)
+        mean = float(np.mean(returns))
+        self.confirmations.append((self.env_steps, mean))
+        for logger in self.loggers:
+            logger.log_metrics({"env_step": self.env_steps, "eval/confirm_return_mean": mean}, step=self.env_steps)
+        return f", confirmed on {n} fresh greedy episodes (mean {mean:.1f})" if mean >= self.stop_at_return else None
 
     def on_train_end(self) -> None:
         self._train_seconds = self.elapsed_s()

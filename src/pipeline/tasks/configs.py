@@ -194,6 +194,9 @@ class CEMConfig:
     fit_epochs: int = count(1)
     max_iterations: int = count(200)
     stop_at_return: float | None = number(475.0)
+    # A batch mean reaching stop_at_return is confirmed on this many fresh greedy episodes before training stops
+    # (their mean must reach it too); 0: the batch alone decides.
+    stop_confirm_episodes: int = count(30, low=0, note="0: the batch alone decides")
     final_eval_episodes: int = count(20)
     threshold: float | None = number(None, example=475.0)
 
