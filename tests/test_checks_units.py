@@ -221,9 +221,14 @@ def test_closed_groups_refuse_unknown_keys_and_trainer_owned_keys():
     assert refused(checks._check_closed_groups, cfg(seeding={"y": 1}), {"seeding": "default"}) == (
         "seeding.y is not a setting of seeding=default (it would be ignored); its settings: deterministic")
     assert refused(checks._check_closed_groups, cfg(trainer={"precision": 16}), {}) == (
-        "trainer.precision is set by the pipeline; use device.precision instead")
+        "trainer.precision is set by the pipeline; use device.precision (e.g. device.precision=16-mixed or bf16-mixed) instead")
     assert refused(checks._check_closed_groups, cfg(trainer={"accelerator": "gpu"}), {}) == (
-        "trainer.accelerator is set by the pipeline; use device.accelerator (device=cpu|cuda|mps|auto) instead")
+        "trainer.accelerator is set by the pipeline; use device=cpu|cuda|mps|auto (device.accelerator) instead")
+    # Every key the pipeline sets from its own groups is refused here, before Lightning loads (not only in trainer_kwargs).
+    assert refused(checks._check_closed_groups, cfg(trainer={"devices": 2}), {}).startswith(
+        "trainer.devices is set by the pipeline; use device=")
+    assert refused(checks._check_closed_groups, cfg(trainer={"default_root_dir": "x"}), {}) == (
+        "trainer.default_root_dir is set by the pipeline; use hydra.run.dir=<dir> instead")
     checks._check_closed_groups(cfg(trainer=None), {})
     checks._check_closed_groups(cfg(trainer={"accumulate_grad_batches": 4, "max_epochs": 1}), {})
     assert refused(checks._check_closed_groups, cfg(trainer={"accumulate_grad_batchs": 4}), {}) == (

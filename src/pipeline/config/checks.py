@@ -116,7 +116,6 @@ SEEDS_PER_PROCESS_MAX = 4096
 REQUIRED_GROUPS = ("task", "device", "seeding", "logger", "trainer")
 # Groups that are read key by key (not instantiated): a key the shipped option lacks would be silently ignored.
 CLOSED_GROUPS = ("device", "seeding")
-# Trainer arguments the pipeline sets from another group (pipeline.runtime.callbacks.OWNED has the full list).
 # lightning.Trainer.__init__'s parameters (tests/test_config_ranges.py keeps the list in sync with the installed
 # Lightning): a trainer.* key is checked against them without importing Lightning.
 TRAINER_ARGS = (
@@ -132,7 +131,17 @@ TRAINER_ARGS = (
 # in sync): device.precision=17 is one line at start-up, not a failed run.
 PRECISIONS = ("32-true", "16-mixed", "bf16-mixed", "64-true", "16-true", "bf16-true", "transformer-engine",
               "transformer-engine-float16", "64", "32", "16", "bf16")
-TRAINER_OWNED = {"precision": "device.precision", "accelerator": "device.accelerator (device=cpu|cuda|mps|auto)"}
+# Trainer arguments the pipeline sets from its own groups: the key to use instead (refused at start-up).
+TRAINER_OWNED = {
+    "precision": "device.precision (e.g. device.precision=16-mixed or bf16-mixed)",
+    "accelerator": "device=cpu|cuda|mps|auto (device.accelerator)",
+    "devices": "device=... (one device per run; run seeds side by side with -m or seeds_per_process)",
+    "logger": "logger=csv|tensorboard|wandb|many",
+    "callbacks": "callbacks=default or +callbacks.<name>._target_=...",
+    "default_root_dir": "hydra.run.dir=<dir>",
+    "deterministic": "seeding=deterministic",
+    "enable_checkpointing": "callbacks=model_checkpoint (Lightning's checkpoints) or checkpoint.enabled=false (the pipeline's)",
+}
 
 
 def _is_int(value) -> bool:

@@ -15,19 +15,16 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from pipeline.config.checks import ConfigError, callback_entries, check_callback_entries, one_line
+from pipeline.config.checks import (
+    TRAINER_OWNED,
+    ConfigError,
+    callback_entries,
+    check_callback_entries,
+    one_line,
+)
 
-# Trainer arguments the pipeline sets from its own groups: the key to use instead.
-OWNED = {
-    "precision": "device.precision (e.g. device.precision=16-mixed or bf16-mixed)",
-    "accelerator": "device=cpu|cuda|mps|auto (device.accelerator)",
-    "devices": "device=... (one device per run; run seeds side by side with -m or seeds_per_process)",
-    "logger": "logger=csv|tensorboard|wandb|many",
-    "callbacks": "callbacks=default or +callbacks.<name>._target_=...",
-    "default_root_dir": "hydra.run.dir=<dir>",
-    "deterministic": "seeding=deterministic",
-    "enable_checkpointing": "callbacks=model_checkpoint (Lightning's checkpoints) or checkpoint.enabled=false (the pipeline's)",
-}
+# Trainer arguments the pipeline sets from its own groups (refused at start-up by config.checks).
+OWNED = TRAINER_OWNED
 # Defaults of the pipeline that a user may still override with trainer.<key>.
 PIPELINE_DEFAULTS = {"num_sanity_val_steps": 0, "enable_model_summary": False, "enable_checkpointing": False}
 SUMMARY_CALLBACKS = ("ModelSummary", "RichModelSummary")
