@@ -117,9 +117,10 @@ class SeedDistributionSearch:
         from pipeline.tune.study import make_pruner, make_sampler, open_storage, quiet_optuna, sampler_seed
 
         self._check_settings()
+        # The search space first: a bad space is one line with nothing written (no sweep dir, no multirun.yaml).
+        fixed, self.space = parse_space(arguments, self.s.get("params"), self.config, group_options())
         self.sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, self.sweep_dir / "multirun.yaml")  # as Hydra's own sweeper does; resume compares it
-        fixed, self.space = parse_space(arguments, self.s.get("params"), self.config, group_options())
         self.fixed = [f for f in fixed if f.split("=", 1)[0] not in ("seed", "hydra.sweep.subdir")]
         # A task that declares it trains seeds together runs a trial's K seeds in one process (seeds_per_process=K);
         # any other runs them as K launcher jobs.
