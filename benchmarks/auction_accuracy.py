@@ -7,7 +7,8 @@ reserves, and the oracle's (the same revenue from the true values' empirical CDF
 Reported per case and N: median over seeds of the worst error, of the oracle's worst error and of their
 per-seed ratio, and per reserve the mean signed error with its SD over seeds.
 `python benchmarks/auction_accuracy.py [--cases beta22_n3 ...] [--sizes 5000 20000] [--seeds 30] [--round 0.05]
-[--zeros 0.02] [--out results.json]`
+[--zeros 0.02] [--bounds] [--out results.json]`; ``--bounds``: the share of (seed, reserve) pairs whose robust
+bounds hold the truth, per epsilon, instead.
 """
 
 from __future__ import annotations
@@ -38,6 +39,27 @@ def estimate(case: Case, bids: np.ndarray) -> tuple[list[float], dict]:
         return [found.table[f"cf/{r}/point"] for r in rules], {"top": found.scale.top * found.scale.unit}
     out, _ = asymmetric_table(table, rules)
     return [out[f"cf/{r}/point"] for r in rules], {}
+
+
+def coverage(case: Case, n_auctions: int, seeds: int, epsilons=(0.001, 0.005, 0.02), step: float | None = None,
+             zeros: float = 0.0) -> dict:
+    """Share of (seed, reserve) pairs whose robust bounds hold the exact truth, per epsilon (alike bidders only)."""
+    rules = [parse_rule(f"second_price_r{r:g}").name for r in case.reserves]
+    truths = {rule: truth(case, r) for rule, r in zip(rules, case.reserves)}
+    held = {e: 0 for e in epsilons}
+    missed: list[str] = []
+    for seed in range(seeds):
+        _, bids = case.draw(n_auctions, seed)
+        table = predict_counterfactuals(torch.from_numpy(prepare(bids, step, zeros, seed)).flatten(), case.n_bidders,
+                                        rules, list(epsilons)).table
+        for e in epsilons:
+            label = f"{e:g}"
+            inside = {r: table[f"cf/{r}/lower_eps{label}"] - 1e-9 <= truths[r] <= table[f"cf/{r}/upper_eps{label}"] + 1e-9
+                      for r in rules}
+            held[e] += sum(inside.values())
+            missed += [f"seed {seed} {r} eps {label}" for r, ok in inside.items() if not ok]
+    return {"case": case.name, "n": n_auctions, "seeds": seeds, "round": step, "zeros": zeros,
+            "covered": {f"{e:g}": held[e] / (seeds * len(rules)) for e in epsilons}, "missed": missed}
 
 
 def prepare(bids: np.ndarray, step: float | None, zeros: float, seed: int) -> np.ndarray:
@@ -94,10 +116,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, default=30)
     parser.add_argument("--round", type=float, default=None, help="round the bids to this step")
     parser.add_argument("--zeros", type=float, default=0.0, help="set this share of the bids to 0")
+    parser.add_argument("--bounds", action="store_true", help="coverage of the robust bounds instead (alike bidders)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     rows = []
+    if args.bounds:
+        for name in [c for c in args.cases if CASES[c].symmetric]:
+            for n_auctions in args.sizes:
+                rows.append(coverage(CASES[name], n_auctions, args.seeds, step=args.round, zeros=args.zeros))
+                print(rows[-1], flush=True)
+        if args.out:
+            Path(args.out).write_text(json.dumps(rows, indent=1))
+        return
     for name in args.cases:
         for n_auctions in args.sizes:
             rows.append(run_case(CASES[name], n_auctions, args.seeds, args.round, args.zeros))
