@@ -16,6 +16,7 @@ import pytest
 
 from pipeline.runtime import rundir
 from pipeline.runtime.rundir import (
+    SAME_REQUEST_S,
     Interrupted,
     RunDirBusy,
     RunDirLock,
@@ -63,20 +64,20 @@ def test_the_lock_file_is_dot_lock_in_the_run_dir_and_holds_this_process_as_owne
         lock.release()
 
 
-def test_a_second_owner_in_the_same_process_is_refused_naming_the_first(tmp_path):
+def test_a_second_acquire_in_the_owning_process_shares_the_lock(tmp_path):
+    """The CLI takes the run dir's lock before Hydra writes there; the run's lifecycle, in the same process, shares
+    it. Another process is refused (test_a_lock_held_by_a_live_process_is_never_removed)."""
     first = RunDirLock(tmp_path)
     first.acquire()
     try:
-        with pytest.raises(RunDirBusy) as err:
-            RunDirLock(tmp_path).acquire()
-        assert str(err.value) == (
-            f"run dir {tmp_path} is in use by process {os.getpid()} on {socket.gethostname()}; "
-            "wait for it, or choose another dir with hydra.run.dir=<dir>"
-        )
-        assert err.value.__suppress_context__  # raised `from None`: one line, no BlockingIOError chained
-        assert json.loads((tmp_path / ".lock").read_text())["pid"] == os.getpid()  # left as it was
+        inner = RunDirLock(tmp_path)
+        inner.acquire()
+        inner.release()
+        assert json.loads((tmp_path / ".lock").read_text())["pid"] == os.getpid()  # the owner's lock stands
+        probe_owner(tmp_path)  # its own: not busy
     finally:
         first.release()
+    assert not (tmp_path / ".lock").exists()
 
 
 @pytest.mark.parametrize("content", [None, b"", b"{half a json"])
@@ -245,10 +246,10 @@ def test_probe_owner_names_a_live_owner_and_lets_go_of_a_free_lock(tmp_path):
 # ---- StopRequests ---------------------------------------------------------------------------------
 def test_exit_codes_are_128_plus_the_signal_for_int_term_and_usr2_else_1():
     stops = StopRequests()
-    assert stops.signals == (signal.SIGINT, signal.SIGTERM)
+    assert stops.signals == (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     assert stops.signal is None and not stops.requested and stops.name == ""
     assert stops.exit_code == 1
-    for sig, code, name in [(signal.SIGINT, 130, "SIGINT"), (signal.SIGTERM, 143, "SIGTERM"), (signal.SIGUSR2, 140, "SIGUSR2"), (signal.SIGHUP, 1, "SIGHUP")]:
+    for sig, code, name in [(signal.SIGINT, 130, "SIGINT"), (signal.SIGTERM, 143, "SIGTERM"), (signal.SIGUSR2, 140, "SIGUSR2"), (signal.SIGHUP, 129, "SIGHUP")]:
         stops = StopRequests()
         stops._handle(sig, None)
         assert stops.signal == sig and stops.exit_code == code and stops.name == name
@@ -266,12 +267,16 @@ def _first_asks_only(stops: StopRequests, sig) -> None:
 def test_a_second_sigint_raises_keyboard_interrupt_a_second_sigterm_does_not():
     stops = StopRequests()
     _first_asks_only(stops, signal.SIGINT)
+    # The same Ctrl-C delivered twice at once (a sweep's process and its worker both pass it on): one request.
+    _first_asks_only(stops, signal.SIGINT)
+    stops._since -= 2 * SAME_REQUEST_S  # a second Ctrl-C, later: stop now
     with pytest.raises(KeyboardInterrupt):
         stops._handle(signal.SIGINT, None)
     stops = StopRequests()
     _first_asks_only(stops, signal.SIGTERM)
     _first_asks_only(stops, signal.SIGTERM)
     assert stops.signal == signal.SIGTERM
+    stops._since -= 2 * SAME_REQUEST_S
     with pytest.raises(KeyboardInterrupt):
         stops._handle(signal.SIGINT, None)  # a Ctrl-C after a SIGTERM: stop now too
 
@@ -333,12 +338,13 @@ def test_install_outside_the_main_thread_leaves_the_signals_alone():
 def _forked_stop(sig) -> tuple[int, str]:
     """Fork a child that installs the early handlers and signals itself: its exit code and what it wrote to fd 2."""
     read, write = os.pipe()
-    previous = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    previous = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGHUP)
     # Installed here and inherited by the child (mutmut learns which tests reach a function from this process).
     honour_stop_signals_from_now()
     pid = os.fork()
     if pid == 0:  # the child: never returns to pytest
         try:
+            rundir._progress.update(started=False, resume=None)  # a fresh process: no run has started in it
             os.close(read)
             os.dup2(write, 2)
             os.kill(os.getpid(), sig)
@@ -347,6 +353,7 @@ def _forked_stop(sig) -> tuple[int, str]:
             os._exit(99)
     signal.signal(signal.SIGINT, previous[0])
     signal.signal(signal.SIGTERM, previous[1])
+    signal.signal(signal.SIGHUP, previous[2])
     os.close(write)
     with os.fdopen(read) as f:
         said = f.read()

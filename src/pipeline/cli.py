@@ -276,6 +276,35 @@ def _unknown_key_line(message: str, argv: list[str]) -> str | None:
     return f"{typed}: {parent or 'the config'} has no key {leaf!r}; {hint}to add a new key: +{typed.lstrip('+')}"
 
 
+def _end_sweeps_whatever_the_launcher_does() -> None:
+    """A launcher that fails under a sweep (a killed joblib worker, a killed submitit controller) raised past
+    Hydra's callbacks: a 36-48 line traceback, no report, no resume command, processes left behind. Hydra's
+    multirun is wrapped so the sweep ends as any other (pipeline.sweep.end_after_launcher_failure); a sweep stopped
+    by a signal (SystemExit 129/130/143) ends the same way, then exits with its code."""
+    from hydra._internal.hydra import Hydra
+
+    if getattr(Hydra.multirun, "_pipeline_guard", False):
+        return
+    original = Hydra.multirun
+
+    def multirun(self, *args, **kwargs):
+        from pipeline.sweep import end_after_launcher_failure
+
+        try:
+            return original(self, *args, **kwargs)
+        except SystemExit as exc:
+            if exc.code in (129, 130, 143):
+                end_after_launcher_failure(exc, stopped=True)
+            raise
+        except Exception as exc:
+            if type(exc).__name__ in ("ConfigError", "RunRefused") or not end_after_launcher_failure(exc):
+                raise
+            return None
+
+    multirun._pipeline_guard = True
+    Hydra.multirun = multirun
+
+
 def _user_config_dirs(argv: list[str]) -> bool:
     """Whether the user adds config folders (`--config-dir DIR` or `--config-dir=DIR`, `-cd`, `--config-path`,
     `-cp`, hydra.searchpath): then a group option may live there, and the packaged groups cannot judge it."""
@@ -305,6 +334,8 @@ def _main(argv: list[str] | None) -> None:
             print(f"error: {exc}", file=sys.stderr)
             sys.exit(2)
     held = None if _user_config_dirs(argv) else _check_single_run_first(argv)
+    if any(a in ("-m", "--multirun") for a in argv):
+        _end_sweeps_whatever_the_launcher_does()
     sys.argv = [sys.argv[0], *argv]
     try:
         hydra_entry()

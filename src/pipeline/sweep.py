@@ -7,6 +7,11 @@
   jobs, wherever the launcher runs them, write when they start and end into the sweep dir; this process shows it.
 - At the end the seed-distribution report is written over whatever finished, and when a job did not
   finish ok the command exits non-zero with, as its last line, the one command that finishes the sweep.
+- A stop request (SIGINT, SIGTERM, SIGHUP) to the sweep's process, whatever the launcher: the running jobs'
+  training processes save and stop, no new job starts (`<sweep dir>/.stop`), and the sweep ends as any other:
+  a status line per job, the report over what finished, the command that finishes it. So does a launcher that
+  fails (a killed joblib worker, a killed submitit controller: `end_after_launcher_failure`). No process of the
+  sweep outlives the command.
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ from __future__ import annotations
 import logging
 import os
 import shlex
+import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +30,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from pipeline.config.grouping import start_sweep_id
 from pipeline.runtime.context import exit_status
-from pipeline.runtime.job import RELAY_ENV
+from pipeline.runtime.job import RELAY_ENV, STOP_FILE
+from pipeline.runtime.rundir import EXIT_CODES, STOP_SIGNALS, say
 from pipeline.store.record import read_records, summary_line
 from pipeline.sweep_progress import SweepProgress, job_ended, job_started, planned_jobs, start_sweep
 
@@ -58,11 +66,42 @@ def _multirun(config: DictConfig) -> bool:
     return config.hydra.mode is not None and str(config.hydra.mode) == "RunMode.MULTIRUN"
 
 
+# The sweep this process runs, for a launcher failure caught outside Hydra's callbacks: (callback, config).
+_ACTIVE: list = []
+
+
 class SweepReportCallback(Callback):
     _progress: SweepProgress | None = None
+    _stopped_by: int | None = None
 
     def __getstate__(self) -> dict:  # launchers pickle the callbacks for their workers: the display stays here
-        return {k: v for k, v in self.__dict__.items() if k != "_progress"}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_progress", "_previous")}
+
+    def _install_stop(self, sweep_dir: Path) -> None:
+        """SIGINT/SIGTERM/SIGHUP to the sweep's process: its jobs' training processes save and stop, and no new job
+        starts. Without this a joblib sweep exited at once while its workers trained on and started new jobs."""
+        (sweep_dir / STOP_FILE).unlink(missing_ok=True)
+
+        def stop(signum, frame):
+            first = self._stopped_by is None
+            self._stopped_by = self._stopped_by or signum
+            try:
+                (sweep_dir / STOP_FILE).write_text(signal.Signals(signum).name)
+            except OSError:
+                pass
+            for pid in sweep_processes(sweep_dir, jobs_only=True):
+                _signal(pid, signum)
+            if first:
+                say(f"{signal.Signals(signum).name} received: the running jobs save and stop; no new job starts")
+
+        self._previous = {}
+        try:
+            for sig in STOP_SIGNALS:
+                if sig == signal.SIGHUP and signal.getsignal(sig) == signal.SIG_IGN:
+                    continue  # nohup
+                self._previous[sig] = signal.signal(sig, stop)
+        except ValueError:  # not the main thread
+            self._previous = {}
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         # Before any job starts (and before hydra.sweep.dir resolves): with a sweep dir of the user's choosing no
@@ -71,6 +110,8 @@ class SweepReportCallback(Callback):
         self._refuse_changed_resume(config)
         sweep_dir = Path(config.hydra.sweep.dir)
         start_sweep(sweep_dir, planned_jobs(config))
+        self._install_stop(sweep_dir)
+        _ACTIVE[:] = [(self, config)]
         launcher = str(OmegaConf.select(config, "hydra.launcher._target_", default="") or "")
         # A live line needs the terminal to itself: joblib's workers print their jobs' lines straight to it, so
         # they get plain lines; the basic launcher's job processes send their output through this process.
@@ -124,9 +165,20 @@ class SweepReportCallback(Callback):
             self._progress.stop()
             self._progress = None
         os.environ.pop(RELAY_ENV, None)
+        for sig, handler in (getattr(self, "_previous", None) or {}).items():
+            signal.signal(sig, handler)
+        self._previous = {}
+        _ACTIVE.clear()
         sweep_dir = Path(config.hydra.sweep.dir)
         if not sweep_dir.is_dir():
             return
+        stopped = self._stopped_by or _stop_requested(sweep_dir)
+        if stopped or kwargs.get("failed"):
+            reap(sweep_dir)  # the sweep ends here: none of its processes trains on unseen
+            for record in read_records(sweep_dir):  # where each job stands, in one place
+                print(f"[{Path(record.run_dir).name}] {summary_line(record.to_dict())}", flush=True)
+        if stopped:
+            exit_status.at_least(EXIT_CODES.get(stopped, 1))
         report = None
         try:
             from pipeline.report import build_report
@@ -146,10 +198,86 @@ class SweepReportCallback(Callback):
             log_report_to_wandb(report, sweep_dir / "report", project=wandb_cfg.get("project", "pipeline"),
                                 group=group, entity=wandb_cfg.get("entity"), mode=wandb_cfg.get("mode"))
         unfinished = unfinished_runs(sweep_dir)
-        if unfinished:
+        if unfinished or stopped or kwargs.get("failed"):
             exit_status.at_least(1)
-            print(f"{len(unfinished)} run(s) did not finish ok: " + "; ".join(unfinished[:5]), flush=True)
+            if unfinished:
+                print(f"{len(unfinished)} run(s) did not finish ok: " + "; ".join(unfinished[:5]), flush=True)
             print(f"finish the sweep with: {sweep_command(config)}", flush=True)
+
+
+def _stop_requested(sweep_dir: Path) -> int | None:
+    try:
+        return int(signal.Signals[(sweep_dir / STOP_FILE).read_text().strip()])
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def end_after_launcher_failure(exc: BaseException, stopped: bool = False) -> bool:
+    """A launcher that failed under the sweep (joblib's TerminatedWorkerError when a worker is killed, submitit's
+    UncompletedJobError when its controller is): one line for it, then the sweep's ordinary end (every job's
+    status, the report over what finished, the resume command), instead of a traceback. False: no sweep of ours
+    is running in this process (the caller re-raises)."""
+    if not _ACTIVE:
+        return False
+    callback, config = _ACTIVE[0]
+    if stopped:  # a job stopped the sweep on a signal (it said so): the sweep's end, then its exit code
+        callback.on_multirun_end(config, failed=True)
+        return True
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    say(f"the launcher failed: {type(exc).__name__}{': ' + first[:200] if first else ''}")
+    callback.on_multirun_end(config, failed=True)
+    return True
+
+
+def sweep_processes(sweep_dir: Path, jobs_only: bool = False) -> list[int]:
+    """The live processes that work for this sweep, found by their command line: a job's training process
+    (`python -m pipeline.runtime.job <sweep dir>/<job>/...`, under any launcher, orphaned or not) and, unless
+    `jobs_only`, submitit's job processes for it. Never this process, never another sweep's or a user's."""
+    names = {str(Path(sweep_dir)), str(Path(sweep_dir).resolve()), os.path.abspath(sweep_dir)}
+    found = []
+    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else []:
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        ours = "pipeline.runtime.job" in command or (not jobs_only and "submitit" in command)
+        if ours and any(name in command for name in names):
+            found.append(int(entry.name))
+    return sorted(found)
+
+
+def _signal(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except OSError:
+        pass
+
+
+def reap(sweep_dir: Path, grace_s: float = 60.0) -> None:
+    """Stop what is left of the sweep: training processes get SIGTERM (they save and record `interrupted`) and
+    `grace_s` to end; then whatever of it is still alive (a stuck job, submitit's job processes) is killed."""
+    jobs = sweep_processes(sweep_dir, jobs_only=True)
+    for pid in jobs:
+        _signal(pid, signal.SIGTERM)
+    end = time.monotonic() + grace_s
+    while jobs and time.monotonic() < end:
+        jobs = [pid for pid in jobs if _alive(pid)]
+        time.sleep(0.2)
+    for pid in sweep_processes(sweep_dir):
+        _signal(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    try:  # a zombie (ended, not yet reaped by its parent) is not training
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def unfinished_runs(sweep_dir: Path) -> list[str]:

@@ -37,6 +37,8 @@ BUSY_EXIT = 75
 # Set by a sweep showing a live progress line on its terminal: the job process's output then comes through this
 # process (whose stdout the live display owns), so it prints above the line instead of through it.
 RELAY_ENV = "PIPELINE_RELAY_JOB_OUTPUT"
+# Written into the sweep dir by the sweep's process on a stop request: a job that has not started yet does not.
+STOP_FILE = ".stop"
 # A child's exit code after it saved on a stop request, and the signal that asked it.
 STOPPED_BY = {EXIT_CODES[s]: s.name for s in STOP_SIGNALS}
 
@@ -44,6 +46,9 @@ STOPPED_BY = {EXIT_CODES[s]: s.name for s in STOP_SIGNALS}
 def hydra_job(cfg: DictConfig) -> list[dict]:
     """Hydra's task function body: a sweep's job runs in a child process, a single run in this one."""
     ctx = JobContext.from_hydra(cfg)
+    if ctx.multirun and ctx.sweep_dir and (Path(ctx.sweep_dir) / STOP_FILE).is_file():
+        log.info(f"[job {ctx.job_num}] seed={cfg.seed}: not started, the sweep was asked to stop")
+        return read_job_records_as_dicts(Path(ctx.run_dir), _agents(cfg), int(cfg.seed))
     if ctx.multirun and cfg.get("resume"):
         done = read_job_records(Path(ctx.run_dir), _agents(cfg), int(cfg.seed))
         # Finished only when every agent has an ok record (one without a record has not run to its end).
@@ -153,6 +158,10 @@ def _relay(stream) -> None:
 def _agents(cfg: DictConfig) -> int:
     k = cfg.get("seeds_per_process") or 1
     return int(k) if isinstance(k, int) and k > 0 else 1
+
+
+def read_job_records_as_dicts(run_dir: Path, k: int, seed: int) -> list[dict]:
+    return [r.to_dict() for r in read_job_records(run_dir, k, seed)]
 
 
 def read_job_records(run_dir: Path, k: int, seed: int) -> list[RunRecord]:

@@ -34,6 +34,10 @@ EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129, signa
 # The signals that ask a run to save and stop (SLURM's SIGUSR2 is added in a sweep job's own process).
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
+# A second delivery of a stop signal within this many seconds is the same request (a terminal's Ctrl-C reaches a
+# sweep's process and its workers, and both pass it on), not an impatient second Ctrl-C.
+SAME_REQUEST_S = 1.0
+
 # The locks this process holds, by absolute path: [fd, how many acquires share it].
 _HELD: dict[str, list[int]] = {}
 
@@ -163,6 +167,7 @@ class StopRequests:
         self.signals = signals
         self._previous: dict[int, object] = {}
         self._announced: int | None = None
+        self._since = 0.0
 
     @property
     def requested(self) -> bool:
@@ -175,8 +180,10 @@ class StopRequests:
         return self.signal is not None
 
     def _handle(self, signum, frame) -> None:
-        if self.signal is not None and signum == signal.SIGINT:
+        if self.signal is not None and signum == signal.SIGINT and time.monotonic() - self._since > SAME_REQUEST_S:
             raise KeyboardInterrupt  # a second Ctrl-C: stop now
+        if self.signal is None:
+            self._since = time.monotonic()
         self.signal = signum
 
     def install(self) -> StopRequests:

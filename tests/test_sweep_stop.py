@@ -1,0 +1,71 @@
+"""A sweep stopped by a signal, or whose launcher fails, ends as any sweep ends: each job's status, the partial
+report, the command that finishes it, and no process of it left training."""
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline.sweep import sweep_processes
+from pipeline_testing import start_module
+
+DQN = ("experiment=dqn_cartpole", "task.stop_at_return=null", "trainer.enable_progress_bar=false",
+       "task.total_steps=400000", "checkpoint.every_steps=2048")
+
+
+def _checkpointed(sweep: Path) -> int:
+    count = 0
+    for job in sweep.glob("*_*"):
+        try:
+            count += bool((json.loads((job / "result.json").read_text()).get("checkpoint") or {}).get("step"))
+        except (OSError, ValueError):
+            pass
+    return count
+
+
+@pytest.mark.slow
+def test_sigterm_to_a_joblib_sweep_stops_its_jobs_starts_no_other_and_ends_with_report_and_resume(tmp_path):
+    """The sweep exited at once ("nothing to resume") while its workers trained on, started the next job, then sat
+    idle for 24+ minutes."""
+    sweep = tmp_path / "sweep"
+    proc = start_module("pipeline", "-m", *DQN, "seed=0,1,2", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+                        f"hydra.sweep.dir={sweep}")
+    end = time.monotonic() + 400
+    while _checkpointed(sweep) < 2 and proc.poll() is None and time.monotonic() < end:
+        time.sleep(0.3)
+    assert proc.poll() is None, proc.stdout.getvalue()[-2000:]
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 143, out[-3000:]
+    assert "Traceback" not in out and "nothing to resume" not in out, out[-3000:]
+    records = {r["seed"]: r for r in (json.loads(p.read_text()) for p in sweep.glob("*/result.json"))}
+    assert {s: r["status"] for s, r in records.items()} == {0: "interrupted", 1: "interrupted"}, records  # seed 2 never ran
+    assert all(r["checkpoint"]["step"] > 0 for r in records.values())
+    assert (sweep / "report" / "report.json").is_file()
+    lines = out.strip().splitlines()
+    assert lines[-1].startswith("finish the sweep with: python -m pipeline -m") and lines[-1].endswith("resume=true"), lines[-3:]
+    assert sweep_processes(sweep, jobs_only=False) == []  # nothing of the sweep outlives the command
+
+
+def test_sweep_processes_finds_a_jobs_training_process_by_its_command_line_only(tmp_path):
+    import subprocess
+    import sys
+
+    sweep = tmp_path / "sweep"
+    job = sweep / "0_seed=0" / ".pipeline"
+    job.mkdir(parents=True)
+    # A stand-in with a job's command line (python -m pipeline.runtime.job <dir>), and a bystander naming the dir.
+    stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "pipeline.runtime.job", str(job)])
+    bystander = subprocess.Popen(["sleep", "60", str(sweep)])
+    try:
+        time.sleep(0.2)
+        assert sweep_processes(sweep, jobs_only=True) == [stand_in.pid]
+        assert sweep_processes(tmp_path / "other") == []
+    finally:
+        for p in (stand_in, bystander):
+            p.kill()
+            p.wait()
+    assert os.getpid() not in sweep_processes(sweep)
