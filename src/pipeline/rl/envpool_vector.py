@@ -8,8 +8,8 @@
   and returns the new episode's first observation); here finished envs are reset right away, so a
   step answers `final_obs` (where the action led: a truncated step's bootstrap state) and `obs` (the
   next episode's first observation), as `TensorStep` does on every backend.
-- terminated / truncated as gymnasium's: EnvPool reports a step that both ends the episode and
-  reaches the time limit as truncated only (gymnasium's TimeLimit says both).
+- terminated / truncated as gymnasium's, except a step that ends the episode exactly at the time
+  limit: gymnasium's TimeLimit says terminated and truncated, EnvPool truncated only.
 - Seeding: row i*E + e gets the gym path's seed `seeds[i] + (e << 32)`; EnvPool takes int32 seeds, so a
   seed outside [0, 2^31) is folded into it by numpy's SeedSequence (an agent's first env keeps its
   own seed). EnvPool draws start states (and Atari no-ops) from its own C++ generator, so an env
@@ -17,8 +17,10 @@
   preprocessing are the same (tests/rl/test_envpool_vector.py steps both from the same states).
 - Atari: the project's preprocessing options map onto EnvPool's (frame_skip, screen_size, noop_max,
   frame_stack, clip_rewards; sticky actions 0.25 and 108,000 frames per game as ALE v5; no fire
-  reset). terminal_on_life_loss is refused: gymnasium restarts the game at a lost life, EnvPool
-  only the life.
+  reset). Frames, rewards and ends match gymnasium's frame for frame, except the observation of a
+  game-over step (gymnasium keeps the frames from before the last one, EnvPool shows it).
+  terminal_on_life_loss is refused (gymnasium restarts the game at a lost life, EnvPool only the
+  life), and so is noop_max=0 (EnvPool 1.2.5 crashes on it).
 - Dropped agents (`keep_envs_`): EnvPool cannot remove envs, so their envs keep stepping with a fixed
   action and their results are discarded.
 - Resume: EnvPool cannot snapshot its envs. `load_state_dict` builds a fresh pool whose every env
@@ -30,6 +32,7 @@ Evaluation (`evaluate_agents`) plays on gymnasium's own envs whatever the traini
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import gymnasium as gym
@@ -71,6 +74,8 @@ def envpool_task(env_id: str, kwargs: dict) -> tuple[str, dict]:
                 "env.backend=envpool: terminal_on_life_loss=true restarts the game at a lost life on the gym path but only "
                 "the life in EnvPool; use env.backend=gym or env.kwargs.terminal_on_life_loss=false"
             )
+        if int(kwargs.get("noop_max", 30)) < 1:
+            raise ValueError("env.backend=envpool: EnvPool 1.2.5 crashes (segfault) with noop_max=0; use env.kwargs.noop_max >= 1 or env.backend=gym")
         config = {"use_fire_reset": False, "reward_clip": True, "repeat_action_probability": 0.25}
         if "screen_size" in kwargs:
             config["img_height"] = config["img_width"] = int(kwargs.pop("screen_size"))
@@ -125,10 +130,13 @@ class EnvPoolVectorEnv:
     def _make_pool(self, seeds: list[int]):
         envpool = envpool_module()
         threads = self.num_threads or min(len(seeds), torch.get_num_threads())
-        pool = envpool.make(
-            self.task, env_type="gymnasium", num_envs=len(seeds), batch_size=len(seeds), num_threads=threads,
-            seed=[pool_seed(s) for s in seeds], **self.config,
-        )
+        with warnings.catch_warnings():  # EnvPool's float64 space bounds cast to float32 by gymnasium's Box
+            warnings.filterwarnings("ignore", message=".*precision lowered by casting to float32", category=UserWarning)
+            pool = envpool.make(
+                self.task, env_type="gymnasium", num_envs=len(seeds), batch_size=len(seeds), num_threads=threads,
+                seed=[pool_seed(s) for s in seeds], **self.config,
+            )
+            pool.observation_space, pool.action_space  # noqa: B018 (built lazily: build them under the filter)
         self.rows = np.arange(len(seeds))  # the pool's envs that are still rows here, in row order
         act = pool.action_space
         self._actions = np.zeros((len(seeds), *act.shape), dtype=np.int32 if isinstance(act, gym.spaces.Discrete) else act.dtype)
