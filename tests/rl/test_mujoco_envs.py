@@ -1,5 +1,6 @@
 """MuJoCo envs through the vector-env path, and the one-line refusal where MuJoCo is not installed."""
 
+import logging
 import sys
 
 import gymnasium as gym
@@ -9,9 +10,10 @@ import torch
 from pipeline.rl.envs import check_env_installed, make_env, mujoco_available, needs_mujoco
 from pipeline.rl.vector import evaluate_agents, make_vector_env
 
+
 @pytest.fixture(autouse=True)
 def _in_tmp(tmp_path, monkeypatch):
-    """MuJoCo writes its warnings to MUJOCO_LOG.TXT in the working directory."""
+    """Where MuJoCo would write MUJOCO_LOG.TXT without our handler: a folder of the test's own."""
     monkeypatch.chdir(tmp_path)
 
 
@@ -50,6 +52,14 @@ def test_k_agents_step_mujoco_envs_seeded_like_single_runs(env_id, obs_dim, act_
     assert step.reward[1].item() == pytest.approx(float(reward), rel=1e-5, abs=1e-6)
     env.close()
     single.close()
+
+
+@needs
+def test_mujoco_warnings_go_to_the_log_not_to_a_file(tmp_path, caplog):
+    with caplog.at_level(logging.INFO, logger="pipeline.rl.envs"):
+        make_env("HalfCheetah-v5").close()  # its model uses a deprecated compiler attribute: MuJoCo warns
+    assert not (tmp_path / "MUJOCO_LOG.TXT").exists()
+    assert any(r.getMessage().startswith("MuJoCo: ") for r in caplog.records)
 
 
 @needs

@@ -22,7 +22,7 @@ def test_kill_9_then_ckpt_path_last_continues_a_sac_batch_exactly(tmp_path):
     args = (*ARGS, f"task.total_steps={budget}")
     run_dir = tmp_path / "killed"
     proc = start(*args, f"hydra.run.dir={run_dir}")
-    wait_for(lambda: (checkpoint_step(run_dir / "seed1") or 0) >= 2000, proc=proc)
+    wait_for(lambda: (checkpoint_step(run_dir / "seed1") or 0) >= 2000, timeout=900, proc=proc)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert proc.returncode == -signal.SIGKILL, f"the run ended ({proc.returncode}) before the kill: raise the budget"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 import gymnasium as gym
@@ -63,9 +64,19 @@ def mujoco_available() -> bool:
 
 
 def check_env_installed(env_id: str) -> None:
-    """Refuse, in one line with the install command, an env whose simulator is not installed."""
-    if needs_mujoco(env_id) and not mujoco_available():
+    """Refuse, in one line with the install command, an env whose simulator is not installed. MuJoCo's own warnings
+    go to this module's logger (INFO) instead of a MUJOCO_LOG.TXT in the working directory and stderr."""
+    if not needs_mujoco(env_id):
+        return
+    if not mujoco_available():
         raise ValueError(f"env {env_id} needs MuJoCo, which is not installed: {MUJOCO_INSTALL}")
+    import mujoco
+
+    mujoco.set_mju_user_warning(_log_mujoco_warning)
+
+
+def _log_mujoco_warning(message: str) -> None:
+    logging.getLogger(__name__).info("MuJoCo: %s", message.strip())
 
 
 def make_env(env_id: str, seed: int | None = None, **kwargs) -> gym.Env:
