@@ -56,7 +56,7 @@ def test_k_agents_step_mujoco_envs_seeded_like_single_runs(env_id, obs_dim, act_
 
 @needs
 def test_mujoco_warnings_go_to_the_log_not_to_a_file(tmp_path, caplog):
-    with caplog.at_level(logging.INFO, logger="pipeline.rl.envs"):
+    with caplog.at_level(logging.DEBUG, logger="pipeline.rl.envs"):
         make_env("HalfCheetah-v5").close()  # its model uses a deprecated compiler attribute: MuJoCo warns
     assert not (tmp_path / "MUJOCO_LOG.TXT").exists()
     assert any(r.getMessage().startswith("MuJoCo: ") for r in caplog.records)

@@ -65,7 +65,7 @@ def mujoco_available() -> bool:
 
 def check_env_installed(env_id: str) -> None:
     """Refuse, in one line with the install command, an env whose simulator is not installed. MuJoCo's own warnings
-    go to this module's logger (INFO) instead of a MUJOCO_LOG.TXT in the working directory and stderr."""
+    go to this module's logger (DEBUG) instead of a MUJOCO_LOG.TXT in the working directory and stderr."""
     if not needs_mujoco(env_id):
         return
     if not mujoco_available():
@@ -76,7 +76,7 @@ def check_env_installed(env_id: str) -> None:
 
 
 def _log_mujoco_warning(message: str) -> None:
-    logging.getLogger(__name__).info("MuJoCo: %s", message.strip())
+    logging.getLogger(__name__).debug("MuJoCo: %s", message.strip())
 
 
 def make_env(env_id: str, seed: int | None = None, **kwargs) -> gym.Env:
