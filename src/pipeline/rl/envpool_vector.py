@@ -138,6 +138,7 @@ class EnvPoolVectorEnv:
             )
             pool.observation_space, pool.action_space  # noqa: B018 (built lazily: build them under the filter)
         self.rows = np.arange(len(seeds))  # the pool's envs that are still rows here, in row order
+        self._pool_size = len(seeds)  # EnvPool's num_envs property costs a dict lookup through Python
         act = pool.action_space
         self._actions = np.zeros((len(seeds), *act.shape), dtype=np.int32 if isinstance(act, gym.spaces.Discrete) else act.dtype)
         return pool
@@ -177,7 +178,7 @@ class EnvPoolVectorEnv:
 
     def step(self, actions: torch.Tensor) -> TensorStep:
         self._started("step()")
-        n = self.pool.num_envs
+        n = self._pool_size
         self._actions[self.rows] = actions.detach().cpu().numpy().reshape(len(self.rows), *self._actions.shape[1:])
         obs, reward, terminated, truncated, info = self.pool.step(self._actions)
         ids = info["env_id"]
