@@ -56,21 +56,21 @@ def test_read_job_records_reads_each_agents_dir(tmp_path):
 
 def test_mark_dead_says_how_and_where_the_checkpoint_is(tmp_path):
     r = record(tmp_path / "a", 1, checkpoint={"step": 120})
-    job._mark_dead(r, "killed by SIGKILL", "python -m pipeline resume=true")
+    job.mark_dead(r, "killed by SIGKILL", "python -m pipeline resume=true")
     again = read_record(tmp_path / "a")
     assert (again.status, again.error) == ("failed", "the training process was killed by SIGKILL; its checkpoint holds step 120")
     assert again.to_dict()["ended_by"] == "killed by SIGKILL"
     assert again.to_dict()["resume_command"] == "python -m pipeline resume=true"
     r = record(tmp_path / "b", 1, checkpoint={"step": 0})
-    assert job._mark_dead(r, "x", "c").error.endswith("its checkpoint holds step 0")
+    assert job.mark_dead(r, "x", "c").error.endswith("its checkpoint holds step 0")
     r = record(tmp_path / "c", 1)
-    assert job._mark_dead(r, "x", "c").error == "the training process was x; no checkpoint was written yet"
+    assert job.mark_dead(r, "x", "c").error == "the training process was x; no checkpoint was written yet"
     r = record(tmp_path / "d", 1, checkpoint={"path": "p"})
-    assert job._mark_dead(r, "x", "c").error.endswith("no checkpoint was written yet")
+    assert job.mark_dead(r, "x", "c").error.endswith("no checkpoint was written yet")
     stopped = record(tmp_path / "f", 1, status="interrupted")
-    assert job._mark_dead(stopped, "x", "c").status == "failed" and read_record(tmp_path / "f").status == "failed"
+    assert job.mark_dead(stopped, "x", "c").status == "failed" and read_record(tmp_path / "f").status == "failed"
     done = record(tmp_path / "e", 1, status="ok", error=None)
-    assert job._mark_dead(done, "x", "c").status == "ok" and read_record(tmp_path / "e").error is None
+    assert job.mark_dead(done, "x", "c").status == "ok" and read_record(tmp_path / "e").error is None
 
 
 def test_skeletons_for_the_agents_that_wrote_nothing(tmp_path):

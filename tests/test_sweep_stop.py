@@ -69,3 +69,41 @@ def test_sweep_processes_finds_a_jobs_training_process_by_its_command_line_only(
             p.kill()
             p.wait()
     assert os.getpid() not in sweep_processes(sweep)
+
+
+def _children(pid: int) -> list[tuple[int, str]]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except (OSError, ValueError, IndexError):
+                continue
+            if ppid == pid:
+                out.append((int(entry.name), command))
+    return out
+
+
+@pytest.mark.slow
+def test_a_killed_joblib_worker_ends_the_sweep_with_statuses_report_and_resume_not_a_traceback(tmp_path):
+    """kill -9 of a loky worker printed a 48-line TerminatedWorkerError traceback, wrote no report, and lost the
+    other in-flight seed's work."""
+    sweep = tmp_path / "sweep"
+    proc = start_module("pipeline", "-m", *DQN, "seed=0,1,2", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+                        f"hydra.sweep.dir={sweep}")
+    end = time.monotonic() + 400
+    while _checkpointed(sweep) < 2 and proc.poll() is None and time.monotonic() < end:
+        time.sleep(0.3)
+    workers = [pid for pid, command in _children(proc.pid) if "LokyProcess" in command]
+    assert workers, _children(proc.pid)
+    os.kill(workers[0], signal.SIGKILL)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 1, out[-3000:]
+    assert "Traceback" not in out and [line for line in out.splitlines() if line.startswith("the launcher failed: TerminatedWorkerError")]
+    assert (sweep / "report" / "report.json").is_file()
+    records = [json.loads(p.read_text()) for p in sweep.glob("*/result.json")]
+    assert records and all("still running" not in (r.get("error") or "") for r in records), records
+    assert all(r["status"] == "ok" or (r.get("checkpoint") or {}).get("step") for r in records)  # each can continue
+    assert out.strip().splitlines()[-1].endswith("resume=true")
+    assert sweep_processes(sweep) == []

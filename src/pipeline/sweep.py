@@ -30,7 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from pipeline.config.grouping import start_sweep_id
 from pipeline.runtime.context import exit_status
-from pipeline.runtime.job import RELAY_ENV, STOP_FILE
+from pipeline.runtime.job import RELAY_ENV, STOP_FILE, mark_dead
 from pipeline.runtime.rundir import EXIT_CODES, STOP_SIGNALS, say
 from pipeline.store.record import read_records, summary_line
 from pipeline.sweep_progress import SweepProgress, job_ended, job_started, planned_jobs, start_sweep
@@ -176,6 +176,10 @@ class SweepReportCallback(Callback):
         if stopped or kwargs.get("failed"):
             reap(sweep_dir)  # the sweep ends here: none of its processes trains on unseen
             for record in read_records(sweep_dir):  # where each job stands, in one place
+                if record.status == "failed" and (record.error or "").startswith("run did not finish"):
+                    # Its training process is gone without a word (the launcher killed it with its worker).
+                    how = "killed when its launcher failed" if kwargs.get("failed") and not stopped else "killed"
+                    record = mark_dead(record, how, sweep_command(config))
                 print(f"[{Path(record.run_dir).name}] {summary_line(record.to_dict())}", flush=True)
         if stopped:
             exit_status.at_least(EXIT_CODES.get(stopped, 1))

@@ -186,10 +186,10 @@ def _with_skeletons(records: list[RunRecord], cfg: DictConfig, ctx: JobContext) 
 
 
 def _record_death(record: RunRecord, how: str, ctx: JobContext) -> RunRecord:
-    return _mark_dead(record, how, ctx.resume_command())
+    return mark_dead(record, how, ctx.resume_command())
 
 
-def _mark_dead(record: RunRecord, how: str, resume_command: str) -> RunRecord:
+def mark_dead(record: RunRecord, how: str, resume_command: str) -> RunRecord:
     if record.status == "ok":  # never overwrite a finished record
         return record
     step = (record.checkpoint or {}).get("step")
@@ -213,7 +213,7 @@ def record_lost_job(cfg: DictConfig, run_dir: Path, how: str, resume_command: st
         for r in records:
             if r.config is None and r.status != "ok":  # an early skeleton: group it with its seeds
                 r.update(config=semantic_config(resolved), group=group_name(resolved, str(cfg.name)))
-        return [_mark_dead(r, how, resume_command).to_dict() for r in records]
+        return [mark_dead(r, how, resume_command).to_dict() for r in records]
     out = []
     for i, d in enumerate(agent_dirs(run_dir, [seed + i for i in range(k)])):
         record = RunRecord(
