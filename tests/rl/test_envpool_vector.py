@@ -109,6 +109,21 @@ def test_resume_restarts_every_env_on_a_new_episode():
         EnvPoolVectorEnv("CartPole-v1", {}, [1, 2, 3], "cpu").load_state_dict(state)
 
 
+def test_mujoco_spaces_are_gymnasiums():
+    pytest.importorskip("mujoco", reason="the gymnasium side needs mujoco (pip install -e '.[mujoco]')")
+    # EnvPool's MuJoCo state is not settable from an observation (x position is left out), so only the spaces are compared.
+    pool = EnvPoolVectorEnv("HalfCheetah-v5", {}, [0, 1], "cpu")
+    gym_vec = GymVectorEnv("HalfCheetah-v5", {}, [0, 1], "cpu")
+    assert pool.observation_shape == gym_vec.observation_shape and pool.obs_dtype == gym_vec.obs_dtype == torch.float32
+    assert pool.action_space == gym_vec.action_space and pool.n_actions is None
+    assert pool.reward_threshold == gym_vec.reward_threshold
+    pool.reset()
+    step = pool.step(torch.zeros(2, *pool.action_space.shape))
+    assert step.obs.shape == (2, *gym_vec.observation_shape) and step.reward.dtype == torch.float32
+    pool.close()
+    gym_vec.close()
+
+
 @pytest.mark.parametrize(
     ("env_id", "kwargs", "message"),
     [

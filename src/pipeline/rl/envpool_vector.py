@@ -114,6 +114,9 @@ class EnvPoolVectorEnv:
         self.action_space = self.pool.action_space
         if not isinstance(self.action_space, gym.spaces.Discrete | gym.spaces.Box):
             raise ValueError(f"a vector env takes a Discrete or Box action space; {env_id} has {self.action_space}")
+        if isinstance(self.action_space, gym.spaces.Box):  # EnvPool's MuJoCo bounds are float64, gymnasium's float32
+            low, high = self.action_space.low, self.action_space.high
+            self.action_space = gym.spaces.Box(low.astype(np.float32), high.astype(np.float32), dtype=np.float32)
         self.n_actions = discrete_size(self.action_space)
         self.observation_shape = tuple(self.pool.observation_space.shape)
         # uint8 frames stay uint8 (the network scales them), everything else becomes float32, as on the gym path.
@@ -148,7 +151,8 @@ class EnvPoolVectorEnv:
         return len(self.rows)
 
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(np.ascontiguousarray(array)).to(self.device)
+        tensor = torch.from_numpy(np.ascontiguousarray(array))
+        return tensor if self.device.type == "cpu" else tensor.to(self.device)
 
     def _obs(self, obs: np.ndarray) -> torch.Tensor:
         return self._tensor(obs.astype(self.np_dtype, copy=False))
@@ -176,33 +180,42 @@ class EnvPoolVectorEnv:
     observation = GymVectorEnv.observation
     _started = GymVectorEnv._started
 
+    def _row_order(self, env_ids: np.ndarray) -> np.ndarray | None:
+        """The index that puts EnvPool's answer in row order; None when it already is (all envs kept, answered in order)."""
+        if len(self.rows) == self._pool_size and (env_ids == self.rows).all():
+            return None
+        position = np.empty(self._pool_size, dtype=np.int64)
+        position[env_ids] = np.arange(len(env_ids))
+        return position[self.rows]
+
     def step(self, actions: torch.Tensor) -> TensorStep:
         self._started("step()")
-        n = self._pool_size
-        self._actions[self.rows] = actions.detach().cpu().numpy().reshape(len(self.rows), *self._actions.shape[1:])
+        chosen = actions.detach().cpu().numpy().reshape(len(self.rows), *self._actions.shape[1:])
+        if len(self.rows) == self._pool_size:
+            self._actions[:] = chosen
+        else:
+            self._actions[self.rows] = chosen
         obs, reward, terminated, truncated, info = self.pool.step(self._actions)
-        ids = info["env_id"]
-        rows = self.rows
-        final = self._by_env(obs, ids, n)[rows].astype(self.np_dtype)
-        reward = self._by_env(reward, ids, n)[rows].astype(np.float32)
-        truncated = self._by_env(truncated, ids, n)[rows]
-        terminated = self._by_env(terminated, ids, n)[rows]
+        order = self._row_order(info["env_id"])
+        if order is not None:
+            obs, reward, terminated, truncated = obs[order], reward[order], terminated[order], truncated[order]
+        final = obs.astype(self.np_dtype, copy=False)  # EnvPool answers each call in new arrays
         done = terminated | truncated
         final_t = self._obs(final)
         if done.any():
             # Same-step auto-reset: start the finished envs' next episodes now (EnvPool would on the next step).
             ended = np.flatnonzero(done)
-            first, reset_info = self.pool.reset(rows[ended].astype(np.int32))
-            position = {int(env): i for i, env in enumerate(rows[ended])}
-            order = [position[int(env)] for env in reset_info["env_id"]]
+            first, reset_info = self.pool.reset(self.rows[ended].astype(np.int32))
+            position = {int(env): i for i, env in enumerate(self.rows[ended])}
             nxt = final.copy()
-            nxt[ended[order]] = first
+            nxt[ended[[position[int(env)] for env in reset_info["env_id"]]]] = first
             self._current = self._obs(nxt)
             self.episodes += done
         else:
             self._current = final_t
         return TensorStep(
-            self._current, self._tensor(reward), self._tensor(terminated), self._tensor(truncated), final_t, self._tensor(done)
+            self._current, self._tensor(reward.astype(np.float32, copy=False)), self._tensor(terminated),
+            self._tensor(truncated), final_t, self._tensor(done),
         )
 
     def keep_envs_(self, rows: torch.Tensor) -> None:
