@@ -102,6 +102,54 @@ def _check_device(cfg: DictConfig) -> None:
         raise ConfigError(str(exc)) from None
 
 
+def _check_sweep_first(argv: list[str]) -> None:
+    """A sweep's config is checked once before anything is launched, as a single run's is: its first job's
+    overrides (the first value of each swept key), then each other value of a swept key in turn (up to 32
+    variants). A bad value or a typo is one line and exit 2, with the same "did you mean" as a single run, instead
+    of a traceback per job and a `resume=true` that cannot help. The tuner's search spaces (interval, tag) are
+    left to it."""
+    flags = [a for a in argv if a.startswith("-")]
+    if not flags or any(f not in ("-m", "--multirun") for f in flags):
+        return
+    from hydra import compose, initialize_config_module
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ChoiceSweep, RangeSweep
+
+    given = [a for a in argv if not a.startswith("-")]
+    try:
+        parsed = OverridesParser.create().parse_overrides(given)
+    except Exception:  # noqa: BLE001 - _check_override_grammar has said what it can; Hydra says the rest
+        return
+    first, swept = [], []
+    for arg, override in zip(given, parsed):
+        if not override.is_sweep_override():
+            first.append(arg)
+            continue
+        if not isinstance(override.value(), ChoiceSweep | RangeSweep):
+            continue  # the tuner's interval(...) / tag(...): a search space, not values
+        prefix = arg.split("=", 1)[0]
+        values = list(override.sweep_string_iterator())
+        if values:
+            first.append(f"{prefix}={values[0]}")
+            swept.append((prefix, values[1:]))
+    variants = [first] + [[f"{prefix}={v}" if a.split("=", 1)[0] == prefix else a for a in first]
+                          for prefix, values in swept for v in values][:32]
+    for overrides in variants:
+        try:
+            with initialize_config_module(config_module="pipeline.conf", version_base="1.3"):
+                cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
+        except Exception as exc:  # noqa: BLE001 - Hydra reports its other errors when it composes for real
+            line = _unknown_key_line(str(exc), overrides)
+            if line is None:
+                return
+            print(f"error: {line}", file=sys.stderr)
+            sys.exit(2)
+        choices = config_checks.runtime_choices(cfg)
+        with open_dict(cfg):
+            del cfg["hydra"]
+        _check_before_running(cfg, choices)
+
+
 def _check_single_run_first(argv: list[str]) -> tuple[RunDirLock, Path | None] | None:
     """A single run's config and run dir are checked before Hydra creates the dir or writes its .hydra/: a bad
     value (exit 2) or a refused run dir (a user's folder, busy, finished, resumed with another config: exit 1)
@@ -334,6 +382,8 @@ def _main(argv: list[str] | None) -> None:
             print(f"error: {exc}", file=sys.stderr)
             sys.exit(2)
     held = None if _user_config_dirs(argv) else _check_single_run_first(argv)
+    if not _user_config_dirs(argv):
+        _check_sweep_first(argv)
     if any(a in ("-m", "--multirun") for a in argv):
         _end_sweeps_whatever_the_launcher_does()
     sys.argv = [sys.argv[0], *argv]
