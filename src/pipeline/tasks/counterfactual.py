@@ -184,8 +184,9 @@ class CounterfactualTask(Task):
                             f"the value top and the highest reserves are unreliable at this rounding (measured: off "
                             f"by up to 0.1 of the value range with a step of 0.05 of it); log unrounded bids")
             else:
-                log.info(f"the bids lie on a lattice of step {step:g} ({found[1]:.0%} of them): each bid is read as "
-                         "censored to its rounding cell")
+                log.warning(f"the bids lie on a lattice of step {step:g} ({found[1]:.0%} of them): each bid is read as "
+                            f"censored to its rounding cell (measured at a step of 1/4-1/3 of the bandwidth {width:.3g}: "
+                            "up to 1.6x the error of unrounded bids at high reserves)")
         self.extras["bid_checks"] = checks
 
     def fit_and_evaluate(self, trainer, datamodule, ckpt_path) -> list[dict[str, float]]:
