@@ -108,7 +108,7 @@ def test_the_pruner_sees_every_agent_when_some_have_stopped():
                        eval_episodes=2, final_eval_episodes=1, log_every=10**9, buffer_size=1000, eps_duration=32,
                        optimizer=lambda p: torch.optim.SGD(p, lr=0.05), loss=torch.nn.SmoothL1Loss(),
                        net=lambda in_features, out_features: MLP(in_features, out_features, hidden=(8,)),
-                       stop_at_return=stop)
+                       stop_at_return=stop, stop_confirm_episodes=0)  # no confirmation: these agents do not learn
 
     def fit(task):
         task.curves = [CurveLog(f"/nonexistent-{id(task)}/{i}.csv", flush_every_s=10**9) for i in range(3)]
