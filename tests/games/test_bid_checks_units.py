@@ -133,3 +133,14 @@ def test_spread_in_cells_by_hand():
     want = [0.0125, 0.0375, 0.0625, 0.1, 0.125 + 0.5 * 0.05 * 0.75]
     assert torch.allclose(spread[:, 0], torch.tensor(want, dtype=F64), atol=1e-12)
     assert torch.equal(spread[:, 0], spread[:, 1])
+
+
+def test_zeros_that_rounding_explains_are_not_excess():
+    """Bids on a 0.05 lattice: the cell at 0 is [0, 0.025), half as wide as the others, so it holds about half
+    the count at 0.05; only zeros beyond that are bids not made."""
+    from pipeline.games.bid_checks import excess_zeros
+
+    rounded = torch.tensor([0.0] * 10 + [0.05] * 20 + [0.1] * 20 + [0.15] * 20, dtype=F64)
+    assert excess_zeros(rounded) == 0
+    assert excess_zeros(torch.cat([rounded, torch.zeros(7, dtype=F64)])) == 7
+    assert excess_zeros(torch.tensor([0.0, 0.0, 0.013, 0.2771, 0.5], dtype=F64)) == 2  # no lattice: every zero

@@ -318,3 +318,25 @@ def test_truth_in_the_datas_units_and_clamps_of_every_statistic(monkeypatch):
     assert metrics["cf/first_price_n2/truth"] == pytest.approx(2 / 3)
     assert metrics["cfw/first_price_n2/truth"] == pytest.approx(2 * 2 / 3)  # E[max of two U[0, 2]] = 4/3
     assert metrics["cf/bound_clamps"] == 2.0 and task.extras["bound_clamps"] == ["revenue clamp", "welfare clamp"]
+
+
+def test_rounded_and_zero_bids_are_named_in_one_line_each_and_recorded(caplog):
+    """2,000 bids v / 2 of U[0, 1] values rounded to 0.05, 2% of them 0: one warning names the step (over half
+    the bandwidth: too coarse), one the zero share; `bid_checks` records both; the top and its tail value are recorded."""
+    generator = torch.Generator().manual_seed(0)
+    bids = torch.round(torch.rand(2000, generator=generator, dtype=torch.float64) * 0.5 / 0.05) * 0.05
+    bids[torch.randperm(2000, generator=generator)[:40]] = 0.0
+    task = make_task(stand_in(LoggedBids(bids, 2, None, None)), rules=["second_price_r0.5", "second_price_r1.0"],
+                     epsilons=[])
+    with caplog.at_level(logging.WARNING, logger="pipeline.tasks.counterfactual"):
+        task.fit_and_evaluate(SimpleNamespace(loggers=[]), None, None)
+    lines = [r.getMessage() for r in caplog.records]
+    assert sum("lattice of step 0.05 (100% of them), over half the smoothing bandwidth" in line for line in lines) == 1
+    assert sum(" more than rounding explains): dropped from the pooled inversion" in line for line in lines) == 1
+    checks = task.extras["bid_checks"]
+    # 40 zeros set (2%) on top of the ~100 the cell at 0 holds; the two cell counts have SDs of ~10 and ~14 bids
+    assert checks["excess_zero_share"] == pytest.approx(0.02, abs=0.015) and checks["zero_share"] > 0.06
+    assert checks["lattice"] == 0.05 and checks["coarse"] is True
+    top = task.extras["value_top"]
+    assert 0.9 < top["tail_value"] < top["estimated"] and top["from"] == "estimated"
+    assert 0.5 not in top["reserves_on_the_top_alone"]

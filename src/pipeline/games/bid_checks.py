@@ -122,3 +122,15 @@ def spread_in_cells(bids: Tensor, step: float) -> Tensor:
         width = torch.where(index == top, width * fill, width)
         out[:, c] = (low + share * width) * step
     return out.reshape(x.shape)
+
+
+def excess_zeros(bids: Tensor | np.ndarray) -> int:
+    """How many exact-zero bids are more than rounding explains: all of them, or on a lattice of step s (bids
+    rounded), those beyond half the count at s (the cell at 0 is half a cell wide, [0, s/2))."""
+    x = torch.as_tensor(bids, dtype=torch.float64).flatten()
+    zeros = int((x == 0).sum())
+    found = bid_lattice(x) if zeros else None
+    if found is None:
+        return zeros
+    at_step = int((torch.round(x / found[0]) == 1).sum())
+    return max(0, zeros - round(at_step / 2))

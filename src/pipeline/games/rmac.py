@@ -48,7 +48,7 @@ import torch
 from torch import Tensor
 
 from pipeline.games.auction import truth
-from pipeline.games.bid_checks import LATTICE_CELLS, ZERO_WARN, bid_lattice, check_bids, zero_share
+from pipeline.games.bid_checks import LATTICE_CELLS, ZERO_WARN, bid_lattice, check_bids, excess_zeros
 from pipeline.games.rules import STATISTICS, Rule, eps_label, parse_rule, result_key
 from pipeline.games.solver import (
     DEFAULT_ITERS,
@@ -641,14 +641,21 @@ def choose_value_scale(
 
 
 def without_zero_bids(bids: Tensor) -> Tensor:
-    """``bids`` (checked by `check_bids`) without the exact zeros when they are more than `ZERO_WARN` of them.
+    """``bids`` (checked by `check_bids`) without the exact zeros rounding does not explain (`excess_zeros`) when
+    they are more than `ZERO_WARN` of the bids.
 
     Continuous values bid 0 with probability 0 in equilibrium, so a pile of zeros is bids that were not made
     (logged as 0): measured on 2% zeros (U[0, 1], F = v^2, Beta(2, 2)), kept they raise every inverted value by
     0.02 / ((n - 1) f(b)) and cost 2-5x the sampling error at high reserves; dropped, the rest is the same
     equilibrium sample."""
     check_bids(bids)
-    return bids[bids > 0] if zero_share(bids) > ZERO_WARN else bids
+    excess = excess_zeros(bids)
+    if excess <= ZERO_WARN * bids.numel():
+        return bids
+    zero = (bids == 0).nonzero().flatten()[:excess]  # the zeros beyond what rounding explains (`excess_zeros`)
+    keep = torch.ones_like(bids, dtype=torch.bool)
+    keep[zero] = False
+    return bids[keep]
 
 
 def effective_lattice(bids: Tensor, bandwidth: float | None = None) -> float | None:

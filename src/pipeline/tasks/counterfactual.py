@@ -15,7 +15,7 @@ import torch
 
 from pipeline.games.asymmetric import ESTIMATED, NOT_ESTIMATED, asymmetric_bounds, asymmetric_table
 from pipeline.games.auction import default_rules, parse_rule, reserve_top
-from pipeline.games.bid_checks import ZERO_WARN, bid_lattice, zero_share
+from pipeline.games.bid_checks import ZERO_WARN, bid_lattice, excess_zeros, zero_share
 from pipeline.games.plots import plot_revenue_vs_reserve
 from pipeline.games.rmac import (
     choose_value_scale,
@@ -166,13 +166,14 @@ class CounterfactualTask(Task):
     def _check_bids(self, logged) -> None:
         """A rounding lattice and exact-zero bids: recorded in result.json (`bid_checks`), each named in one line."""
         bids = logged.bids
-        checks: dict = {"zero_share": zero_share(bids)}
-        if checks["zero_share"] > ZERO_WARN:
+        checks: dict = {"zero_share": zero_share(bids), "excess_zero_share": excess_zeros(bids) / bids.numel()}
+        if checks["excess_zero_share"] > ZERO_WARN:
             what = ("dropped from the pooled inversion as bids not made (continuous values bid 0 with probability "
                     "0; if they are real bids of 0 the estimate is off)" if logged.by_bidder is None or
                     not self.extras["symmetry"]["decision"].startswith("asymmetric") else
                     "kept (asymmetric bidders: each bidder's inversion reads them as bids)")
-            log.warning(f"{checks['zero_share']:.1%} of the bids are exactly 0: {what}")
+            log.warning(f"{checks['zero_share']:.1%} of the bids are exactly 0 ({checks['excess_zero_share']:.1%} more "
+                        f"than rounding explains): {what}")
         found = bid_lattice(bids)
         step = effective_lattice(bids)
         if found is not None and step is not None:
