@@ -58,8 +58,8 @@ def _watch(monkeypatch, dirs):
         return watched
 
     class EpochCheckpointer(real_epochs):
-        def __init__(self, path, policy, stop, on_save, saved_epoch=None):
-            super().__init__(path, policy, stop, after(on_save), saved_epoch)
+        def __init__(self, path, policy, stop, on_save, *args, **kwargs):
+            super().__init__(path, policy, stop, after(on_save), *args, **kwargs)
 
         def on_train_batch_end(self, *args):
             started_once()
@@ -77,6 +77,7 @@ def _watch(monkeypatch, dirs):
 
 
 def _check_stages(seen, returned, dirs, checkpoints: int):
+    assert [r["status"] for r in returned] == ["ok"] * len(dirs), [r.get("error") for r in returned]
     written_ok = [records[0] for stage, records in seen if stage == "written ok"]
     for record in written_ok:
         assert record["segments"][-1].get("end") == "ok" and record["error"] is None, record["segments"][-1]
