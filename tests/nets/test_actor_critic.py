@@ -254,3 +254,46 @@ def test_a_gaussian_sample_is_mean_plus_std_times_the_generators_next_normals():
     assert drawn.dtype == torch.float64
     assert torch.allclose(drawn, mean + torch.tensor([1.0, 2.0], dtype=torch.float64) * eps, atol=1e-12, rtol=0)
     assert not torch.equal(drawn, gaussian_sample(mean, log_std, torch.Generator().manual_seed(12)))
+
+
+def test_the_cnn_ensembles_member_i_is_the_single_cnn_with_its_weights():
+    """EnsembleActorCriticCNN over K = 2 seeds: member i starts as the single net built under its seed, its state_dict
+    loads strictly into ActorCriticCNN, and on the same uint8 frames both give the same logits, values and gradients."""
+    from pipeline.nets.actor_critic_cnn import ActorCriticCNN, EnsembleActorCriticCNN
+
+    seeds, n_actions = [3, 7], 6
+    factory = functools.partial(ActorCriticCNN, in_channels=4)
+    ens = EnsembleActorCriticCNN.from_factory(factory, seeds, (4, 84, 84), n_actions)
+    frames = torch.randint(0, 256, (2, 5, 4, 84, 84), generator=torch.Generator().manual_seed(0), dtype=torch.uint8)
+    logits, values = ens(frames)
+    assert logits.shape == (2, 5, n_actions) and values.shape == (2, 5)
+    (logits.square().sum() + values.sum()).backward()
+    for i, seed in enumerate(seeds):
+        torch.manual_seed(seed)
+        fresh = ActorCriticCNN(n_actions, in_channels=4, in_features=4 * 84 * 84)
+        single = ActorCriticCNN(n_actions)
+        single.load_state_dict(ens.member_state_dict(i))  # strict: the same keys and shapes
+        for key, value in fresh.state_dict().items():
+            assert torch.equal(value, single.state_dict()[key]), key
+        one_logits, one_value = single(frames[i])
+        scale = float(one_logits.abs().max() + one_value.abs().max())
+        assert torch.allclose(logits[i], one_logits, rtol=1e-5, atol=1e-5 * scale)
+        assert torch.allclose(values[i], one_value, rtol=1e-5, atol=1e-5 * scale)
+        (one_logits.square().sum() + one_value.sum()).backward()
+        first_conv, head = ens.torso[0], ens.critic[0]
+        g = single.torso[0].weight.grad
+        assert torch.allclose(first_conv.weight.grad[i], g, rtol=1e-4, atol=1e-4 * float(g.abs().max()))
+        g = single.critic[0].weight.grad
+        # EnsembleLinear keeps weights transposed ([in, out]); the single layer's are [out, in].
+        assert torch.allclose(head.weight.grad[i].t(), g, rtol=1e-4, atol=1e-4 * float(g.abs().max()))
+    # The two members differ (their own seeds), so the equality above is not one network compared with itself.
+    assert not torch.allclose(logits[0], logits[1])
+
+
+def test_the_cnn_refuses_frames_of_another_size_and_continuous_actions():
+    from pipeline.nets.actor_critic_cnn import ActorCriticCNN
+
+    with pytest.raises(ValueError, match="frames shaped"):
+        ActorCriticCNN(6, in_features=4)
+    with pytest.raises(ValueError, match="discrete"):
+        ActorCriticCNN(2, continuous=True)

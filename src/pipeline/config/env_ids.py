@@ -1,4 +1,5 @@
-"""The `env` group at start-up: the id must be a registered gymnasium env, and its action space what the task takes.
+"""The `env` group at start-up: the id must be a registered gymnasium env, its action space what the task takes, and
+image observations go to a convolutional network.
 
 gymnasium only, never the pipeline's env wrappers (which load torch): an unknown id is one line with a close match
 before Lightning loads. Atari ids (`ALE/...`) are registered by importing ale_py, as `pipeline.rl.envs` does.
@@ -50,11 +51,12 @@ def check_env_id(env_id: str) -> None:
     raise ConfigError(f"env.id={env_id} is not a registered gymnasium environment; {hint}")
 
 
-_SPACES: dict[tuple, object] = {}
+_SPACES: dict[tuple, tuple | None] = {}
 
 
-def _action_space(env_id: str, kwargs: dict):
-    """The env's action space (made once per id and kwargs), None when gymnasium cannot make it here."""
+def _spaces(env_id: str, kwargs: dict) -> tuple | None:
+    """The env's (observation space, action space), made once per id and kwargs; None when gymnasium cannot make it
+    here."""
     key = (env_id, tuple(sorted((str(k), repr(v)) for k, v in kwargs.items())))
     if key not in _SPACES:
         import gymnasium
@@ -64,9 +66,31 @@ def _action_space(env_id: str, kwargs: dict):
         except Exception:  # noqa: BLE001 - an env that cannot be made here is reported by the task that makes it
             _SPACES[key] = None
         else:
-            _SPACES[key] = env.action_space
+            _SPACES[key] = (env.observation_space, env.action_space)
             env.close()
     return _SPACES[key]
+
+
+def _action_space(env_id: str, kwargs: dict):
+    spaces = _spaces(env_id, kwargs)
+    return None if spaces is None else spaces[1]
+
+
+def image_observations(env_id: str, kwargs: dict | None = None) -> str | None:
+    """The env's observations as text when they are images (Atari games' frame stacks; a Box of >= 2 axes of uint8),
+    None when they are not or the env cannot be made here."""
+    if env_id.startswith("ALE/"):
+        return "uint8 frame stacks (an Atari game)"
+    import gymnasium
+    import numpy as np
+
+    spaces = _spaces(env_id, dict(kwargs or {}))
+    if spaces is None:
+        return None
+    obs = spaces[0]
+    if isinstance(obs, gymnasium.spaces.Box) and len(obs.shape) >= 2 and obs.dtype == np.uint8:
+        return f"images {obs}"
+    return None
 
 
 def action_kind(env_id: str, kwargs: dict | None = None) -> tuple[str, str] | None:

@@ -149,6 +149,32 @@ def check_task_settings(cfg: DictConfig, choices: Mapping[str, str | None]) -> N
         hint = f", or {' or '.join(f'task={t}' for t in others)} for its actions" if others else ""
         raise ConfigError(f"{name} takes {' or '.join(spaces)} actions, and env.id={env_id} has {found[1]}: choose another "
                           f"env{hint}")
+    _check_image_model(cfg, name, env_id, kwargs)
+
+
+# Models that flatten their input: on image observations they learn from raw pixels as a flat vector.
+FLAT_MODELS = {
+    "pipeline.nets.mlp.MLP": "model=mlp",
+    "pipeline.nets.actor_critic.ActorCritic": "model=actor_critic",
+    "pipeline.nets.heads.DuelingQNet": "model=dueling",
+    "pipeline.nets.heads.NoisyQNet": "model=noisy",
+}
+# A task's convolutional model and preset, named in the refusal.
+IMAGE_MODELS = {"task=ppo": "model=actor_critic_cnn (or experiment=ppo_atari)",
+                "task=dqn": "model=atari_cnn (or experiment=dqn_atari)"}
+
+
+def _check_image_model(cfg: DictConfig, name: str, env_id: str, kwargs: dict) -> None:
+    """A flat network (`FLAT_MODELS`) on image observations is one line naming the convolutional model to use."""
+    model = cfg.get("model")
+    target = str(model.get("_target_")) if isinstance(model, DictConfig) else ""
+    if target not in FLAT_MODELS:
+        return
+    images = env_ids.image_observations(env_id, kwargs)
+    if images is None:
+        return
+    fix = IMAGE_MODELS.get(name, "a convolutional model (e.g. model=atari_cnn)")
+    raise ConfigError(f"{FLAT_MODELS[target]} flattens its input, and env.id={env_id} gives {images}: use {fix}")
 
 
 def _task_name(cls: type, choices: Mapping[str, str | None]) -> str:

@@ -44,6 +44,7 @@ from pipeline.nets.actor_critic import (
     gaussian_log_prob,
     gaussian_sample,
 )
+from pipeline.nets.actor_critic_cnn import ActorCriticCNN, EnsembleActorCriticCNN
 from pipeline.nets.ensemble import clip_grad_norm_per_member_, make_ensemble
 from pipeline.rl.ppo import (
     RewardScaler,
@@ -104,6 +105,7 @@ class PPOTask(RLTask):
     algorithm = "ppo"
     checkpoint_format = "pipeline.ppo/3"  # 3: RLTask's skeleton (progress as one dict)
     RunProgress = PPOProgress
+    frames_in = False  # the network takes uint8 frames (model=actor_critic_cnn)
 
     def __init__(self, config: PPOConfig, parts: TaskParts):
         super().__init__(config, parts)
@@ -126,9 +128,17 @@ class PPOTask(RLTask):
         self.continuous = isinstance(act_space, gym.spaces.Box)
         self.action_shape = tuple(act_space.shape) if self.continuous else ()
         n_out = int(act_space.shape[0]) if self.continuous else int(act_space.n)
-        if not (isinstance(net, functools.partial) and isinstance(net.func, type) and issubclass(net.func, ActorCritic)):
-            raise ValueError(f"task=ppo needs model=actor_critic (an actor and a critic); got {getattr(net, 'func', net)}")
-        return make_ensemble(functools.partial(net, continuous=self.continuous), self.agent_seeds, self.obs_shape, n_out)
+        kind = net.func if isinstance(net, functools.partial) and isinstance(net.func, type) else None
+        factory = functools.partial(net, continuous=self.continuous)
+        if kind is not None and issubclass(kind, ActorCriticCNN):
+            if self.config.normalize_obs:
+                raise ValueError("model=actor_critic_cnn scales uint8 frames by 1/255 itself; set task.normalize_obs=false")
+            self.frames_in = True
+            return EnsembleActorCriticCNN.from_factory(factory, self.agent_seeds, self.obs_shape, n_out)
+        if kind is None or not issubclass(kind, ActorCritic):
+            raise ValueError("task=ppo needs model=actor_critic or model=actor_critic_cnn (an actor and a critic); "
+                             f"got {getattr(net, 'func', net)}")
+        return make_ensemble(factory, self.agent_seeds, self.obs_shape, n_out)
 
     def configure_optimizers(self):
         optimizer = self.optimizer_factory(self.net.parameters())
@@ -184,7 +194,9 @@ class PPOTask(RLTask):
     # ---- the policy ----------------------------------------------------------------------------
     def net_input(self, obs: torch.Tensor, agents: torch.Tensor | None = None) -> torch.Tensor:
         """Observations [K, N, *obs_shape] as the networks see them: normalised by each agent's statistics, when asked
-        (`agents`: whose rows these are, None for all K in order)."""
+        (`agents`: whose rows these are, None for all K in order); a CNN's uint8 frames as they are."""
+        if self.frames_in:  # uint8 frames, scaled inside the CNN: the rollout keeps them uint8
+            return obs
         obs = obs.float()
         return obs if self.obs_stats is None else self.obs_stats.normalize(obs, self.config.obs_clip, agents=agents)
 
