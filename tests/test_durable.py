@@ -209,10 +209,12 @@ def test_a_finished_record_is_never_overwritten_and_a_failed_resume_keeps_the_ea
     resumed = run_cli(*args, "ckpt_path=last")
     assert resumed.returncode != 0
     text = resumed.stdout + resumed.stderr
-    assert "cannot resume" in text and "truncated" in text and "Traceback" not in text and "weights_only=False" not in text
+    # Its digest says so before anything is read or written, and the previous checkpoint is offered.
+    assert "is damaged" in text and "nothing was changed" in text and "Traceback" not in text and "weights_only=False" not in text
+    assert f") is good: continue from it with ckpt_path={tmp_path / 'checkpoints' / 'previous.ckpt'}" in text
     assert json.loads((tmp_path / "result.json").read_text()) == record
     assert (tmp_path / "metrics.csv").read_text() == curve
-    changed = run_cli(*args, "ckpt_path=last", "model.hidden=[8]")
+    changed = run_cli(*args, f"ckpt_path={tmp_path / 'checkpoints' / 'previous.ckpt'}", "model.hidden=[8]")
     assert changed.returncode != 0 and "cannot resume" in changed.stdout + changed.stderr
 
 

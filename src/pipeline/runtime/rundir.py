@@ -38,8 +38,8 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # sweep's process and its workers, and both pass it on), not an impatient second Ctrl-C.
 SAME_REQUEST_S = 1.0
 
-# The locks this process holds, by absolute path: [fd, how many acquires share it].
-_HELD: dict[str, list[int]] = {}
+# The locks this process holds, by absolute path: [fd, how many acquires share it, a take-over note to log].
+_HELD: dict[str, list] = {}
 
 
 class RunDirBusy(RuntimeError):
@@ -61,6 +61,9 @@ class RunDirLock:
         if held is not None and _same_file(held[0], self.path):  # this process owns it already (the CLI took it)
             held[1] += 1
             self._shared = True
+            if held[2]:  # said again now that the run's log is set up (the CLI took the lock before it was)
+                log.info(held[2])
+                held[2] = ""
             return
         try:
             self._acquire()
@@ -68,7 +71,7 @@ class RunDirLock:
             if isinstance(exc, StoreWriteError):
                 raise
             raise write_error(self.path, exc) from None
-        _HELD[self._key] = [self._fd, 1]
+        _HELD[self._key] = [self._fd, 1, self._took_over]
 
     def _acquire(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -89,8 +92,10 @@ class RunDirLock:
             # open again, so take the one the path names now.
             os.close(fd)
         previous = _read_owner(fd)
+        self._took_over = ""
         if previous and previous.get("pid") != os.getpid():
-            log.info(f"took over {self.path.parent} from process {previous.get('pid')} on {previous.get('host')}, which is gone")
+            self._took_over = f"took over {self.path.parent} from process {previous.get('pid')} on {previous.get('host')}, which is gone"
+            log.info(self._took_over)
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}).encode(), 0)
