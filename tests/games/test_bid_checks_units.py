@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 import torch
 
+from pipeline.data.auction import AuctionBidsData
 from pipeline.games.bid_checks import bid_lattice, check_bids, constant_bidder, zero_share
-from pipeline.games.bids_csv import BidDataError, load_bids_csv
+from pipeline.games.bids_csv import BidDataError
 from pipeline.games.rmac import (
     effective_lattice,
     interp,
@@ -77,7 +78,7 @@ def test_a_constant_bidder_is_found_in_both_layouts():
 
 
 @pytest.mark.parametrize("layout", ["wide", "long"])
-def test_the_loader_refuses_a_constant_bid_column_in_either_layout(tmp_path, layout):
+def test_a_constant_bid_column_is_refused_at_start_up_in_either_layout(tmp_path, layout):
     table = _uniform_bids(300)
     table[:, 1] = 0.25
     path = tmp_path / "bids.csv"
@@ -88,14 +89,14 @@ def test_the_loader_refuses_a_constant_bid_column_in_either_layout(tmp_path, lay
     path.write_text("\n".join(rows) + "\n")
     with pytest.raises(BidDataError, match=r"\(a constant bid column\): no equilibrium of private values bids that; "
                                            r"drop that bidder's bids"):
-        load_bids_csv(path)
+        AuctionBidsData(path=str(path)).prepare_data()
 
 
 def test_all_equal_bids_are_refused_without_grid_advice(tmp_path):
     path = tmp_path / "bids.csv"
     path.write_text("auction_id,bid\n" + "".join(f"{i // 2},0.4\n" for i in range(200)))
     with pytest.raises(BidDataError) as error:
-        load_bids_csv(path)
+        AuctionBidsData(path=str(path)).prepare_data()
     assert "every bid is 0.4: equal bids say nothing about the values behind them" in str(error.value)
     assert "grid" not in str(error.value)
     for bids in (torch.full((100,), 0.4, dtype=F64), torch.zeros(100, dtype=F64)):

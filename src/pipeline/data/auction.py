@@ -9,7 +9,14 @@ from pathlib import Path
 import torch
 
 from pipeline.games.auction import simulate_first_price_bids
-from pipeline.games.bids_csv import BAD_ROWS, BidData, RowCounts, check_n_bidders, load_bids_csv
+from pipeline.games.bids_csv import (
+    BAD_ROWS,
+    BidData,
+    RowCounts,
+    check_bid_values,
+    check_n_bidders,
+    load_bids_csv,
+)
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +59,7 @@ class AuctionBidsData:
     def prepare_data(self) -> None:
         if self.path is not None:  # read once, at start-up: a bad file fails here with the loader's one line
             self._file = load_bids_csv(self.path, self.n_bidders, self.on_bad_rows)
+            check_bid_values(self.path, self._file)
             log.info(self._file.rows.summary(self.path))
 
     def setup(self, stage: str | None = None) -> None:

@@ -301,12 +301,6 @@ def load_bids_csv(path: str | Path, n_bidders: int | None = None, on_bad_rows: s
     if auctions.size < MIN_BIDS:
         raise _fail(path, f"only {auctions.size} usable bids, need at least {MIN_BIDS} to estimate the opponents' "
                     "bid distribution", "log more auctions")
-    if np.ptp(auctions) == 0:
-        raise _fail(path, f"every bid is {auctions.flat[0]:g}: equal bids say nothing about the values behind them",
-                    "check that the bid column holds the bids (not a reserve or a fixed price)")
-    if (constant := constant_bidder(auctions, by_bidder)) is not None:
-        raise _fail(path, f"{constant} (a constant bid column): no equilibrium of private values bids that",
-                    "drop that bidder's bids and pass the others' count (data.n_bidders), or check the column")
     return BidData(torch.from_numpy(np.ascontiguousarray(auctions)), int(n), by_bidder, counts)
 
 
@@ -347,6 +341,18 @@ def _group_long(path, columns, tokens, offsets, lines, bids, n_bidders, reason):
     else:
         table[rows, bidder[keep]] = bids[keep]
     return table, lines[keep], n, bidder is not None
+
+
+def check_bid_values(path: str | Path, data: BidData) -> None:
+    """BidDataError (one line) for a log whose bids cannot be equilibrium bids of private values: all equal, or one
+    bidder who bids the same in every auction (`constant_bidder`, the same check in every layout)."""
+    path = Path(path)
+    if float(data.bids.max()) == float(data.bids.min()):
+        raise _fail(path, f"every bid is {float(data.bids.max()):g}: equal bids say nothing about the values behind "
+                    "them", "check that the bid column holds the bids (not a reserve or a fixed price)")
+    if (constant := constant_bidder(data.bids, data.by_bidder)) is not None:
+        raise _fail(path, f"{constant} (a constant bid column): no equilibrium of private values bids that",
+                    "drop that bidder's bids and pass the others' count (data.n_bidders), or check the column")
 
 
 def save_bids_csv(path: str | Path, bids: Tensor, n_bidders: int) -> Path:
