@@ -20,7 +20,7 @@ from pipeline.config import checks as config_checks
 from pipeline.config.checks import ConfigError, check_group_overrides, one_line
 from pipeline.config.grouping import start_sweep_id
 from pipeline.runtime import quiet
-from pipeline.runtime.context import exit_status, hydra_quoted, path_override
+from pipeline.runtime.context import exit_status, hydra_quoted, launcher_failure_handler, path_override
 from pipeline.runtime.rundir import RunDirBusy, RunDirLock, honour_stop_signals_from_now
 from pipeline.store.atomic import cause_of
 from pipeline.store.layout import error_log_path, result_path
@@ -335,17 +335,18 @@ def _end_sweeps_whatever_the_launcher_does() -> None:
         return
     original = Hydra.multirun
 
-    def multirun(self, *args, **kwargs):
-        from pipeline.sweep import end_after_launcher_failure
+    def ended(exc: BaseException, stopped: bool = False) -> bool:
+        return bool(launcher_failure_handler) and launcher_failure_handler[0](exc, stopped=stopped)
 
+    def multirun(self, *args, **kwargs):
         try:
             return original(self, *args, **kwargs)
         except SystemExit as exc:
             if exc.code in (129, 130, 143):
-                end_after_launcher_failure(exc, stopped=True)
+                ended(exc, stopped=True)
             raise
         except Exception as exc:
-            if type(exc).__name__ in ("ConfigError", "RunRefused") or not end_after_launcher_failure(exc):
+            if type(exc).__name__ in ("ConfigError", "RunRefused") or not ended(exc):
                 raise
             return None
 

@@ -29,7 +29,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.config.grouping import start_sweep_id
-from pipeline.runtime.context import exit_status
+from pipeline.runtime.context import exit_status, launcher_failure_handler
 from pipeline.runtime.job import RELAY_ENV, STOP_FILE, mark_dead
 from pipeline.runtime.rundir import EXIT_CODES, STOP_SIGNALS, say
 from pipeline.store.record import read_records, summary_line
@@ -112,6 +112,7 @@ class SweepReportCallback(Callback):
         start_sweep(sweep_dir, planned_jobs(config))
         self._install_stop(sweep_dir)
         _ACTIVE[:] = [(self, config)]
+        launcher_failure_handler[:] = [end_after_launcher_failure]
         launcher = str(OmegaConf.select(config, "hydra.launcher._target_", default="") or "")
         # A live line needs the terminal to itself: joblib's workers print their jobs' lines straight to it, so
         # they get plain lines; the basic launcher's job processes send their output through this process.
@@ -169,6 +170,7 @@ class SweepReportCallback(Callback):
             signal.signal(sig, handler)
         self._previous = {}
         _ACTIVE.clear()
+        launcher_failure_handler.clear()
         sweep_dir = Path(config.hydra.sweep.dir)
         if not sweep_dir.is_dir():
             return

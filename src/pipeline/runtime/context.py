@@ -31,6 +31,10 @@ class ExitStatus:
 
 exit_status = ExitStatus()
 
+# Set by a sweep's callback (pipeline.sweep) while it runs: what ends the sweep when its launcher fails under it.
+# The CLI calls it (exception, stopped) -> whether it handled the failure; the CLI cannot import the sweep module.
+launcher_failure_handler: list = []
+
 
 @dataclass
 class JobContext:
