@@ -1,10 +1,37 @@
 """PPO on Atari pixels: a flat network is refused at start-up; experiment=ppo_atari trains K Nature-CNN agents."""
 
+import functools
+from types import SimpleNamespace
+
 import pytest
 import torch
 
 from pipeline.nets.actor_critic_cnn import ActorCriticCNN
+from pipeline.tasks.ppo import PPOTask
 from pipeline_testing import read_result, run_cli
+
+ATARI = {"id": "ALE/Pong-v5", "backend": "gym",
+         "kwargs": {"frame_skip": 4, "screen_size": 84, "noop_max": 30, "frame_stack": 4, "clip_rewards": True}}
+
+
+def test_a_rollout_keeps_frames_uint8_and_the_cnn_scales_them():
+    """Two agents, 3 steps of one Pong each: the rollout holds the env's uint8 frames, and member i's values on them
+    are a plain ActorCriticCNN's with its weights (the /255 happens inside the network, once)."""
+    task = PPOTask.create(net=functools.partial(ActorCriticCNN), optimizer=functools.partial(torch.optim.Adam, lr=1e-3),
+                          env=ATARI, n_agents=2, total_steps=3, envs_per_agent=1, num_steps=3, num_minibatches=1,
+                          update_epochs=1, eval_every=10**9, log_every=10**9, eval_episodes=1, final_eval_episodes=1)
+    opt = task.configure_optimizers()
+    task.optimizers = lambda: SimpleNamespace(optimizer=opt)
+    task.on_fit_start()
+    rollout = task.rollout()
+    assert rollout.obs.dtype == torch.uint8 and rollout.obs.shape == (3, 2, 1, 4, 84, 84)
+    assert int(rollout.obs.max()) > 1  # raw pixel values, not scaled
+    for i in range(2):
+        plain = ActorCriticCNN(task.action_space.n)
+        plain.load_state_dict(task.net.member_state_dict(i))
+        with torch.no_grad():
+            _, values = plain(rollout.obs[:, i, 0])
+        assert torch.allclose(rollout.values[:, i, 0], values, rtol=1e-5, atol=1e-5 * float(values.abs().max()))
 
 
 @pytest.mark.parametrize("args", [("experiment=ppo_cartpole", "env=atari"),
