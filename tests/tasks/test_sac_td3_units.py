@@ -128,3 +128,34 @@ def test_the_record_and_model_file_hold_the_plain_actor(algo):
     obs = torch.randn(5, 3)
     assert torch.allclose(plain(obs), task.net(obs.expand(2, 5, 3))[1], atol=1e-6)
     assert (plain(obs).abs() <= 2).all()  # Pendulum's torque bounds travel with the weights
+
+
+def test_td3_updates_its_actor_and_targets_every_policy_frequency_critic_steps():
+    task = make("td3", n_agents=2, policy_frequency=2, tau=0.5)
+    train(task, 20)  # the buffer holds 20 transitions; no update yet (learning starts after step 20)
+    snapshot = {name: {k: v.clone() for k, v in getattr(task, name).state_dict().items()}
+                for name in ("net", "actor_target", "critic", "critic_target")}
+
+    def changed(name: str) -> bool:
+        return any(not torch.equal(v, snapshot[name][k]) for k, v in getattr(task, name).state_dict().items())
+
+    task.learn_step(task.sample_batch())  # critic step 1: the critics move, nothing else
+    assert changed("critic") and not changed("net") and not changed("actor_target") and not changed("critic_target")
+    actor_before = {k: v.clone() for k, v in task.net.state_dict().items()}
+    task.learn_step(task.sample_batch())  # critic step 2: the actor steps, then both targets move halfway (tau 0.5)
+    assert changed("net") and changed("actor_target") and changed("critic_target")
+    for k, v in task.actor_target.state_dict().items():
+        assert torch.allclose(v, 0.5 * snapshot["actor_target"][k] + 0.5 * task.net.state_dict()[k], atol=1e-6), k
+    assert any(not torch.equal(v, actor_before[k]) for k, v in task.net.state_dict().items())
+
+
+def test_sac_moves_its_target_critics_by_tau_every_target_network_frequency_steps():
+    task = make("sac", n_agents=1, target_network_frequency=2, tau=0.25)
+    train(task, 20)
+    start = {k: v.clone() for k, v in task.critic_target.state_dict().items()}
+    task.learn_step(task.sample_batch())
+    assert all(torch.equal(v, start[k]) for k, v in task.critic_target.state_dict().items())
+    task.learn_step(task.sample_batch())
+    online = task.critic.state_dict()
+    for k, v in task.critic_target.state_dict().items():
+        assert torch.allclose(v, 0.75 * start[k] + 0.25 * online[k], atol=1e-6), k
