@@ -48,10 +48,11 @@ def _drop_on_error(root: logging.Logger, handler: logging.StreamHandler):
         root.removeHandler(handler)
         if isinstance(handler, logging.FileHandler):
             from pipeline.store.atomic import write_error
+            from pipeline.store.layout import RESULT
 
             cause = str(write_error(Path(handler.baseFilename), exc)) if isinstance(exc, OSError) else repr(exc)
             try:
-                sys.stderr.write(f"{cause}; no more lines go to it, the run goes on (its result.json says how it stands)\n")
+                sys.stderr.write(f"{cause}; no more lines go to it, the run goes on (its {RESULT} says how it stands)\n")
                 sys.stderr.flush()
             except (OSError, ValueError):
                 pass

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from pipeline.store.atomic import StoreWriteError, write_error
-from pipeline.store.layout import lock_path
+from pipeline.store.layout import RESULT, lock_path
 
 log = logging.getLogger("pipeline")
 
@@ -241,7 +241,7 @@ def _early_stop_line(name: str) -> str:
     if _progress["resume"]:
         return f"stopped by {name}; the run was already interrupted and saved: continue with: {_progress['resume']}"
     if _progress["started"]:
-        return f"stopped by {name}; the run's result.json says where it stands"
+        return f"stopped by {name}; the run's {RESULT} says where it stands"
     return f"stopped by {name} before the run started: no run record was written, nothing to resume"
 
 
