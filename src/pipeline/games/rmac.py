@@ -218,7 +218,7 @@ def inverted_value_curve(
 
 def first_order_values(
     edge: Tensor, empirical: Tensor, cells: float, step: float, opponents: int, spread: float, n_samples: int,
-    cusp: bool = True,
+    near: bool = True,
 ) -> Tensor:
     """v(b) = b + F(b) / (opponents * f(b)) at each b = edge * step, F and f the level (kept in [0, 1]) and the
     slope of `local_cdf_fit` (``cells`` wide, in units of ``step``) applied to the ``empirical`` CDF at ``edge``
@@ -230,7 +230,7 @@ def first_order_values(
     level_weights, slope_weights = local_cdf_fit(edge, cells)
     level = (level_weights @ empirical).clamp(0.0, 1.0)
     density = (slope_weights @ empirical) / step  # per bid unit
-    top, width = top_density(edge, empirical, cells, n_samples, cusp)
+    top, width = top_density(edge, empirical, cells, n_samples, near)
     if width > 0:  # full weight on the top model within half its window, then a linear hand-over to the local fit
         share = ((width - (edge[-1] - edge)) / (0.5 * width)).clamp(0.0, 1.0)
         density = share * top / step + (1 - share) * density
@@ -243,7 +243,7 @@ CUSP_TEST = 2.5  # largest standardised misfit of the smooth model before the cu
 CUSP_NEAR = 1.8  # ... or this much, when the cusp model's is under half of it
 
 
-def top_density(edge: Tensor, empirical: Tensor, cells: float, n_samples: int, cusp: bool = True) -> tuple[Tensor, float]:
+def top_density(edge: Tensor, empirical: Tensor, cells: float, n_samples: int, near: bool = True) -> tuple[Tensor, float]:
     """The bid density (per cell) at every point of ``edge`` from a model of the CDF's top, and the model's window.
 
     With d = b_top - b, equilibrium bids have 1 - F(b) = a d + e d^2 + ... when the value density is positive at
@@ -254,9 +254,9 @@ def top_density(edge: Tensor, empirical: Tensor, cells: float, n_samples: int, c
     1 - F on (d, d^2) over `TOP_WINDOW` bandwidths has no bias on the first kind and little variance (a, the top's
     density, is read off the whole window); when that model misses the empirical CDF by too many binomial SDs
     somewhere in the window (`CUSP_TEST`, `CUSP_NEAR`), (d, d^(3/2), d^2) over `CUSP_WINDOW` bandwidths is used
-    instead (`docs/auctions.md`, measured choices). ``cusp=False`` (bids rounded to a lattice, whose cell steps
-    the misfit test reads as misfit: it chose the cusp model on rounded uniform bids, top 0.88 for 1) keeps the
-    smooth model.
+    instead (`docs/auctions.md`, measured choices). ``near=False`` (bids rounded to a lattice, whose cell steps
+    add to the misfit: the `CUSP_NEAR` rule chose the cusp model on rounded uniform bids, misfits 2.08 / 0.99,
+    top 0.88 for 1) takes the cusp model only past `CUSP_TEST` (rounded Beta(2, 2): 1.8-4.3).
     """
     distance = edge[-1] - edge
     # The models describe the top, not the whole range: a window reaching below the median bid (few bids, wide
@@ -279,8 +279,8 @@ def top_density(edge: Tensor, empirical: Tensor, cells: float, n_samples: int, c
     # The cusp model when the smooth one misses by more than CUSP_TEST SDs, or by more than CUSP_NEAR SDs and
     # twice as much as the cusp model does (measured: smooth / cusp misfits 0.5-2.1 / 0.4-2.3, ratio <= 2.4 on
     # uniform and v^2 logs; 1.9-5.4 / 0.7-2.0, ratio 1-7 on Beta(2, 2); 2.45 / 0.35 on its exact quantiles).
-    use_cusp = cusp and len(fits) == 2 and (
-        misfits[0] > CUSP_TEST or (misfits[0] > CUSP_NEAR and misfits[0] > 2 * misfits[1]))
+    use_cusp = len(fits) == 2 and (
+        misfits[0] > CUSP_TEST or (near and misfits[0] > CUSP_NEAR and misfits[0] > 2 * misfits[1]))
     powers, window, coef = fits[1] if use_cusp else fits[0]
     density = sum(c * p * distance.clamp_min(0.0) ** (p - 1) for c, p in zip(coef, powers))
     return density, window * cells
