@@ -187,7 +187,7 @@ class CounterfactualTask(Task):
             else:
                 log.warning(f"the bids lie on a lattice of step {step:g} ({found[1]:.0%} of them): each bid is read as "
                             f"censored to its rounding cell (measured at a step of 1/4-1/3 of the bandwidth {width:.3g}: "
-                            "up to 1.6x the error of unrounded bids at high reserves)")
+                            "up to 1.7x the error of unrounded bids at high reserves)")
         self.extras["bid_checks"] = checks
 
     def fit_and_evaluate(self, trainer, datamodule, ckpt_path) -> list[dict[str, float]]:
