@@ -153,10 +153,13 @@ def test_two_populations_of_one_are_one_population_of_two(kind, grid):
 
 def test_ties_within_rounding_go_to_the_nearest_bid_then_the_lowest():
     """Type 0.25 on the grid 0, 0.1, .., 0.4: 0.2 and 0.3 are equally near (0.05 each, though 0.25 - 0.2 and
-    0.3 - 0.25 differ in their last bits), so the lower one, 0.2, comes first; then 0.1 and 0.4, then 0.0."""
+    0.3 - 0.25 differ in their last bits), so the even index, 0.2, comes first (round half to even: half the
+    half-step types go up, half down); then 0.4 and 0.1 (0.15 away: even first), then 0.0. Type 0.35: 0.4 (index 4)
+    before 0.3."""
     actions = torch.tensor(ACTIONS, dtype=F64)
-    priority = best_response_priority(torch.tensor([0.25], dtype=F64), actions)
-    assert priority.argsort(-1).tolist() == [[2, 3, 1, 4, 0]]
+    priority = best_response_priority(torch.tensor([0.25, 0.35], dtype=F64), actions)
+    assert priority.argsort(-1).tolist() == [[2, 3, 4, 1, 0], [4, 3, 2, 1, 0]]
+    priority = priority[:1]
     flat = torch.zeros(1, 5, dtype=F64)
     ulp = torch.finfo(F64).eps
     for above, below in ((1, 2), (2, 1), (0, 3)):  # the two nearest bids a few ulps apart, either way round

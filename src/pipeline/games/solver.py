@@ -228,14 +228,17 @@ def nearest_grid_index(x: Tensor, actions: Tensor) -> Tensor:
 
 
 def best_response_priority(types: Tensor, actions: Tensor) -> Tensor:
-    """(T, A) int64: which of several tied bids a type takes, lowest first: the bid nearest the type, then the
-    lowest bid. In second price a bid inside a gap of the opponents' bids is as good as the truthful one, and
-    letting the first index win would drag the population's bids down for no reason. Distances closer than
-    1e-9 of the grid's scale count as equal (a type at a half step is as near the bid below as the one above),
-    so the order does not depend on rounding either."""
+    """(T, A) int64: which of several tied bids a type takes, lowest first: the bid nearest the type (in second
+    price a bid inside a gap of the opponents' bids is as good as the truthful one, and letting the first
+    index win would drag the population's bids down for no reason); of two equally near (a type at a half
+    step, as every cell midpoint is on its own grid), the even index (round half to even: half the types go
+    up, half down, so the tie biases no statistic; the lower bid for all of them took about 1% off second
+    price's revenue on a 0.01 grid); then the lowest. Distances closer than 1e-9 of the grid's scale count as
+    equal, so the order does not depend on rounding either."""
     resolution = 1e-9 * float(max(actions.abs().max(), types.abs().max()))
     distance = torch.round((types[:, None] - actions[None, :]).abs() / resolution).long()
-    return distance * actions.numel() + torch.arange(actions.numel(), device=actions.device)
+    index = torch.arange(actions.numel(), device=actions.device)
+    return (distance * 2 + index % 2) * actions.numel() + index
 
 
 def tie_tolerance(actions: Tensor, types: Tensor, counts: Sequence[int]) -> float:
