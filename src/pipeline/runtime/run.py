@@ -288,21 +288,18 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
     try:
         curves = [CurveLog(metrics_path(d), resume_step=curve_step) for d in dirs]
         resolved = OmegaConf.to_container(cfg, resolve=True)
-        logger_spec = {} if k > 1 else dict(cfg.get("logger") or {})
-        logger_spec.pop("csv", None)
-        loggers = build_loggers(
-            logger_spec, run_dir, run_name=f"{cfg.name}-seed{cfg.seed}" if k == 1 else f"{cfg.name}-batch",
-            group=records[0].group, job_type=records[0].task, seed=int(cfg.seed), config=resolved,
-        )
-        loggers = [lg for lg in loggers if type(lg).__name__ != "CSVLogger"]
+        agent_loggers = _build_agent_loggers(cfg, resolved, records, loggers)
+        trainer_loggers = list(agent_loggers[0]) if k == 1 else []  # K > 1: each seed's loggers are the task's to feed
+        task.agent_loggers = agent_loggers
         if task.writes_curves:
             task.curves = curves
         else:
-            loggers.insert(0, CurveLogger(curves[0]))
+            trainer_loggers.insert(0, CurveLogger(curves[0]))
+            loggers.insert(0, trainer_loggers[0])
         _attach_trial(task, cfg)
         from pipeline.runtime.replay import training_video_hook
 
-        task.video_hook = training_video_hook(cfg, dirs, seeds, device.type, loggers)  # called only if the task records
+        task.video_hook = training_video_hook(cfg, dirs, seeds, device.type, trainer_loggers)  # called only if the task records
         policy = _policy(cfg)
         saves = {"count": 0, "seconds": 0.0}
 
@@ -333,7 +330,7 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
                                        curve_step=lambda: max((c.last_step() for c in curves if c.rows), default=None))
             callbacks.append(epochs)
         policy.start(resume_step or 0)
-        trainer = make_trainer(cfg, device.type, run_dir, loggers, callbacks)
+        trainer = make_trainer(cfg, device.type, run_dir, trainer_loggers, callbacks)
         lightning_ckpt = str(ckpt) if ckpt is not None and task.checkpointing == "lightning" else None
         try:
             per_agent = task.fit_and_evaluate(trainer, datamodule, lightning_ckpt)
@@ -372,7 +369,26 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
         return _interrupted(records, exc, stop, ctx, t_start, loggers, curves, task)
     except Exception as exc:  # every failure becomes a record; the traceback goes to error.log
         return _fail(records, exc, run_dir, t_start, stop, loggers, curves, task)
-    return _finish(records, t_start, stop, loggers, curves, cfg, dirs, videos=task.capture_video)
+    return _finish(records, t_start, stop, loggers, curves, cfg, dirs, task.agent_loggers, videos=task.capture_video)
+
+
+def _build_agent_loggers(cfg: DictConfig, resolved: dict, records: list[RunRecord], built: list) -> list[list]:
+    """Each seed's TensorBoard (and W&B) run in its own run dir, named and tagged as a K = 1 run of that seed.
+
+    Every logger made is appended to `built` as soon as it exists, so a failure on a later seed still closes it.
+    """
+    spec = dict(cfg.get("logger") or {})
+    spec.pop("csv", None)  # metrics.csv is each seed's CurveLog
+    if len(records) > 1:
+        spec.pop("wandb", None)  # K > 1: replayed per seed from metrics.csv once the batch ends (_finish)
+    per_agent = []
+    for r in records:
+        made = build_loggers(spec, Path(r.run_dir), run_name=f"{cfg.name}-seed{r.seed}", group=r.group, job_type=r.task,
+                             seed=int(r.seed), config={**resolved, "seed": int(r.seed)})
+        made = [lg for lg in made if type(lg).__name__ != "CSVLogger"]
+        built.extend(made)
+        per_agent.append(made)
+    return per_agent
 
 
 def _capture_videos(cfg: DictConfig, records: list[RunRecord], dirs: list[Path], device: str) -> None:
@@ -443,7 +459,7 @@ def _close_segment(records: list[RunRecord], t_start: float, end: str) -> None:
         r.wall_time_s = round(sum(float(s.get("wall_time_s") or 0.0) for s in r.segments), 3)
 
 
-def _finish(records, t_start, stop, loggers, curves, cfg, dirs, videos: bool = False) -> list[dict]:
+def _finish(records, t_start, stop, loggers, curves, cfg, dirs, agent_loggers, videos: bool = False) -> list[dict]:
     _close_segment(records, t_start, "ok")
     for c in curves:
         c.flush()
@@ -453,7 +469,7 @@ def _finish(records, t_start, stop, loggers, curves, cfg, dirs, videos: bool = F
         r.write()
         if side and side != RESULT:
             (Path(r.run_dir) / side).unlink(missing_ok=True)
-    _publish(loggers, records)
+    _publish(agent_loggers, records)
     finish_loggers(loggers, "ok")
     stop.uninstall()
     if videos:  # after the run's own loggers have closed: the replay is a run of its own in W&B
@@ -471,17 +487,15 @@ def _finish(records, t_start, stop, loggers, curves, cfg, dirs, videos: bool = F
     return [r.to_dict() for r in records]
 
 
-def _publish(loggers, records) -> None:
-    if len(records) != 1 or not loggers:
-        return
-    try:
-        from pipeline.runtime.loggers import publish_record
-    except ImportError:
-        return
-    try:
-        publish_record(loggers, records[0].to_dict(), Path(records[0].run_dir))
-    except Exception as exc:  # a logger problem must not turn a finished run into a failed one
-        log.warning(f"could not publish the record to the loggers: {one_line(exc)}")
+def _publish(agent_loggers: list[list], records) -> None:
+    """Each seed's final record to its own loggers (TensorBoard HParams, W&B summary)."""
+    from pipeline.runtime.loggers import publish_record
+
+    for loggers, r in zip(agent_loggers, records):
+        try:
+            publish_record(loggers, r.to_dict(), Path(r.run_dir))
+        except Exception as exc:  # a logger problem must not turn a finished run into a failed one
+            log.warning(f"could not publish the record of seed {r.seed} to its loggers: {one_line(exc)}")
 
 
 def _end_unfinished(records, t_start, stop, loggers, curves, task, end: str, **fields) -> list[dict]:

@@ -146,6 +146,9 @@ class Task(L.LightningModule):
         # ---- set by the lifecycle before fit_and_evaluate -----------------------------------------------
         #: writes_curves tasks: one CurveLog (metrics.csv) per agent; log rows with `curves[i].log(step, row)`.
         self.curves: list = []
+        #: One list of Lightning loggers (TensorBoard / W&B) per agent, agent i's writing to its seed's run dir
+        #: (with one agent: the trainer's loggers); log agent i's rows with `agent_loggers[i][j].log_metrics`.
+        self.agent_loggers: list[list] = []
         #: checkpointing="state" tasks: call `checkpoint_hook()` at safe points (it saves when due and stops the
         #: fit when a stop was requested) and `checkpoint_hook(final=True)` when training ends.
         self.checkpoint_hook: Callable[..., None] | None = None

@@ -432,11 +432,12 @@ class RLTask(Task):
         step = self.env_steps if step is None else step
         if self.curves:
             self.curves[agent].log(step, row)
-        if self.n_agents == 1:  # one agent: its curves also go to TensorBoard / W&B as they happen
-            self._log_shared(row, step)
+        # The agent's own TensorBoard / W&B runs (its seed's), as they happen, with env steps as the x axis.
+        for logger in self.agent_loggers[agent] if self.agent_loggers else []:
+            logger.log_metrics({"env_step": step, **row}, step=step)
 
     def _log_shared(self, metrics: dict[str, float], step: int | None = None) -> None:
-        # Straight to the loggers with env steps as the x axis: self.log per step is expensive.
+        # Batch-wide numbers straight to the trainer's loggers (env steps as the x axis): self.log per step is expensive.
         step = self.env_steps if step is None else step
         for logger in self.loggers:
             logger.log_metrics({"env_step": step, **metrics}, step=step)
