@@ -136,8 +136,7 @@ class PPOTask(RLTask):
             self.frames_in = True
             return EnsembleActorCriticCNN.from_factory(factory, self.agent_seeds, self.obs_shape, n_out)
         if kind is None or not issubclass(kind, ActorCritic):
-            raise ValueError("task=ppo needs model=actor_critic or model=actor_critic_cnn (an actor and a critic); "
-                             f"got {getattr(net, 'func', net)}")
+            raise ValueError(f"task=ppo needs model=actor_critic (an actor and a critic); got {getattr(net, 'func', net)}")
         return make_ensemble(factory, self.agent_seeds, self.obs_shape, n_out)
 
     def configure_optimizers(self):
