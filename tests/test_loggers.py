@@ -12,7 +12,7 @@ import torch
 import wandb
 import yaml
 
-from pipeline.runtime.loggers import build_loggers, finish_loggers, log_records_to_wandb, publish_record
+from pipeline.runtime.loggers import build_loggers, finish_loggers, publish_record, replay_unlogged_curve
 from pipeline.runtime.run import run
 from pipeline_testing import read_result
 
@@ -129,21 +129,30 @@ def test_publish_record_makes_wandb_and_tensorboard_say_what_result_json_says(tm
     assert on_disk["optimizer.lr"] == 0.0023 and on_disk["experiment"] == "dqn_cartpole"
 
 
-def test_seed_batched_runs_publish_each_seed(tmp_path, monkeypatch):
+def test_a_seeds_live_run_that_got_nothing_gets_its_metrics_csv_once(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.delenv("PIPELINE_SWEEP_UID", raising=False)
-    dirs, records = [], []
-    for seed in (1, 2):
+    dirs = []
+    for seed in (1, 2):  # seed 1's task logged nothing live, seed 2's did
         d = tmp_path / f"seed{seed}"
         d.mkdir()
         (d / "metrics.csv").write_text("step,eval/return_mean\n0,10.0\n2500,130.2\n")
         torch.save({"w": torch.zeros(2)}, d / "model.pt")
-        records.append({**_record(CONFIG), "seed": seed, "group": "dqn_cartpole 1a2b3c4d", "task": "DQNTask"})
+        loggers = build_loggers({"wandb": {"project": "p"}}, d, run_name=f"dqn_cartpole-seed{seed}", group="g",
+                                job_type="DQNTask", seed=seed, config={**CONFIG, "seed": seed})[1:]
+        if seed == 2:
+            loggers[0].log_metrics({"eval/return_mean": 5.0}, step=7)
+        replay_unlogged_curve(loggers, d)
+        publish_record(loggers, {**_record(CONFIG), "seed": seed}, d)
+        finish_loggers(loggers, "ok")
         dirs.append(d)
-    log_records_to_wandb(records, dirs, {"project": "p"}, CONFIG)
-    for d in dirs:
+    for d, expected in zip(dirs, ([(0, 10.0), (2500, 130.2)], [(7, 5.0)])):
         found = list(wandb_records(d))
         assert final_summary(found) == EXPECTED_SUMMARY
+        rows = [{i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item}
+                for r in found if r.WhichOneof("record_type") == "history"]
+        # Replayed only where nothing was logged live, on the live runs' x axis (trainer/global_step = the row's step).
+        assert [(r["trainer/global_step"], r["eval/return_mean"]) for r in rows] == expected
         (run_record,) = [r.run for r in found if r.WhichOneof("record_type") == "run"]
         assert not any(t.startswith("sweep=") for t in run_record.tags)  # not in a sweep: no sweep tag
         assert [r.artifact.type for r in found if r.WhichOneof("record_type") == "artifact"] == ["model"]

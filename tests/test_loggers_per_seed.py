@@ -1,14 +1,34 @@
-"""seeds_per_process > 1: each seed gets its own TensorBoard run in <run dir>/seed<n>/, written while the batch trains."""
+"""seeds_per_process > 1: each seed gets its own TensorBoard and W&B (offline) run in <run dir>/seed<n>/, written while
+the batch trains, holding what that seed's metrics.csv holds."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pandas as pd
+import pytest
+from hydra import compose, initialize_config_module
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from pipeline.runtime.run import run
 from pipeline_testing import read_result
+from test_loggers import final_summary, wandb_records
+
+SEEDS = (3, 4)
+
+
+@pytest.fixture(scope="module")
+def batch(tmp_path_factory):
+    """One K = 2 PPO batch with every logger, shared by the tests below (a few seconds of training)."""
+    run_dir = tmp_path_factory.mktemp("batch")
+    with initialize_config_module(config_module="pipeline.conf", version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[
+            "experiment=ppo_cartpole", "trainer=debug", "seeds_per_process=2", f"seed={SEEDS[0]}", "logger=many",
+            "logger.wandb.mode=offline"])
+    records = run(cfg, run_dir)
+    assert [r["status"] for r in records] == ["ok", "ok"], [r["error"] for r in records]
+    return run_dir
 
 
 def _scalars(event_dir) -> dict[str, dict[int, float]]:
@@ -22,13 +42,11 @@ def _csv_rows(seed_dir) -> dict[str, dict[int, float]]:
             for col in frame.columns if col != "step"}
 
 
-def test_each_seed_of_a_batch_has_its_own_tensorboard_run_equal_to_its_metrics_csv(make_cfg, tmp_path):
-    cfg = make_cfg("experiment=ppo_cartpole", "trainer=debug", "seeds_per_process=2", "seed=3", "logger=[csv,tensorboard]")
-    records = run(cfg, tmp_path)
-    assert [r["status"] for r in records] == ["ok", "ok"], [r["error"] for r in records]
+def test_each_seed_of_a_batch_has_its_own_tensorboard_run_equal_to_its_metrics_csv(batch):
+    tmp_path = batch
     assert not (tmp_path / "tensorboard").exists()  # no batch-wide run that mixes the seeds
     curves = {}
-    for seed in (3, 4):
+    for seed in SEEDS:
         seed_dir = tmp_path / f"seed{seed}"
         assert read_result(seed_dir)["seed"] == seed
         tb, csv = _scalars(seed_dir / "tensorboard"), _csv_rows(seed_dir)
@@ -46,3 +64,31 @@ def test_each_seed_of_a_batch_has_its_own_tensorboard_run_equal_to_its_metrics_c
         curves[seed] = csv
     # The two seeds are two runs, not one curve written twice.
     assert curves[3]["train/episodic_return"] != curves[4]["train/episodic_return"]
+
+
+def test_each_seed_of_a_batch_has_its_own_wandb_run_logged_live_like_a_single_seed_run(batch):
+    for seed in SEEDS:
+        seed_dir = batch / f"seed{seed}"
+        found = list(wandb_records(seed_dir))  # exactly one offline run per seed: none replayed a second time
+        (run_record,) = [r.run for r in found if r.WhichOneof("record_type") == "run"]
+        assert run_record.display_name == f"ppo_cartpole-seed{seed}" and f"seed={seed}" in run_record.tags
+        assert {i.key: json.loads(i.value_json) for i in run_record.config.update}["seed"] == seed
+        history: dict[str, dict[int, float]] = {}
+        for r in found:
+            if r.WhichOneof("record_type") == "history":
+                row = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item}
+                for key, value in row.items():
+                    if not key.startswith("_") and key != "trainer/global_step":
+                        history.setdefault(key, {})[int(row["trainer/global_step"])] = value
+        csv = _csv_rows(seed_dir)
+        shared = sorted(set(history) & set(csv))
+        assert "eval/return_mean" in shared and "train/episodic_return" in shared and len(shared) >= 5, shared
+        for tag in shared:
+            assert history[tag].keys() == csv[tag].keys(), tag
+            for step, value in csv[tag].items():
+                assert math.isclose(history[tag][step], value, rel_tol=1e-9, abs_tol=1e-9), (tag, step)
+        assert history["env_step"] == {s: s for s in history["env_step"]}  # the same env-step x axis as K = 1
+        summary = final_summary(found)  # the seed's own record, as publish_record gives a K = 1 run
+        result = read_result(seed_dir)
+        assert summary["status"] == "ok" and summary["env_steps"] == result["env_steps"]
+        assert summary["eval/return_mean"] == result["metrics"]["eval/return_mean"]

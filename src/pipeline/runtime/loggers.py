@@ -77,8 +77,10 @@ def build_loggers(
             save_dir=str(Path(run_dir).resolve()),  # absolute: see report/wandb_summary.py
             mode=wandb_mode(opts.get("mode")),
             config=wandb_config(config),
-            # Each run is its own process's run: no reinit surprises under joblib.
             settings=_wandb_settings(opts.get("init_timeout")),
+            # A run of its own even beside others in this process (K seeds trained together: one run per seed);
+            # it leaves wandb.run alone, so finish_loggers finishes each logger's run itself.
+            reinit="create_new",
         )
         # Lightning always passes anonymous=None to wandb.init, and wandb >= 0.2x warns on every run that the
         # setting has no effect; not passing it changes nothing else.
@@ -124,38 +126,21 @@ def finish_loggers(loggers: list[Logger], status: str) -> None:
             logger.finalize("success" if status == "ok" else "failed")
         except Exception:  # a logger that cannot flush must not hide the run's own error
             pass
-    if any(type(lg).__name__ == "WandbLogger" for lg in loggers):
-        import wandb
-
-        if wandb.run is not None:
-            wandb.finish(exit_code=0 if status == "ok" else 1)
+    for logger in loggers:
+        if type(logger).__name__ == "WandbLogger":
+            logger.experiment.finish(exit_code=0 if status == "ok" else 1)
 
 
-def log_records_to_wandb(records: list[dict], run_dirs: list[Path], wandb_cfg: dict, config: dict) -> None:
-    """One W&B run per seed of a seed-batched run, replaying its metrics.csv, so W&B sees K ordinary seeds."""
+def replay_unlogged_curve(loggers: list[Logger], run_dir: Path) -> None:
+    """A seed's metrics.csv into its live W&B run when the task logged nothing to it while training."""
     import math
 
-    import wandb
-
-    for record, run_dir in zip(records, run_dirs):
-        mode = wandb_mode(wandb_cfg.get("mode"))
-        try:
-            run = wandb.init(
-                project=wandb_cfg.get("project", "pipeline"), entity=wandb_cfg.get("entity"), group=record["group"],
-                job_type=record["task"], name=f"{record['experiment']}-seed{record['seed']}",
-                tags=wandb_tags(record["seed"], wandb_cfg.get("tags")),
-                config=wandb_config({**config, "seed": record["seed"]}), dir=str(Path(run_dir).resolve()), mode=mode,
-                settings=_wandb_settings(wandb_cfg.get("init_timeout")), reinit="create_new",
-            )
-        except Exception as exc:
-            raise WandbUnreachable(explain_wandb_failure(exc, mode, wandb_cfg.get("init_timeout"))) from None
-        rows = {s: {k: v for k, v in row.items() if math.isfinite(v)} for s, row in read_run_curve(run_dir).items()}
-        for step, values in sorted(rows.items()):
-            # Committed now: an open last row would reach W&B after the summary and overwrite it.
-            if values:
-                run.log(values, step=step, commit=True)
-        publish_to_wandb(run, record, Path(run_dir))
-        run.finish()
+    for logger in loggers:
+        if type(logger).__name__ == "WandbLogger" and logger.experiment.step == 0:
+            rows = {s: {k: v for k, v in row.items() if math.isfinite(v)} for s, row in read_run_curve(run_dir).items()}
+            for step, values in sorted(rows.items()):
+                if values:  # as the task would have logged it: trainer/global_step = the row's step
+                    logger.log_metrics(values, step=step)
 
 
 def record_summary(record: dict) -> dict:

@@ -379,8 +379,6 @@ def _build_agent_loggers(cfg: DictConfig, resolved: dict, records: list[RunRecor
     """
     spec = dict(cfg.get("logger") or {})
     spec.pop("csv", None)  # metrics.csv is each seed's CurveLog
-    if len(records) > 1:
-        spec.pop("wandb", None)  # K > 1: replayed per seed from metrics.csv once the batch ends (_finish)
     per_agent = []
     for r in records:
         made = build_loggers(spec, Path(r.run_dir), run_name=f"{cfg.name}-seed{r.seed}", group=r.group, job_type=r.task,
@@ -479,20 +477,17 @@ def _finish(records, t_start, stop, loggers, curves, cfg, dirs, agent_loggers, v
             log.warning(f"no video: {one_line(exc)}")
         for r in records:
             r.write()
-    wandb_cfg = (cfg.get("logger") or {}).get("wandb")
-    if wandb_cfg is not None and len(records) > 1:
-        from pipeline.runtime.loggers import log_records_to_wandb
-
-        log_records_to_wandb([r.to_dict() for r in records], dirs, dict(wandb_cfg), OmegaConf.to_container(cfg, resolve=True))
     return [r.to_dict() for r in records]
 
 
 def _publish(agent_loggers: list[list], records) -> None:
     """Each seed's final record to its own loggers (TensorBoard HParams, W&B summary)."""
-    from pipeline.runtime.loggers import publish_record
+    from pipeline.runtime.loggers import publish_record, replay_unlogged_curve
 
     for loggers, r in zip(agent_loggers, records):
         try:
+            if len(records) > 1:  # a task that logs each seed only to its metrics.csv: W&B gets the curve now
+                replay_unlogged_curve(loggers, Path(r.run_dir))
             publish_record(loggers, r.to_dict(), Path(r.run_dir))
         except Exception as exc:  # a logger problem must not turn a finished run into a failed one
             log.warning(f"could not publish the record of seed {r.seed} to its loggers: {one_line(exc)}")
