@@ -258,7 +258,7 @@ def test_the_issues_bad_settings_are_one_line_naming_the_key(overrides, line):
     (PPO,), (PPO, "task.ent_coef=0", "task.stop_at_return=null", "task.max_grad_norm=null"),
     (PPO, "env=pendulum"), ("experiment=dqn_cartpole", "env=acrobot"), ("experiment=dqn_cartpole", "task.envs_per_agent=4"),
     ("experiment=cem_cartpole",), ("experiment=supervised_digits", "device.precision=bf16-mixed"),
-    ("experiment=dqn_cartpole", "env.id=ALE/Pong-v5"), ("experiment=rmac_auction", "data.n_bidders=100", "data.grid=0"),
+    ("experiment=dqn_cartpole", "env.id=ALE/Pong-v5", "model=atari_cnn"), ("experiment=rmac_auction", "data.n_bidders=100", "data.grid=0"),
 ])
 def test_valid_settings_pass(overrides):
     cfg, choices = composed(*overrides)
