@@ -544,12 +544,16 @@ def test_the_tuner_sees_every_agents_last_evaluation_and_can_stop_them_all():
 
 
 def test_logged_rows_and_the_shared_batch_rows():
-    """log_every 96: rows at 96 and 192 (and at the end, 240); epsilon as used, recent returns, losses; batch rows to the loggers."""
+    """log_every 96: rows at 96 and 192 (and at the end, 240); epsilon as used, recent returns, losses; each agent's rows
+    to its own loggers (with one agent, the lifecycle hands it the trainer's), batch rows to the trainer's loggers."""
     for k in (1, 2):
         shared = CurveLog(f"/nonexistent-shared-{k}.csv", step_key="env_step", flush_every_s=NEVER)
         task = make(k=k, total_steps=240, log_every=96, eval_every=240, eps_duration=200, eps_end=0.1, gradient_steps=1)
         tr = trainer(logger=CurveLogger(shared), log_every_n_steps=1)
         task.curves = [CurveLog(f"/nonexistent-rows-{k}-{i}.csv", flush_every_s=NEVER) for i in range(k)]
+        own = [CurveLog(f"/nonexistent-own-{k}-{i}.csv", step_key="env_step", flush_every_s=NEVER) for i in range(k)]
+        # as the lifecycle sets them: one agent logs to the trainer's loggers, each of several to its seed's own
+        task.agent_loggers = [tr.loggers] if k == 1 else [[CurveLogger(log)] for log in own]
         metrics = task.fit_and_evaluate(tr, None, None)
         # The progress bar counts env steps of the budget from task.progress(); nothing is logged for it per step.
         assert tr.progress_bar_metrics == {} and task.progress()[:3] == (240, 240, "env steps")
@@ -563,9 +567,11 @@ def test_logged_rows_and_the_shared_batch_rows():
         assert len(task.episode_returns[0]) > 10  # the mean is over the last ten only
         # the last row's rate is the run's: env steps over training seconds (as the record's)
         assert rows[240]["perf/env_steps_per_s"] == pytest.approx(240 / task._train_seconds, rel=0.05)
-        if k == 1:  # one agent: every row of its curve also goes to the loggers, and nothing else
+        if k == 1:  # one agent: every row of its curve also goes to the trainer's loggers, and nothing else
             assert shared.rows == rows
         else:
+            assert [log.rows for log in own] == [curve.rows for curve in task.curves]  # each agent's rows to its own
+            assert task.curves[0].rows != task.curves[1].rows
             assert {key for r in shared.rows.values() for key in r} == {
                 "batch/env_steps_per_s", "batch/eval_return_mean", "batch/agents_learning", "batch/final_eval_return_mean"}
             assert shared.rows[240]["batch/env_steps_per_s"] == pytest.approx(480 / task._train_seconds, rel=0.05)

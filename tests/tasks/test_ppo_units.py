@@ -814,10 +814,15 @@ def test_the_time_breakdown_fits_in_the_wall_time_and_names_each_phase(monkeypat
 
 def test_one_agent_logs_no_batch_rows_and_the_fit_runs_only_when_iterations_are_left(monkeypatch):
     task = make(total_steps=16, log_every=8, eval_every=8)
-    shared = []
+    task.curves = [Rows()]
+    shared, own = [], Rows()
     monkeypatch.setattr(PPOTask, "_log_shared", lambda self, metrics, step=None: shared.append(dict(metrics)))
+    task.agent_loggers = [[SimpleNamespace(log_metrics=lambda metrics, step: own.log(step, metrics))]]  # the lifecycle's
     task.fit_and_evaluate(trainer(), None, None)
-    assert shared and not any(k.startswith("batch/") for m in shared for k in m)
+    # one agent: no batch rows; its rows (progress, evaluations, final) reach its loggers (the trainer's) as its curve
+    assert shared == [] and len(own.rows) == len(task.curves[0].rows) >= 3
+    assert own.rows == [(step, {"env_step": step, **row}) for step, row in task.curves[0].rows]
+    assert {"final_eval/return_mean", "eval/return_mean"} <= {k for _, row in own.rows for k in row}
     fits = []
 
     class Closing:
