@@ -15,7 +15,7 @@ import torch
 pytest.importorskip("envpool", reason="envpool is not installed (pip install envpool==1.2.5)")
 
 from pipeline.rl.envpool_vector import EnvPoolVectorEnv  # noqa: E402
-from pipeline.rl.vector import GymVectorEnv, env_seeds  # noqa: E402
+from pipeline.rl.vector import GymVectorEnv, env_seeds, make_vector_env  # noqa: E402
 
 SHORT_CARTPOLE = {"max_episode_steps": 30}  # many episodes end by the time limit, many by falling
 
@@ -92,6 +92,13 @@ def test_dropped_agents_leave_the_kept_ones_untouched():
         for field in ("obs", "final_obs", "reward", "terminated", "truncated"):
             assert torch.equal(getattr(a, field)[[0, 2]], getattr(b, field)), (t, field)
     assert pruned.num_envs == 2 and pruned.seeds == [seeds[0], seeds[2]]
+
+
+def test_make_vector_env_builds_the_pool_for_backend_envpool():
+    env = make_vector_env({"id": "CartPole-v1", "kwargs": {"max_episode_steps": 30}, "backend": "envpool"}, [3, 4], 2)
+    assert isinstance(env, EnvPoolVectorEnv) and env.num_envs == 4 and env.n_actions == 2
+    assert env.return_bounds == (0.0, 30.0)  # one point a step for at most 30 steps
+    assert env.reset().shape == (4, 4) and env.restarted == []
 
 
 def test_resume_restarts_every_env_on_a_new_episode():

@@ -137,7 +137,7 @@ def test_tensor_backend_rows_are_the_tensor_env_seeded_per_agent():
 def test_bad_backend_choices_fail_with_one_line():
     with pytest.raises(ValueError, match="no tensor form of MountainCar-v0; tensor envs: CartPole-v1, Acrobot-v1, Pendulum-v1"):
         make_vector_env({"id": "MountainCar-v0", "backend": "tensor"}, [0], 1)
-    with pytest.raises(ValueError, match="choose gym or tensor"):
+    with pytest.raises(ValueError, match="choose gym, tensor or envpool"):
         make_vector_env({"id": "CartPole-v1", "backend": "jax"}, [0], 1)
     with pytest.raises(ValueError, match=r"takes only env.kwargs.max_episode_steps; got \['render_mode'\]"):
         make_vector_env({**CARTPOLE_TENSOR, "kwargs": {"render_mode": "human"}}, [0], 1)

@@ -39,10 +39,9 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from pipeline.rl.envs import env_threshold, is_atari
+from pipeline.rl.envs import CurrentObservation, discrete_size, env_threshold, is_atari
 from pipeline.rl.gym_state import derived_seed
 from pipeline.rl.tensor_env import TensorStep
-from pipeline.rl.vector import _STEP_REWARD_BOUNDS, GymVectorEnv, discrete_size
 
 ENVPOOL_INSTALL = 'pip install "envpool==1.2.5" (or the project\'s extra: pip install -e ".[envpool]")'
 
@@ -102,10 +101,15 @@ def pool_seed(seed: int) -> int:
     return int(np.random.SeedSequence(seed).generate_state(1, np.uint32)[0]) >> 1
 
 
-class EnvPoolVectorEnv:
+class EnvPoolVectorEnv(CurrentObservation):
     """One EnvPool of K * E envs (row i*E + e seeded from `seeds[i*E + e]`), stepped synchronously."""
 
-    def __init__(self, env_id: str, kwargs: dict, seeds: Sequence[int], device, num_threads: int | None = None):
+    def __init__(
+        self, env_id: str, kwargs: dict, seeds: Sequence[int], device, num_threads: int | None = None,
+        step_reward_bounds: tuple[float, float] | None = None,
+    ):
+        """`step_reward_bounds`: one step's reward range when every step's is bounded (pipeline.rl.vector's
+        STEP_REWARD_BOUNDS); with the time limit it gives `return_bounds`."""
         self.env_id, self.kwargs, self.device = env_id, dict(kwargs), torch.device(device)
         self.task, self.config = envpool_task(env_id, self.kwargs)
         self.num_threads = num_threads
@@ -124,7 +128,7 @@ class EnvPoolVectorEnv:
         self.np_dtype, self.obs_dtype = (np.uint8, torch.uint8) if frames else (np.float32, torch.float32)
         self.reward_threshold = None if is_atari(env_id) else env_threshold(env_id)
         steps = self.pool.config.get("max_episode_steps")
-        bounds = _STEP_REWARD_BOUNDS.get(env_id)
+        bounds = step_reward_bounds
         self.return_bounds = None if bounds is None or steps is None else (bounds[0] * steps, bounds[1] * steps)
         self.episodes = np.zeros(len(self.seeds), dtype=np.int64)
         self.restarted: list[int] = []
@@ -175,10 +179,6 @@ class EnvPoolVectorEnv:
         obs, info = self.pool.reset()
         self._current = self._obs(self._by_env(obs, info["env_id"], self.pool.num_envs))
         return self._current
-
-    # What the agents see now; a refusal before reset() (both read env_id and _current only).
-    observation = GymVectorEnv.observation
-    _started = GymVectorEnv._started
 
     def _row_order(self, env_ids: np.ndarray) -> np.ndarray | None:
         """The index that puts EnvPool's answer in row order; None when it already is (all envs kept, answered in order)."""

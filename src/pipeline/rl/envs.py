@@ -39,6 +39,27 @@ def make_atari_env(
     return gym.wrappers.FrameStackObservation(env, frame_stack)
 
 
+class CurrentObservation:
+    """`observation()` of a vector env that keeps what its agents see in `_current` (None before reset)."""
+
+    env_id: str
+    _current: torch.Tensor | None
+
+    def observation(self) -> torch.Tensor:
+        """What the agents see now (after reset, a step or load_state_dict)."""
+        return self._started("observation()")
+
+    def _started(self, what: str) -> torch.Tensor:
+        if self._current is None:
+            raise RuntimeError(f"{self.env_id} vector env: {what} before reset(); call reset() (or load_state_dict) first")
+        return self._current
+
+
+def discrete_size(space: gym.spaces.Space) -> int | None:
+    """The number of actions of a Discrete space; None for any other (a Box: continuous actions)."""
+    return int(space.n) if isinstance(space, gym.spaces.Discrete) else None
+
+
 def is_atari(env_id: str) -> bool:
     return env_id.startswith("ALE/")
 

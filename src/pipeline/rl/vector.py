@@ -12,10 +12,13 @@ is where the action led, `obs` what the agent sees next).
 - backend: gym -- `pipeline.rl.envs.make_env` copies (Atari preprocessing included) in one gymnasium
   SyncVectorEnv with same-step auto-reset; each copy is reset with its seed once and then continues
   its own generator, exactly as the single-seed loop does.
+- backend: envpool -- EnvPool's C++ pool (pipeline.rl.envpool_vector), same step result; start states
+  from EnvPool's generator; a resume restarts every env.
 
 `state_dict()` / `load_state_dict()` carry the envs across a resume: tensor envs and gymnasium's
 classic-control and Atari envs continue exactly (pipeline.rl.gym_state); any other gymnasium env
-restarts on a new episode from a seed derived from its own. `observation()` is what the agents see now.
+restarts on a new episode from a seed derived from its own; `restarted` lists the rows the last
+`load_state_dict` restarted ([] when all continue). `observation()` is what the agents see now.
 
 `evaluate_agents` plays greedy episodes for K agents side by side on separate, separately seeded envs.
 """
@@ -32,7 +35,14 @@ from torch import nn
 
 from pipeline.rl.acrobot_tensor import TensorAcrobot
 from pipeline.rl.cartpole_tensor import TensorCartPole
-from pipeline.rl.envs import batch_to_tensor, env_threshold, make_env, play_episodes
+from pipeline.rl.envs import (
+    CurrentObservation,
+    batch_to_tensor,
+    discrete_size,
+    env_threshold,
+    make_env,
+    play_episodes,
+)
 from pipeline.rl.gym_state import derived_seed, restore_env, snapshot_env
 from pipeline.rl.pendulum_tensor import TensorPendulum
 from pipeline.rl.tensor_env import TensorStep, tensor_episode_returns
@@ -41,7 +51,7 @@ TENSOR_ENVS: dict[str, type] = {"CartPole-v1": TensorCartPole, "Acrobot-v1": Ten
 
 # Per-step reward bounds of envs whose every step is worth a fixed amount: an episode's return lies
 # in [steps * low, steps * high] for at most `max_episode_steps` steps.
-_STEP_REWARD_BOUNDS = {
+STEP_REWARD_BOUNDS = {
     "CartPole-v1": (0.0, 1.0), "Acrobot-v1": (-1.0, 0.0), "MountainCar-v0": (-1.0, 0.0),
     "Pendulum-v1": TensorPendulum.step_reward_bounds,
 }
@@ -55,6 +65,7 @@ class VectorEnv(Protocol):
     n_actions: int | None  # a discrete space's size; None for a continuous one
     reward_threshold: float | None
     return_bounds: tuple[float, float] | None  # range of an episode's undiscounted return, when known
+    restarted: list[int]  # rows the last load_state_dict started on a new episode; [] when all continued
 
     def reset(self) -> torch.Tensor: ...
     def observation(self) -> torch.Tensor: ...
@@ -83,7 +94,11 @@ def make_vector_env(env: dict, seeds: Sequence[int], envs_per_agent: int, device
         return TensorVectorEnv(TENSOR_ENVS[env_id], rows, device, env.get("dtype", "float64"), **kwargs)
     if backend == "gym":
         return GymVectorEnv(env_id, kwargs, rows, device)
-    raise ValueError(f"env.backend={backend!r}; choose gym or tensor")
+    if backend == "envpool":
+        from pipeline.rl.envpool_vector import EnvPoolVectorEnv
+
+        return EnvPoolVectorEnv(env_id, kwargs, rows, device, step_reward_bounds=STEP_REWARD_BOUNDS.get(env_id))
+    raise ValueError(f"env.backend={backend!r}; choose gym, tensor or envpool")
 
 
 class TensorVectorEnv:
@@ -101,8 +116,9 @@ class TensorVectorEnv:
         self.action_space = env_cls.action_space
         self.n_actions = discrete_size(self.action_space)
         self.reward_threshold = env_cls.reward_threshold
-        low, high = _STEP_REWARD_BOUNDS[env_cls.env_id]
+        low, high = STEP_REWARD_BOUNDS[env_cls.env_id]
         self.return_bounds = (low * self.env.max_episode_steps, high * self.env.max_episode_steps)
+        self.restarted: list[int] = []  # tensor envs always continue exactly
 
     @property
     def num_envs(self) -> int:
@@ -132,7 +148,7 @@ class TensorVectorEnv:
         pass
 
 
-class GymVectorEnv:
+class GymVectorEnv(CurrentObservation):
     """`make_env` copies, one per row, stepped by one gymnasium SyncVectorEnv with same-step auto-reset.
 
     One env alone (K * E = 1, the single-seed job's hot loop) is stepped directly instead. Measured on
@@ -157,6 +173,7 @@ class GymVectorEnv:
         self.reward_threshold = env_threshold(env_id)
         self.return_bounds = _gym_return_bounds(env_id, self.envs[0])
         self.episodes = np.zeros(len(self.envs), dtype=np.int64)
+        self.restarted: list[int] = []
         self._vector = self._batch(self.envs)
         self._current: torch.Tensor | None = None  # set by reset / step / load_state_dict
         # A bare function on CPU: this runs five times per step of the single-seed loop.
@@ -191,15 +208,6 @@ class GymVectorEnv:
         """For a caller that stepped the single env itself (DQN's one-env fast path): where it is now."""
         self._current = obs
         self.episodes[0] += int(finished_episodes)
-
-    def observation(self) -> torch.Tensor:
-        """What the agents see now (after reset, a step or load_state_dict)."""
-        return self._started("observation()")
-
-    def _started(self, what: str) -> torch.Tensor:
-        if self._current is None:
-            raise RuntimeError(f"{self.env_id} vector env: {what} before reset(); call reset() (or load_state_dict) first")
-        return self._current
 
     def step(self, actions: torch.Tensor) -> TensorStep:
         if self._vector is None:
@@ -279,16 +287,11 @@ class GymVectorEnv:
             env.close()
 
 
-def discrete_size(space: gym.spaces.Space) -> int | None:
-    """The number of actions of a Discrete space; None for any other (a Box: continuous actions)."""
-    return int(space.n) if isinstance(space, gym.spaces.Discrete) else None
-
-
 def _gym_return_bounds(env_id: str, env: gym.Env) -> tuple[float, float] | None:
     steps = env.spec.max_episode_steps if env.spec is not None else None
-    if env_id not in _STEP_REWARD_BOUNDS or steps is None:
+    if env_id not in STEP_REWARD_BOUNDS or steps is None:
         return None
-    low, high = _STEP_REWARD_BOUNDS[env_id]
+    low, high = STEP_REWARD_BOUNDS[env_id]
     return (low * steps, high * steps)
 
 
