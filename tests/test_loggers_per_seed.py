@@ -1,5 +1,5 @@
 """seeds_per_process > 1: each seed gets its own TensorBoard and W&B (offline) run in <run dir>/seed<n>/, written while
-the batch trains, holding what that seed's metrics.csv holds."""
+the batch trains, holding what that seed's metrics.csv holds and its training videos."""
 
 from __future__ import annotations
 
@@ -20,12 +20,13 @@ SEEDS = (3, 4)
 
 @pytest.fixture(scope="module")
 def batch(tmp_path_factory):
-    """One K = 2 PPO batch with every logger, shared by the tests below (a few seconds of training)."""
+    """One K = 2 PPO batch with every logger and a training video at each evaluation, shared by the tests below
+    (a few seconds of training)."""
     run_dir = tmp_path_factory.mktemp("batch")
     with initialize_config_module(config_module="pipeline.conf", version_base="1.3"):
         cfg = compose(config_name="config", overrides=[
             "experiment=ppo_cartpole", "trainer=debug", "seeds_per_process=2", f"seed={SEEDS[0]}", "logger=many",
-            "logger.wandb.mode=offline"])
+            "logger.wandb.mode=offline", "task.video_every=1"])
     records = run(cfg, run_dir)
     assert [r["status"] for r in records] == ["ok", "ok"], [r["error"] for r in records]
     return run_dir
@@ -92,3 +93,46 @@ def test_each_seed_of_a_batch_has_its_own_wandb_run_logged_live_like_a_single_se
         result = read_result(seed_dir)
         assert summary["status"] == "ok" and summary["env_steps"] == result["env_steps"]
         assert summary["eval/return_mean"] == result["metrics"]["eval/return_mean"]
+
+
+def test_each_seed_of_a_batch_logs_its_own_training_videos_into_its_own_runs(batch):
+    for seed in SEEDS:
+        seed_dir = batch / f"seed{seed}"
+        steps = sorted(e["env_step"] for e in read_result(seed_dir)["evaluations"])
+        assert steps and sorted(int(p.name.split("-")[1][4:]) for p in (seed_dir / "videos").glob(
+            "train-step*.mp4")) == steps  # the seed's own MP4 at each of its evaluations
+        images = EventAccumulator(str(seed_dir / "tensorboard")).Reload().Images("video/train")
+        assert sorted(i.step for i in images) == steps  # in its own TensorBoard run, at those env steps
+        (offline,) = (seed_dir / "wandb").glob("offline-run-*")
+        assert len(list(offline.glob("files/media/videos/**/*.mp4"))) == len(steps)  # and its own W&B run
+
+
+def test_each_seed_of_a_supervised_batch_has_live_tensorboard_and_wandb_curves_equal_to_its_metrics_csv(tmp_path):
+    with initialize_config_module(config_module="pipeline.conf", version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[
+            "experiment=supervised_digits", "trainer=debug", "seeds_per_process=2", f"seed={SEEDS[0]}", "logger=many",
+            "logger.wandb.mode=offline"])
+    records = run(cfg, tmp_path)
+    assert [r["status"] for r in records] == ["ok", "ok"], [r["error"] for r in records]
+    curves = {}
+    for seed in SEEDS:
+        seed_dir = tmp_path / f"seed{seed}"
+        tb, csv = _scalars(seed_dir / "tensorboard"), _csv_rows(seed_dir)
+        assert {"train/loss", "train/acc", "val/loss", "val/acc", "train/lr"} <= set(csv), sorted(csv)
+        for tag, values in csv.items():  # every curve of the seed, at its epochs
+            assert tb[tag].keys() == values.keys(), tag
+            for step, value in values.items():
+                assert math.isclose(tb[tag][step], value, rel_tol=1e-6, abs_tol=1e-6), (tag, step)
+        assert tb["epoch"] == {s: float(s) for s in tb["epoch"]}  # x axis = epochs, as a K = 1 run
+        logged: list[tuple[str, int]] = []  # W&B: each (curve, epoch) once, as logged live (no second replay)
+        for r in wandb_records(seed_dir):
+            if r.WhichOneof("record_type") == "history":
+                row = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item}
+                for key, value in row.items():
+                    if key in csv:
+                        step = int(row["trainer/global_step"])
+                        logged.append((key, step))
+                        assert math.isclose(value, csv[key][step], rel_tol=1e-9, abs_tol=1e-9), (key, step)
+        assert sorted(logged) == sorted((k, s) for k, values in csv.items() for s in values)
+        curves[seed] = csv
+    assert curves[SEEDS[0]]["train/loss"] != curves[SEEDS[1]]["train/loss"]  # two seeds, two curves

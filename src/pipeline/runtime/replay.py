@@ -307,10 +307,11 @@ def add_video_to_tensorboard(writer, tag: str, path: Path | str, step: int) -> N
     writer.flush()
 
 
-def training_video_hook(cfg: DictConfig, dirs: list[Path], seeds: list[int], device: str, loggers: list):
+def training_video_hook(cfg: DictConfig, dirs: list[Path], seeds: list[int], device: str, agent_loggers: list[list]):
     """What the lifecycle gives an RL task as `video_hook`: agent `i`'s policy at env step `step` plays one greedy
     episode (the replay engine, on a start state training never used) into `<dirs[i]>/videos/train-step<step>-...mp4`,
-    logged as `video/train` at that step to the run's TensorBoard (animated image) and W&B (video)."""
+    logged as `video/train` at that step to agent `i`'s own TensorBoard (animated image) and W&B (video) runs,
+    `agent_loggers[i]`."""
 
     warned: list[str] = []
 
@@ -324,7 +325,7 @@ def training_video_hook(cfg: DictConfig, dirs: list[Path], seeds: list[int], dev
                 log.warning(f"no training video: {text}")
             warned.append(text)
             return
-        for logger in loggers:
+        for logger in agent_loggers[agent] if agent < len(agent_loggers) else []:
             if type(logger).__name__ == "TensorBoardLogger":
                 for path in result["videos"]:
                     add_video_to_tensorboard(logger.experiment, "video/train", path, step)

@@ -299,7 +299,7 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
         _attach_trial(task, cfg)
         from pipeline.runtime.replay import training_video_hook
 
-        task.video_hook = training_video_hook(cfg, dirs, seeds, device.type, trainer_loggers)  # called only if the task records
+        task.video_hook = training_video_hook(cfg, dirs, seeds, device.type, agent_loggers)  # called only if the task records
         policy = _policy(cfg)
         saves = {"count": 0, "seconds": 0.0}
 

@@ -210,9 +210,10 @@ class SupervisedTask(Task):
     def _agent_row(self, agent: int, step: int, row: dict[str, float]) -> None:
         if self.curves:
             self.curves[agent].log(step, row)
-        if self.n_agents == 1:  # one agent: its curves also go to TensorBoard / W&B as they happen
-            for logger in self.loggers:
-                logger.log_metrics({"epoch": float(step), **row}, step=step)
+        # The agent's own TensorBoard / W&B runs (its seed's; with one agent, the trainer's), as they happen.
+        own = self.agent_loggers[agent] if self.agent_loggers else (self.loggers if self.n_agents == 1 else [])
+        for logger in own:
+            logger.log_metrics({"epoch": float(step), **row}, step=step)
 
     def evaluate_split(self, split: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Every member on the whole split in one forward: (loss [K], acc [K], mae [K] or None)."""
