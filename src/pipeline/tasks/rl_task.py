@@ -535,6 +535,10 @@ class RLTask(Task):
             self.env.load_state_dict(state["env"])
             self.obs = state["obs"].to(self.device)
             self.episode_return = state["episode_return"].to(self.device)
+            if self.env.restarted:  # envs that could not be restored start new episodes: their own first observation
+                rows = torch.tensor(self.env.restarted, device=self.device)
+                self.obs = self.obs.index_copy(0, rows, self.env.observation().to(self.device).index_select(0, rows))
+                self.episode_return = self.episode_return.index_fill(0, rows, 0.0)
         self.resume_algorithm_state(state)
         set_rng_state(state["rng"])
 
