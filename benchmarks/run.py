@@ -2,6 +2,7 @@
 
     make bench                                   # everything below (~30 min on 2 shared cores, ppo16 ~13 of it)
     make bench ARGS="--only k1"                  # one or more parts: k1 k16 k64 acrobot atari rmac_million rmac_grid ppo16 debug rmac_solver
+    make bench ARGS="--only envpool"             # not in the default set: needs pip install -e ".[envpool]"
 
 k1      `experiment=dqn_cartpole` (K = 1: Lightning, Hydra, loggers, run record) against
         `benchmarks/bare_dqn.py`, the plain PyTorch loop a researcher would write, identical
@@ -20,6 +21,8 @@ debug   every preset with `trainer=debug device=cpu`, in seconds and as a multip
         `python -c "import torch"` timed alongside (`benchmarks/debug_presets.py`).
 rmac_solver  the one auction solver (`pipeline.games.solver`) against the symmetric solver it replaced
         (read from git), alternately on the same inputs: time ratio (target <= 1.5x) and equality.
+envpool the EnvPool backend against the gymnasium one (`benchmarks/bench_envpool.py`): env steps/s of CartPole and
+        Atari vector envs, their ratio; only with `--only envpool`, and a one-line skip when envpool is not installed.
 
 The machine is shared and noisy, so k1 alternates the two implementations and keeps the best of
 `--repeats`, and every number that matters is a ratio of two runs of this invocation.
@@ -45,6 +48,7 @@ import bare_dqn  # noqa: E402
 import seed_batching  # noqa: E402
 
 PARTS = ("k1", "k16", "k64", "acrobot", "atari", "rmac_million", "rmac_grid", "ppo16", "debug", "rmac_solver")
+OPTIONAL_PARTS = ("envpool",)  # run only when named in --only
 # The default preset's hyperparameters, spelled out for the bare loop.
 SHARED = dict(
     hidden=(128, 128), lr=2.3e-3, adam_fused=True, gamma=0.99, batch_size=64, buffer_size=100_000,
@@ -199,7 +203,8 @@ def atari(k: int) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS), help="the parts to run (default: all)")
+    parser.add_argument("--only", nargs="+", choices=PARTS + OPTIONAL_PARTS, default=list(PARTS),
+                        help=f"the parts to run (default: all but {', '.join(OPTIONAL_PARTS)})")
     parser.add_argument("--steps", type=int, default=20_000, help="k1: env steps per DQN run")
     parser.add_argument("--repeats", type=int, default=2, help="k1: runs per implementation, the best kept")
     parser.add_argument("--seed", type=int, default=0)
@@ -247,6 +252,13 @@ def main(argv: list[str] | None = None) -> None:
         import rmac_solver
 
         results["rmac_solver"] = rmac_solver.measure()
+    if "envpool" in args.only:
+        import bench_envpool
+
+        try:
+            results["envpool"] = bench_envpool.measure()
+        except ValueError as error:  # envpool not installed: its one-line refusal
+            print(f"envpool: skipped: {error}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"results: {args.out}")
