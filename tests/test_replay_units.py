@@ -361,9 +361,10 @@ class WandbLogger:
 def test_a_training_video_goes_to_the_agent_s_dir_and_to_tensorboard_and_wandb(tmp_path):
     cfg = _cfg(env={"id": "CartPole-v1", "kwargs": {"max_episode_steps": 3}})
     dirs = [tmp_path / "seed0", tmp_path / "seed1"]
-    tb, wb = TensorBoardLogger(), WandbLogger()
-    hook = training_video_hook(cfg, dirs, [0, 1], "cpu", [tb, wb, object()])
+    tb, wb, other = TensorBoardLogger(), WandbLogger(), TensorBoardLogger()
+    hook = training_video_hook(cfg, dirs, [0, 1], "cpu", [[other], [tb, wb, object()]])  # one logger list per agent
     hook(1, 64, _always(1))
+    assert other.summaries == []  # agent 0's loggers get nothing of agent 1's video
     path = str(dirs[1] / "videos" / f"train-step64-seed{1 + 30_000}.mp4")
     assert Path(path).is_file() and not (dirs[0] / "videos").exists()
     ((summary, step),) = tb.summaries
@@ -474,6 +475,7 @@ def test_evaluate_run_replays_an_rl_run_and_writes_eval_json(tmp_path):
     _run_dir(tmp_path, cfg)
     result = evaluate_run(Options(run_dir=tmp_path, episodes=2))
     assert result["seeds"] == [30_005, 30_006] and result["logged_to"] == [] and result["lengths"] == [6, 6]
+    assert result.pop("eval_file") == str(tmp_path / "eval.json")  # where it was written (out=<dir> moves it)
     assert json.loads((tmp_path / "eval.json").read_text()) == result
     cfg.logger = {"tensorboard": {}}
     OmegaConf.save(cfg, tmp_path / ".hydra" / "config.yaml")
@@ -498,7 +500,7 @@ def test_a_run_without_an_env_is_scored_by_model_eval(tmp_path, monkeypatch):
     monkeypatch.setattr(model_eval, "score_run", lambda options, cfg, seed: calls.append((options, cfg.task._target_, seed)) or {"test/acc": 0.5})
     _run_dir(tmp_path, OmegaConf.create({"seed": 2, "task": {"_target_": "S"}}))
     options = Options(run_dir=tmp_path, given={"split"})
-    assert evaluate_run(options) == {"test/acc": 0.5}
+    assert evaluate_run(options) == {"test/acc": 0.5, "eval_file": str(tmp_path / "eval.json")}
     assert calls == [(options, "S", 2)] and json.loads((tmp_path / "eval.json").read_text()) == {"test/acc": 0.5}
 
 

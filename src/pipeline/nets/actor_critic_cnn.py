@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from pipeline.nets.actor_critic import ACTOR_GAIN, CRITIC_GAIN, HIDDEN_GAIN, orthogonal_linear
-from pipeline.nets.ensemble import Ensemble, EnsembleConv2d, EnsembleLinear, _seeded_members
+from pipeline.nets.ensemble import Ensemble, EnsembleConv2d, EnsembleLinear, seeded_members
 
 FRAME_SIZE = 84
 
@@ -108,7 +108,7 @@ class EnsembleActorCriticCNN(Ensemble):
         in_features = 1
         for d in obs_shape:
             in_features *= int(d)
-        return cls(_seeded_members(factory, seeds, in_features, out_features))
+        return cls(seeded_members(factory, seeds, in_features, out_features))
 
     def forward(self, frames: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         h = self.torso(frames.float() / 255.0)

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from pipeline.nets.ensemble import Ensemble, StackedLayer, _flat, _stack_sequential
+from pipeline.nets.ensemble import Ensemble, StackedLayer, flat_features, stack_sequential
 from pipeline.nets.factory import make_net
 
 LOG_STD_BOUNDS = (-5.0, 2.0)
@@ -158,13 +158,13 @@ class EnsembleSquashedGaussianActor(Ensemble):
     def __init__(self, members: Sequence[SquashedGaussianActor]):
         super().__init__()
         self.n_members = len(members)
-        self.trunk = _stack_sequential([m.trunk for m in members], type(self).__name__)
-        self.mean = _stack_sequential([nn.Sequential(m.mean) for m in members], type(self).__name__)[0]
-        self.log_std = _stack_sequential([nn.Sequential(m.log_std) for m in members], type(self).__name__)[0]
+        self.trunk = stack_sequential([m.trunk for m in members], type(self).__name__)
+        self.mean = stack_sequential([nn.Sequential(m.mean) for m in members], type(self).__name__)[0]
+        self.log_std = stack_sequential([nn.Sequential(m.log_std) for m in members], type(self).__name__)[0]
         self.bounds = EnsembleActionBounds([m.bounds for m in members])
 
     def distribution(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        h = self.trunk(_flat(obs))
+        h = self.trunk(flat_features(obs))
         return self.mean(h), bounded_log_std(self.log_std(h))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
@@ -177,11 +177,11 @@ class EnsembleDeterministicActor(Ensemble):
     def __init__(self, members: Sequence[DeterministicActor]):
         super().__init__()
         self.n_members = len(members)
-        self.net = _stack_sequential([m.net for m in members], type(self).__name__)
+        self.net = stack_sequential([m.net for m in members], type(self).__name__)
         self.bounds = EnsembleActionBounds([m.bounds for m in members])
 
     def unit(self, obs: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.net(_flat(obs)))
+        return torch.tanh(self.net(flat_features(obs)))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.bounds(self.unit(obs))
@@ -196,7 +196,7 @@ class EnsembleTwinQ(Ensemble):
     def __init__(self, members: Sequence[TwinQ]):
         super().__init__()
         self.n_members = len(members)
-        self.q = _stack_sequential([m.q1.net for m in members] + [m.q2.net for m in members], type(self).__name__)
+        self.q = stack_sequential([m.q1.net for m in members] + [m.q2.net for m in members], type(self).__name__)
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = _cat(obs, actions, 2)

@@ -280,7 +280,7 @@ class Ensemble(nn.Module):
         return pairs
 
 
-def _stack_sequential(sequentials: Sequence[nn.Sequential], owner: str) -> nn.Sequential:
+def stack_sequential(sequentials: Sequence[nn.Sequential], owner: str) -> nn.Sequential:
     """One Sequential running all members: Linear -> EnsembleLinear, activations and dropout as they are."""
     layers: list[nn.Module] = []
     for pos, layer in enumerate(sequentials[0]):
@@ -300,7 +300,7 @@ def _stack_sequential(sequentials: Sequence[nn.Sequential], owner: str) -> nn.Se
     return nn.Sequential(*layers)
 
 
-def _flat(x: torch.Tensor) -> torch.Tensor:
+def flat_features(x: torch.Tensor) -> torch.Tensor:
     """[K, N, *features] -> [K, N, F], as the ordinary networks flatten [N, *features]."""
     return x.flatten(2) if x.dim() > 3 else x
 
@@ -319,7 +319,7 @@ class EnsembleMLP(Ensemble):
         if not members:
             raise ValueError("an ensemble needs at least one member")
         sequentials = [_sequential_of(m) for m in members]
-        self.net = _stack_sequential(sequentials, "EnsembleMLP")
+        self.net = stack_sequential(sequentials, "EnsembleMLP")
         self.n_members = len(members)
         self.in_features = sequentials[0][0].in_features
         self.out_features = self._linears()[-1].out_features
@@ -333,13 +333,13 @@ class EnsembleMLP(Ensemble):
         So member i starts from the weights of the single-seed run with that seed. The global RNG is
         left as it was.
         """
-        return cls(_seeded_members(factory, seeds, in_features, out_features))
+        return cls(seeded_members(factory, seeds, in_features, out_features))
 
     def _linears(self) -> list[EnsembleLinear]:
         return [m for m in self.net if isinstance(m, EnsembleLinear)]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(_flat(x))
+        return self.net(flat_features(x))
 
 
 class EnsembleDuelingQNet(Ensemble):
@@ -347,13 +347,13 @@ class EnsembleDuelingQNet(Ensemble):
 
     def __init__(self, members: Sequence[DuelingQNet]):
         super().__init__()
-        self.trunk = _stack_sequential([m.trunk for m in members], "EnsembleDuelingQNet")
+        self.trunk = stack_sequential([m.trunk for m in members], "EnsembleDuelingQNet")
         self.value = _stack_linear([m.value for m in members])
         self.advantage = _stack_linear([m.advantage for m in members])
         self.n_members = len(members)
 
     def value_and_advantage(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        h = self.trunk(_flat(x))
+        h = self.trunk(flat_features(x))
         return self.value(h), self.advantage(h)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -380,7 +380,7 @@ class EnsembleNoisyQNet(Ensemble):
             layer.reset_noise(generators)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = _flat(x)
+        x = flat_features(x)
         for layer in self.layers[:-1]:
             x = F.relu(layer(x))
         return self.layers[-1](x)
@@ -404,7 +404,7 @@ class EnsembleAtariCNN(Ensemble):
             else:
                 layers.append(layer)
         self.features = nn.Sequential(*layers)
-        self.head = _stack_sequential([m.head for m in members], "EnsembleAtariCNN")
+        self.head = stack_sequential([m.head for m in members], "EnsembleAtariCNN")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.features(x.float() / 255.0))
@@ -433,13 +433,13 @@ class EnsembleActorCritic(Ensemble):
         super().__init__()
         self.n_members = len(members)
         self.continuous = members[0].continuous
-        self.torso = _stack_sequential([m.torso for m in members], "EnsembleActorCritic")
-        self.critic = _stack_sequential([m.critic for m in members], "EnsembleActorCritic")
-        self.actor = _stack_sequential([m.actor for m in members], "EnsembleActorCritic")
+        self.torso = stack_sequential([m.torso for m in members], "EnsembleActorCritic")
+        self.critic = stack_sequential([m.critic for m in members], "EnsembleActorCritic")
+        self.actor = stack_sequential([m.actor for m in members], "EnsembleActorCritic")
         self.log_std = EnsembleLogStd([m.log_std for m in members]) if self.continuous else None
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        h = self.torso(_flat(x))
+        h = self.torso(flat_features(x))
         return self.actor(h), self.critic(h).squeeze(-1)
 
 
@@ -451,7 +451,7 @@ def _stack_linear(linears: Sequence[nn.Linear]) -> EnsembleLinear:
     return stacked
 
 
-def _seeded_members(factory: Callable[..., nn.Module], seeds: Sequence[int], in_features: int | None, out_features: int) -> list[nn.Module]:
+def seeded_members(factory: Callable[..., nn.Module], seeds: Sequence[int], in_features: int | None, out_features: int) -> list[nn.Module]:
     """`make_net(factory, ...)` once per seed under `torch.manual_seed(seed)`: each single-seed run's initial network."""
     if len(seeds) == 0:
         raise ValueError("an ensemble needs at least one seed")
@@ -478,7 +478,7 @@ def make_ensemble(factory: Callable[..., nn.Module], seeds: Sequence[int], obs_s
     That run builds `make_net(factory, prod(obs_shape), n_actions)` right after `torch.manual_seed(seed)`;
     so does this, once per seed, then stacks the results. The global RNG is left as it was.
     """
-    members = _seeded_members(factory, seeds, math.prod(obs_shape), n_actions)
+    members = seeded_members(factory, seeds, math.prod(obs_shape), n_actions)
     kind = type(members[0])
     # Exact types: a subclass may change forward, which stacking the weights would silently drop.
     build = _ENSEMBLE_OF.get(kind)
