@@ -412,20 +412,26 @@ def test_envs_per_agent_share_the_rounds_env_steps():
     assert task.iterations_left() == 0 and len(task.train_dataloader()) == 1  # a loader is never empty
 
 
-def test_agent_i_of_a_batch_trains_like_the_single_run_of_its_seed():
-    """With updates, Adam and clipping: agent 1 of seeds 3-4 ends with the weights and curves of the run of seed 4."""
+def test_agent_i_of_a_batch_trains_like_the_agent_of_its_seed_in_another_batch():
+    """With updates, Adam and clipping: agent 1 of seeds 3-4 ends with the weights and curves of agent 0 of seeds 4-5.
+
+    Both batches run the same code on the same shapes (a member's products are its own bmm entries), so the
+    greedy decisions are the same ones on any CPU; against a single run (another kernel for K = 1) a near tie
+    could flip an argmax and the episodes part, so that comparison stops at the initial weights."""
     common = dict(total_steps=96, gradient_steps=2, eval_every=48, eval_episodes=2, log_every=32,
                   optimizer=lambda p: torch.optim.Adam(p, lr=0.01), max_grad_norm=0.5)
-    for env in (TENSOR, GYM):  # GYM: the one-env fast path against the general loop
-        batch, single = make(k=2, seed=3, env=env, **common), make(k=1, seed=4, env=env, **common)
-        fit(batch), fit(single)
-        assert same(member(batch.net, 1), member(single.net, 0), atol=1e-5)
-        assert batch.evaluations[1] == single.evaluations[0]
-        assert batch.episode_returns[1] == single.episode_returns[0]
+    for env in (TENSOR, GYM):
+        batch, other, single = make(k=2, seed=3, env=env, **common), make(k=2, seed=4, env=env, **common), make(seed=4, env=env)
+        start = (member(batch.net, 1).state_dict(), member(single.net, 0).state_dict())
+        assert all(torch.equal(start[0][k], start[1][k]) for k in start[0])  # the single run's initialisation, exactly
+        fit(batch), fit(other)
+        assert same(member(batch.net, 1), member(other.net, 0), atol=1e-6)
+        assert batch.evaluations[1] == other.evaluations[0]
+        assert batch.episode_returns[1] == other.episode_returns[0]
         assert not same(member(batch.net, 0), member(batch.net, 1))
         for step in (32, 64, 96):
-            a, b = batch.curves[1].rows[step], single.curves[0].rows[step]
-            assert a["train/loss"] == pytest.approx(b["train/loss"], rel=1e-4), (env, step)
+            a, b = batch.curves[1].rows[step], other.curves[0].rows[step]
+            assert a["train/loss"] == pytest.approx(b["train/loss"], rel=1e-5), (env, step)
 
 
 # ---- evaluation, the stop, the record ----------------------------------------------------------
