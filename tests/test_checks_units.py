@@ -4,6 +4,8 @@ the values at the edges that pass, and what the shipped conf/ tree says (its gro
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 
 import pytest
 from omegaconf import OmegaConf
@@ -391,3 +393,47 @@ def test_one_line_is_the_root_cause_first_line():
     other = KeyError("k")
     other.__cause__ = inner
     assert checks.root_cause(other) is other
+
+
+# ---- the env at start-up: a missing simulator, what EnvPool cannot run -----------------------------------------
+
+def test_a_mujoco_env_without_mujoco_is_one_line_with_the_install_command(monkeypatch):
+    from pipeline.config import env_ids
+
+    monkeypatch.setitem(sys.modules, "mujoco", None)  # import mujoco now raises ImportError
+    monkeypatch.setattr(env_ids, "_SPACES", {})
+    line = refused(env_ids.action_kind, "HalfCheetah-v5", {})
+    assert line.startswith("env HalfCheetah-v5 needs MuJoCo, which is not installed: pip install") and "\n" not in line
+    assert env_ids.action_kind("CartPole-v1", {}) == ("discrete", "Discrete(2)")  # no simulator to install
+
+
+def test_backend_envpool_is_refused_without_envpool(monkeypatch):
+    from pipeline.config.env_ids import check_env_backend
+
+    monkeypatch.setitem(sys.modules, "envpool", None)
+    assert refused(check_env_backend, "CartPole-v1", {}, "envpool").startswith(
+        'env.backend=envpool needs envpool, which is not installed: pip install "envpool==1.2.5"')
+    check_env_backend("CartPole-v1", {}, "gym")  # other backends are not EnvPool's business
+
+
+@pytest.mark.parametrize(("env_id", "kwargs", "start"), [
+    ("Taxi-v4", {}, "EnvPool 1.2.5 has no Taxi-v4; see envpool.list_all_envs() (or env.backend=gym)"),
+    ("CartPole-v1", {"render_mode": "human"}, "env.backend=envpool: CartPole-v1 takes no env.kwargs ['render_mode']"),
+    ("ALE/Pong-v5", {"terminal_on_life_loss": True}, "env.backend=envpool: terminal_on_life_loss=true restarts the game"),
+    ("ALE/Pong-v5", {"noop_max": 0}, "env.backend=envpool: EnvPool 1.2.5 crashes (segfault) with noop_max=0"),
+])
+def test_backend_envpool_refuses_what_envpool_cannot_run(env_id, kwargs, start):
+    pytest.importorskip("envpool", reason="envpool is not installed (pip install -e '.[envpool]')")
+    from pipeline.config.env_ids import check_env_backend
+
+    assert refused(check_env_backend, env_id, kwargs, "envpool").startswith(start)
+    check_env_backend(env_id, kwargs, "gym")
+
+
+def test_the_env_checks_load_no_torch():
+    pytest.importorskip("envpool", reason="envpool is not installed (pip install -e '.[envpool]')")
+    probe = ("import sys; from pipeline.config import env_ids; "
+             "env_ids.check_env_backend('ALE/Pong-v5', {'noop_max': 30}, 'envpool'); env_ids.action_kind('Pendulum-v1'); "
+             "print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stderr[-2000:] + proc.stdout

@@ -1,8 +1,9 @@
 """The `env` group at start-up: the id must be a registered gymnasium env, its action space what the task takes, and
 image observations go to a convolutional network.
 
-gymnasium only, never the pipeline's env wrappers (which load torch): an unknown id is one line with a close match
-before Lightning loads. Atari ids (`ALE/...`) are registered by importing ale_py, as `pipeline.rl.envs` does.
+gymnasium and `pipeline.rl.envs` (which loads no torch), never the env wrappers that load torch: an unknown id, a missing
+simulator (MuJoCo) or what EnvPool cannot run (`env.backend=envpool`) is one line before Lightning loads. Atari ids
+(`ALE/...`) are registered by importing ale_py, as `pipeline.rl.envs` does.
 """
 
 from __future__ import annotations
@@ -51,6 +52,30 @@ def check_env_id(env_id: str) -> None:
     raise ConfigError(f"env.id={env_id} is not a registered gymnasium environment; {hint}")
 
 
+def _check_installed(env_id: str) -> None:
+    """A simulator the env needs and that is not installed (MuJoCo) -> one line with the install command. It also sends
+    MuJoCo's warnings to a logger instead of a MUJOCO_LOG.TXT in the working directory."""
+    from pipeline.rl.envs import check_env_installed
+
+    try:
+        check_env_installed(env_id)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+
+
+def check_env_backend(env_id: str, kwargs: dict | None, backend: str | None) -> None:
+    """`env.backend=envpool` with an env or env.kwargs EnvPool cannot run (or without envpool installed) -> one line
+    naming the fix. Other backends are checked where their envs are made."""
+    if backend != "envpool":
+        return
+    from pipeline.rl.envs import envpool_task
+
+    try:
+        envpool_task(env_id, dict(kwargs or {}))
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+
+
 _SPACES: dict[tuple, tuple | None] = {}
 
 
@@ -61,6 +86,7 @@ def _spaces(env_id: str, kwargs: dict) -> tuple | None:
     if key not in _SPACES:
         import gymnasium
 
+        _check_installed(env_id)
         try:
             env = gymnasium.make(env_id, **kwargs)
         except Exception:  # noqa: BLE001 - an env that cannot be made here is reported by the task that makes it

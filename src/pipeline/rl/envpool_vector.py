@@ -39,58 +39,16 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from pipeline.rl.envs import CurrentObservation, discrete_size, env_threshold, is_atari
+from pipeline.rl.envs import (
+    CurrentObservation,
+    discrete_size,
+    env_threshold,
+    envpool_module,
+    envpool_task,
+    is_atari,
+)
 from pipeline.rl.gym_state import derived_seed
 from pipeline.rl.tensor_env import TensorStep
-
-ENVPOOL_INSTALL = 'pip install "envpool==1.2.5" (or the project\'s extra: pip install -e ".[envpool]")'
-
-# The project's Atari options (pipeline.rl.envs.make_atari_env) as EnvPool's config keys.
-_ATARI_KEYS = {
-    "frame_skip": "frame_skip", "noop_max": "noop_max", "frame_stack": "stack_num", "clip_rewards": "reward_clip",
-    "repeat_action_probability": "repeat_action_probability", "full_action_space": "full_action_space",
-}
-_ALE_V5_FRAMES = 108_000  # ALE v5's max_num_frames_per_episode
-
-
-def envpool_module():
-    """The envpool package, or a one-line refusal with the install command."""
-    try:
-        import envpool
-    except ImportError:
-        raise ValueError(f"env.backend=envpool needs envpool, which is not installed: {ENVPOOL_INSTALL}") from None
-    return envpool
-
-
-def envpool_task(env_id: str, kwargs: dict) -> tuple[str, dict]:
-    """EnvPool's task id and config for gymnasium id `env_id` with the project's env kwargs; refuses what it cannot map."""
-    envpool = envpool_module()
-    kwargs = dict(kwargs)
-    if is_atari(env_id):
-        task = env_id.removeprefix("ALE/")
-        if kwargs.pop("terminal_on_life_loss", False):
-            raise ValueError(
-                "env.backend=envpool: terminal_on_life_loss=true restarts the game at a lost life on the gym path but only "
-                "the life in EnvPool; use env.backend=gym or env.kwargs.terminal_on_life_loss=false"
-            )
-        if int(kwargs.get("noop_max", 30)) < 1:
-            raise ValueError("env.backend=envpool: EnvPool 1.2.5 crashes (segfault) with noop_max=0; use env.kwargs.noop_max >= 1 or env.backend=gym")
-        config = {"use_fire_reset": False, "reward_clip": True, "repeat_action_probability": 0.25}
-        if "screen_size" in kwargs:
-            config["img_height"] = config["img_width"] = int(kwargs.pop("screen_size"))
-        frames = int(kwargs.pop("max_num_frames_per_episode", _ALE_V5_FRAMES))
-        config.update({_ATARI_KEYS[k]: kwargs.pop(k) for k in list(kwargs) if k in _ATARI_KEYS})
-        config["max_episode_steps"] = frames // int(config.get("frame_skip", 4))
-    else:
-        task, config = env_id, {}
-    if task not in envpool.list_all_envs():
-        raise ValueError(f"EnvPool {envpool.__version__} has no {env_id}; see envpool.list_all_envs() (or env.backend=gym)")
-    known = envpool.make_spec(task).config._asdict()
-    unknown = sorted(set(kwargs) - set(known))
-    if unknown:
-        raise ValueError(f"env.backend=envpool: {env_id} takes no env.kwargs {unknown} in EnvPool (use env.backend=gym)")
-    config.update(kwargs)
-    return task, config
 
 
 def pool_seed(seed: int) -> int:

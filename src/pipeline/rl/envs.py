@@ -1,14 +1,20 @@
-"""Environment construction, the float32 boundary, and greedy evaluation."""
+"""Environment construction, the float32 boundary, and greedy evaluation.
+
+Importing this module loads gymnasium and numpy, not torch: the start-up checks (pipeline.config.env_ids) call
+`check_env_installed` and `envpool_task` before torch loads. The functions that make tensors import it.
+"""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import gymnasium as gym
 import numpy as np
-import torch
-from torch import nn
+
+if TYPE_CHECKING:
+    import torch
 
 
 def make_atari_env(
@@ -84,6 +90,57 @@ def mujoco_available() -> bool:
     return True
 
 
+ENVPOOL_INSTALL = 'pip install "envpool==1.2.5" (or the project\'s extra: pip install -e ".[envpool]")'
+
+# The project's Atari options (make_atari_env) as EnvPool's config keys.
+_ATARI_KEYS = {
+    "frame_skip": "frame_skip", "noop_max": "noop_max", "frame_stack": "stack_num", "clip_rewards": "reward_clip",
+    "repeat_action_probability": "repeat_action_probability", "full_action_space": "full_action_space",
+}
+_ALE_V5_FRAMES = 108_000  # ALE v5's max_num_frames_per_episode
+
+
+def envpool_module():
+    """The envpool package, or a one-line refusal with the install command."""
+    try:
+        import envpool
+    except ImportError:
+        raise ValueError(f"env.backend=envpool needs envpool, which is not installed: {ENVPOOL_INSTALL}") from None
+    return envpool
+
+
+def envpool_task(env_id: str, kwargs: dict) -> tuple[str, dict]:
+    """EnvPool's task id and config for gymnasium id `env_id` with the project's env kwargs; refuses what it cannot map
+    (pipeline.rl.envpool_vector builds the pool from them)."""
+    envpool = envpool_module()
+    kwargs = dict(kwargs)
+    if is_atari(env_id):
+        task = env_id.removeprefix("ALE/")
+        if kwargs.pop("terminal_on_life_loss", False):
+            raise ValueError(
+                "env.backend=envpool: terminal_on_life_loss=true restarts the game at a lost life on the gym path but only "
+                "the life in EnvPool; use env.backend=gym or env.kwargs.terminal_on_life_loss=false"
+            )
+        if int(kwargs.get("noop_max", 30)) < 1:
+            raise ValueError("env.backend=envpool: EnvPool 1.2.5 crashes (segfault) with noop_max=0; use env.kwargs.noop_max >= 1 or env.backend=gym")
+        config = {"use_fire_reset": False, "reward_clip": True, "repeat_action_probability": 0.25}
+        if "screen_size" in kwargs:
+            config["img_height"] = config["img_width"] = int(kwargs.pop("screen_size"))
+        frames = int(kwargs.pop("max_num_frames_per_episode", _ALE_V5_FRAMES))
+        config.update({_ATARI_KEYS[k]: kwargs.pop(k) for k in list(kwargs) if k in _ATARI_KEYS})
+        config["max_episode_steps"] = frames // int(config.get("frame_skip", 4))
+    else:
+        task, config = env_id, {}
+    if task not in envpool.list_all_envs():
+        raise ValueError(f"EnvPool {envpool.__version__} has no {env_id}; see envpool.list_all_envs() (or env.backend=gym)")
+    known = envpool.make_spec(task).config._asdict()
+    unknown = sorted(set(kwargs) - set(known))
+    if unknown:
+        raise ValueError(f"env.backend=envpool: {env_id} takes no env.kwargs {unknown} in EnvPool (use env.backend=gym)")
+    config.update(kwargs)
+    return task, config
+
+
 def check_env_installed(env_id: str) -> None:
     """Refuse, in one line with the install command, an env whose simulator is not installed. MuJoCo's own warnings
     go to this module's logger (DEBUG) instead of a MUJOCO_LOG.TXT in the working directory and stderr."""
@@ -122,6 +179,8 @@ def make_env(env_id: str, seed: int | None = None, **kwargs) -> gym.Env:
 
 def obs_to_tensor(obs, device: str | torch.device = "cpu") -> torch.Tensor:
     """Convert an env observation to float32 once, here, so nothing downstream sees float64."""
+    import torch
+
     if isinstance(obs, torch.Tensor):
         return obs.to(device=device, dtype=torch.float32)
     return torch.as_tensor(np.asarray(obs, dtype=np.float32), device=device)
@@ -135,6 +194,8 @@ def env_threshold(env_id: str) -> float | None:
 
 def batch_to_tensor(stacked: np.ndarray, device: str | torch.device = "cpu") -> torch.Tensor:
     """A stacked batch of observations as a tensor: uint8 frames stay uint8 (the network scales them), the rest float32."""
+    import torch
+
     if stacked.dtype == np.uint8:
         return torch.from_numpy(np.ascontiguousarray(stacked)).to(device)
     return obs_to_tensor(stacked, device)
@@ -149,6 +210,8 @@ def play_episodes(
     their last) and the indices of the running ones, and returns those episodes' actions. Atari plays
     whole games with unclipped rewards, as players score them. Returns the undiscounted returns.
     """
+    import torch
+
     env_kwargs = dict(env_kwargs or {})
     if is_atari(env_id):
         env_kwargs.update(clip_rewards=False, terminal_on_life_loss=False)
@@ -190,6 +253,8 @@ def evaluate_greedy(
     seed face the same start states and the training env's RNG is untouched.
     An `nn.Module` policy is put in eval() mode (e.g. noise off) and restored.
     """
+    from torch import nn
+
     was_training = isinstance(policy, nn.Module) and policy.training
     if isinstance(policy, nn.Module):
         policy.eval()
@@ -205,6 +270,8 @@ def evaluate_greedy(
 
 
 def _to_env_actions(actions, n: int) -> list:
+    import torch
+
     if isinstance(actions, torch.Tensor):
         actions = actions.detach().cpu()
         if actions.dim() <= 1:
