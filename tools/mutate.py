@@ -53,7 +53,9 @@ CLASS_SEPARATOR = "ǁ"  # mutmut's x<sep>Class<sep>method names
 MODULES: dict[str, list[str]] = {
     "rl/schedules.py": ["tests/rl/test_schedules.py", "tests/rl/test_schedules_properties.py"],
     "rl/targets.py": ["tests/rl/test_targets.py", "tests/rl/test_targets_properties.py"],
-    "rl/replay.py": ["tests/rl/test_replay.py", "tests/rl/test_replay_properties.py"],
+    "rl/replay.py": ["tests/rl/test_replay.py", "tests/rl/test_replay_properties.py", "tests/rl/test_replay_continuous.py"],
+    "rl/offpolicy.py": ["tests/rl/test_sac_pieces.py"],
+    "rl/squashed_gaussian.py": ["tests/rl/test_sac_pieces.py"],
     "rl/cartpole_tensor.py": ["tests/rl/test_cartpole_tensor.py", "tests/rl/test_cartpole_properties.py"],
     "rl/acrobot_tensor.py": ["tests/rl/test_acrobot_tensor.py"],
     "rl/tensor_env.py": ["tests/rl/test_tensor_env.py"],
@@ -125,7 +127,7 @@ MODULES: dict[str, list[str]] = {
     # config/ and tasks/ helpers (2026-12-04, third)
     "config/grouping.py": ["tests/test_grouping.py", "tests/test_grouping_units.py"],
     "config/checks.py": ["tests/test_checks_units.py"],
-    "tasks/rl_agents.py": ["tests/tasks/test_rl_agents_units.py"],
+    "tasks/rl_task.py": ["tests/tasks/test_rl_task_units.py", "tests/tasks/test_ppo_units.py", "tests/tasks/test_dqn_units.py"],
     # ganunits (2026-12-04, fourth)
     "tasks/gan.py": ["tests/tasks/test_gan_units.py"],
     # smallmods (2026-12-04, fourth)
