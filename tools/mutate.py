@@ -341,9 +341,6 @@ STABLE = [
     # option-name strip characters, the hydra/experiment group filter of check_types.
     "config/grouping.py",
     "config/checks.py",
-    # tasks/rl_agents.py 166/168 -> 168/168 (test_rl_agents_units: a stand-in task's attributes set by hand, the
-    # clock stood in for; left on the first run: _log_shared's default step, the seed range's upper end).
-    "tasks/rl_agents.py",
     # ganunits (2026-12-04, fourth)
     # tasks/gan.py (--max-children 1) against the new test_gan_units alone (a 1x2x2 pair, a dozen images, a stand-in
     # judge; a step redone by hand with autograd and SGD, the logged windows, checkpoints, samples, errors; ~3 s a
