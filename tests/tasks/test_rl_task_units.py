@@ -80,14 +80,20 @@ def test_the_progress_counters_are_declared_once_per_agent_or_shared(monkeypatch
     assert task.slots == [0, 1, 2] and task.obs_shape == (4,) and task.threshold == 475.0
 
 
-def test_rows_go_to_the_agents_curve_and_to_the_loggers_only_for_one_agent(monkeypatch):
+def test_rows_go_to_the_agents_curve_and_to_its_own_loggers_and_batch_rows_to_the_trainers(monkeypatch):
+    """As the lifecycle sets them: K = 1, agent 0's loggers are the trainer's; K > 1, each agent has its own list
+    (its seed dir's TensorBoard / W&B runs) and the trainer's loggers get only the batch rows."""
     two, logger = tiny(monkeypatch, n=2)
+    own = [Logger(), Logger()]
+    two.agent_loggers = [[own[0]], [own[1]]]
     two._agent_row(1, {"x": 1.0})
     two._agent_row(0, {"y": 2.0}, step=7)
     assert two.curves[1].rows == [(100, {"x": 1.0})] and two.curves[0].rows == [(7, {"y": 2.0})] and logger.calls == []
+    assert own[1].calls == [({"env_step": 100, "x": 1.0}, 100)] and own[0].calls == [({"env_step": 7, "y": 2.0}, 7)]
     two._log_shared({"a": 1.0})
-    assert logger.calls == [({"env_step": 100, "a": 1.0}, 100)]
+    assert logger.calls == [({"env_step": 100, "a": 1.0}, 100)] and len(own[0].calls) == len(own[1].calls) == 1
     one, logger = tiny(monkeypatch, n=1)
+    one.agent_loggers = [[logger]]
     one._agent_row(0, {"x": 1.0})
     one._agent_row(0, {"x": 2.0}, step=5)
     assert logger.calls == [({"env_step": 100, "x": 1.0}, 100), ({"env_step": 5, "x": 2.0}, 5)]
