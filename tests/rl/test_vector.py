@@ -256,7 +256,7 @@ def test_state_dict_round_trip_continues_the_same_trajectory(env_cfg, n_agents):
     assert torch.equal(resumed.observation(), env.observation())
     # Random CartPole episodes end every ~20 steps: the restarts after the resume come from the restored generators.
     assert_same_steps(env, resumed, actions[50:])
-    assert getattr(resumed, "restarted", []) == []
+    assert resumed.restarted == []
 
 
 def test_atari_state_dict_restores_the_emulator():
