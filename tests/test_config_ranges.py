@@ -276,3 +276,14 @@ def test_an_env_gymnasium_cannot_make_here_is_left_to_the_task():
     assert env_ids.action_kind("CartPole-v1", {"no_such_kwarg": 1}) is None
     assert env_ids.action_kind("CartPole-v1")[0] == "discrete" and env_ids.action_kind("Pendulum-v1")[0] == "box"
     env_ids.check_env_id("some_module:Mine-v0")  # gymnasium imports the module that registers it
+
+
+def test_an_envpool_backend_that_cannot_run_the_env_is_refused_by_the_start_up_checks():
+    """env.backend=envpool with kwargs EnvPool has no counterpart for: one line from check_values (without envpool
+    installed, the line names the install instead), before any env is made."""
+    cfg, choices = composed(PPO, "env.backend=envpool", "+env.kwargs.foo=1")
+    with pytest.raises(checks.ConfigError, match="envpool") as refused:
+        checks.check_values(cfg, choices)
+    assert "\n" not in str(refused.value)
+    cfg, choices = composed(PPO, "+env.kwargs.foo=1")  # the gym backend is checked where its envs are made
+    checks.check_values(cfg, choices)

@@ -143,6 +143,7 @@ def check_task_settings(cfg: DictConfig, choices: Mapping[str, str | None]) -> N
     env_ids.check_env_id(env_id)
     kwargs = env.get("kwargs")
     kwargs = OmegaConf.to_container(kwargs, resolve=True) if isinstance(kwargs, DictConfig) else {}
+    env_ids.check_env_backend(env_id, kwargs, env.get("backend"))
     found = env_ids.action_kind(env_id, kwargs)
     if found is not None and found[0] not in spaces:
         others = [t for t, c in _shipped_tasks().items() if found[0] in (getattr(c, "action_spaces", None) or ())]
