@@ -152,3 +152,76 @@ def test_exploration_noise_and_scaling():
     assert noisy.max() == 1.0 and noisy.min() > 0.5
     low, high = torch.tensor([-2.0, 0.0]), torch.tensor([2.0, 10.0])
     assert torch.equal(scale_to_bounds(torch.tensor([[-1.0, 1.0], [0.0, 0.0]]), low, high), torch.tensor([[-2.0, 10.0], [0.0, 5.0]]))
+
+
+def test_per_agent_normal_keeps_shape_dtype_and_device_on_both_paths():
+    torch.manual_seed(11)
+    expected = torch.randn(2, 3, dtype=torch.float64)
+    torch.manual_seed(11)
+    shared = per_agent_normal((2, 3), None, "cpu", torch.float64)
+    assert shared.dtype == torch.float64 and torch.equal(shared, expected)
+    own = per_agent_normal((2, 3), [torch.Generator().manual_seed(i) for i in (4, 5)], "cpu", torch.float64)
+    assert own.dtype == torch.float64
+    assert torch.equal(own[1], torch.randn(3, generator=torch.Generator().manual_seed(5), dtype=torch.float64))
+    # The meta device (shapes only) stands in for an accelerator: the noise lands where it is asked for.
+    assert per_agent_normal((2, 3), None, "meta").device.type == "meta"
+    assert per_agent_normal((2, 3), [torch.Generator(), torch.Generator()], "meta").device.type == "meta"
+    with pytest.raises(ValueError, match=r"one generator per agent \(3\), got 1"):
+        per_agent_normal((3, 2), [torch.Generator()], "cpu")
+
+
+def test_sample_draws_noise_in_the_mean_dtype_and_device():
+    mean, log_std = torch.zeros(1, 4, 2, dtype=torch.float64), torch.zeros(1, 4, 2, dtype=torch.float64)
+    actions, _ = squashed_gaussian_sample(mean, log_std, [torch.Generator().manual_seed(2)])
+    expected = torch.tanh(torch.randn(4, 2, generator=torch.Generator().manual_seed(2), dtype=torch.float64))
+    assert torch.allclose(actions[0], expected, rtol=0, atol=1e-15)
+    on_meta, _ = squashed_gaussian_sample(mean.to("meta"), log_std.to("meta"))
+    assert on_meta.device.type == "meta"
+
+
+def _noise(seed, shape, std):
+    return std * torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+def test_exploration_actions_by_hand_on_both_edges():
+    actions = torch.tensor([[[-0.95, 0.0, 0.95]] * 200], dtype=torch.float64)  # [1, 200, 3]
+    noisy = exploration_actions(actions, 0.3, [torch.Generator().manual_seed(6)])
+    expected = torch.clamp(actions[0] + _noise(6, (200, 3), 0.3), -1.0, 1.0)
+    assert noisy.dtype == torch.float64 and torch.allclose(noisy[0], expected, rtol=0, atol=1e-15)
+    assert noisy.min() == -1.0 and noisy.max() == 1.0
+    assert exploration_actions(actions.to("meta"), 0.3).device.type == "meta"
+
+
+def test_smoothed_target_actions_by_hand_on_both_edges_and_zero_noise():
+    actions = torch.tensor([[[-0.95, 0.0, 0.95]] * 200], dtype=torch.float64)
+    smoothed = smoothed_target_actions(actions, 0.3, 0.4, [torch.Generator().manual_seed(9)])
+    expected = torch.clamp(actions[0] + _noise(9, (200, 3), 0.3).clamp(-0.4, 0.4), -1.0, 1.0)
+    assert smoothed.dtype == torch.float64 and torch.allclose(smoothed[0], expected, rtol=0, atol=1e-15)
+    assert smoothed.min() == -1.0 and smoothed.max() == 1.0
+    assert smoothed_target_actions(actions.to("meta"), 0.3, 0.4).device.type == "meta"
+    # Zero noise or a zero clip are valid settings (no smoothing): the actions come back unchanged.
+    assert torch.equal(smoothed_target_actions(actions, 0.0, 0.4), actions)
+    assert torch.equal(smoothed_target_actions(actions, 0.3, 0.0), actions)
+
+
+def test_losses_reduce_over_the_batch_per_agent_with_k_not_b():
+    # K = 2 agents, B = 3 samples: a reduction over the wrong axis or a mis-shaped alpha cannot line up.
+    q1 = torch.tensor([[1.0, 4.0, 0.0], [2.0, -1.0, 3.0]])
+    q2 = torch.tensor([[2.0, 1.0, 1.0], [0.0, 1.0, 5.0]])
+    target = torch.tensor([[0.0, 2.0, 1.0], [1.0, 1.0, 1.0]])
+    # Agent 0: q1 errors 1, 4, 1; q2 errors 4, 1, 0. Agent 1: q1 errors 1, 4, 4; q2 errors 1, 0, 16.
+    assert torch.allclose(twin_q_loss(q1, q2, target), torch.tensor([6 / 3 + 5 / 3, 9 / 3 + 17 / 3]))
+    log_prob = torch.tensor([[-1.0, 2.0, 0.5], [1.0, -2.0, 4.0]])
+    alpha = torch.tensor([0.5, 2.0])
+    # min(q1, q2): [1, 1, 0] and [0, -1, 3].
+    expected = torch.tensor([(-0.5 - 1 + 1.0 - 1 + 0.25 - 0) / 3, (2.0 - 0 - 4.0 + 1 + 8.0 - 3) / 3])
+    assert torch.allclose(sac_actor_loss(q1, q2, log_prob, alpha), expected)
+
+
+def test_twin_q_target_takes_boolean_terminations_and_names_both_modes():
+    rewards = torch.tensor([[1.0, 2.0]], dtype=torch.float64)
+    terminated = torch.tensor([[False, True]])
+    target = twin_q_target(rewards, terminated, torch.tensor([[3.0, 3.0]]), torch.tensor([[5.0, 1.0]]), 0.5)
+    assert torch.allclose(target, torch.tensor([[1.0 + 0.5 * 3.0, 2.0]], dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"^twin_q_target takes both next_log_prob and alpha \(SAC\) or neither \(TD3\)$"):
+        twin_q_target(rewards, terminated, rewards, rewards, 0.9, alpha=torch.ones(1))
