@@ -287,3 +287,16 @@ def test_an_envpool_backend_that_cannot_run_the_env_is_refused_by_the_start_up_c
     assert "\n" not in str(refused.value)
     cfg, choices = composed(PPO, "+env.kwargs.foo=1")  # the gym backend is checked where its envs are made
     checks.check_values(cfg, choices)
+
+
+def test_env_backends_are_checked_at_start_up_and_match_the_vector_envs():
+    from pipeline.rl import vector
+
+    assert set(env_ids.TENSOR_ENV_IDS) == set(vector.TENSOR_ENVS)
+    with pytest.raises(ConfigError, match=r"^env.backend=foo: choose one of gym, tensor, envpool; e.g. env.backend=gym$"):
+        checks.check_values(*composed(PPO, "env.backend=foo"))
+    with pytest.raises(ConfigError, match=r"^env.backend=tensor has no tensor form of MountainCar-v0; tensor envs: "):
+        checks.check_values(*composed(PPO, "env.id=MountainCar-v0", "env.backend=tensor"))
+    checks.check_values(*composed(PPO, "env=cartpole_tensor"))
+    with pytest.raises(ValueError, match="choose gym, tensor or envpool"):  # the builder agrees on the names
+        vector.make_vector_env({"id": "CartPole-v1", "backend": "foo"}, [0], 1)

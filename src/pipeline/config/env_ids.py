@@ -63,9 +63,21 @@ def _check_installed(env_id: str) -> None:
         raise ConfigError(str(error)) from None
 
 
+# The vector-env backends (pipeline.rl.vector.make_vector_env) and the ids with a tensor form (rl.vector.TENSOR_ENVS;
+# tests/test_config_ranges.py keeps both in sync without importing torch here).
+BACKENDS = ("gym", "tensor", "envpool")
+TENSOR_ENV_IDS = ("CartPole-v1", "Acrobot-v1", "Pendulum-v1")
+
+
 def check_env_backend(env_id: str, kwargs: dict | None, backend: str | None) -> None:
-    """`env.backend=envpool` with an env or env.kwargs EnvPool cannot run (or without envpool installed) -> one line
-    naming the fix. Other backends are checked where their envs are made."""
+    """An unknown `env.backend`, `env.backend=tensor` for an env without a tensor form, or `env.backend=envpool` with
+    an env or env.kwargs EnvPool cannot run (or without envpool installed) -> one line naming the fix."""
+    backend = "gym" if backend is None else str(backend)
+    if backend not in BACKENDS:
+        raise ConfigError(f"env.backend={backend}: choose one of {', '.join(BACKENDS)}; e.g. env.backend=gym")
+    if backend == "tensor" and env_id not in TENSOR_ENV_IDS:
+        raise ConfigError(f"env.backend=tensor has no tensor form of {env_id}; tensor envs: {', '.join(TENSOR_ENV_IDS)} "
+                          "(or env.backend=gym)")
     if backend != "envpool":
         return
     from pipeline.rl.envs import envpool_task
