@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -11,8 +12,9 @@ from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 
 from pipeline.config.grouping import sweep_id
+from pipeline.store.atomic import write_atomically
 from pipeline.store.curves import CurveLog, read_run_curve
-from pipeline.store.layout import model_path
+from pipeline.store.layout import ids_path, model_path, read_ids
 
 KNOWN = ("csv", "tensorboard", "wandb")
 
@@ -26,15 +28,28 @@ def wandb_mode(requested: str | None) -> str:
 RECORD_SUMMARY_KEYS = ("status", "time_to_threshold_s", "env_steps", "wall_time_s")
 
 
-def wandb_tags(seed, extra) -> list[str]:
+def wandb_tags(seed, extra, sweep: str | None = None) -> list[str]:
     """Seed and sweep as tags: two sweeps of one config share a W&B group and stay apart by their sweep tag."""
-    sweep = sweep_id()
+    sweep = sweep or sweep_id()
     return [f"seed={seed}", *([f"sweep={sweep}"] if sweep else []), *[str(t) for t in extra or []]]
 
 
-def wandb_config(config: dict) -> dict:
-    sweep = sweep_id()
+def wandb_config(config: dict, sweep: str | None = None) -> dict:
+    sweep = sweep or sweep_id()
     return {**config, "sweep_id": sweep} if sweep else dict(config)
+
+
+def wandb_identity(run_dir: Path, resuming: bool) -> tuple[str, str | None]:
+    """The W&B run id and sweep id of the run in `run_dir`: a resume (``ckpt_path``, a sweep's ``resume=true``) keeps
+    the ones its first start wrote (one W&B run per seed, in its first sweep); a fresh start makes and writes new ones."""
+    kept = read_ids(run_dir) if resuming else {}
+    if isinstance(kept.get("wandb_run_id"), str) and kept["wandb_run_id"]:
+        return kept["wandb_run_id"], kept.get("sweep_id") or sweep_id()
+    import uuid
+
+    ids = {"wandb_run_id": uuid.uuid4().hex[:8], "sweep_id": sweep_id()}  # as wandb makes its ids: 8 of [0-9a-z]
+    write_atomically(ids_path(run_dir), lambda f: f.write(json.dumps(ids).encode()), fsync=False)
+    return ids["wandb_run_id"], ids["sweep_id"]
 
 
 def build_loggers(
@@ -66,8 +81,13 @@ def build_loggers(
 
         opts = dict(spec["wandb"] or {})
         os.environ.setdefault("WANDB_SILENT", "true")
-        tags = wandb_tags(seed, opts.get("tags"))
+        run_id, sweep = wandb_identity(run_dir, resuming=bool(config.get("ckpt_path") or config.get("resume")))
+        tags = wandb_tags(seed, opts.get("tags"), sweep)
         wandb_logger = WandbLogger(
+            # A resumed run continues its W&B run: offline, each segment is its own offline-run-*-<id> dir under
+            # <run dir>/wandb, and `wandb sync` puts them into the one run of that id.
+            id=run_id,
+            resume="allow",
             project=opts.get("project", "pipeline"),
             entity=opts.get("entity"),
             name=run_name,
@@ -76,7 +96,7 @@ def build_loggers(
             tags=tags,
             save_dir=str(Path(run_dir).resolve()),  # absolute: see report/wandb_summary.py
             mode=wandb_mode(opts.get("mode")),
-            config=wandb_config(config),
+            config=wandb_config(config, sweep),
             settings=_wandb_settings(opts.get("init_timeout")),
             # A run of its own even beside others in this process (K seeds trained together: one run per seed);
             # it leaves wandb.run alone, so finish_loggers finishes each logger's run itself.

@@ -5,6 +5,7 @@
     <run dir>/model.pt             the trained weights, a state_dict (store/checkpoint.py)
     <run dir>/checkpoints/last.ckpt  what a killed run continues from
     <run dir>/error.log            the traceback of a failed run
+    <run dir>/.pipeline/ids.json   the ids a resumed run keeps: its W&B run id and its sweep's id
     <run dir>/seed<n>/...          agent n of a run that trains K seeds in one process (K > 1)
     <sweep dir>/<job>/...          one run dir per job; <sweep dir>/report/ and <sweep dir>/tune/ hold no runs
 """
@@ -29,6 +30,8 @@ LOCK = ".lock"
 EVAL_FILE = "eval.json"
 # The composed config a run was made with: Hydra's copy, or (a sweep job's own process) the pipeline's.
 CONFIG_FILES = (".hydra/config.yaml", ".pipeline/config.yaml")
+# The ids a run keeps across its resumes ({"wandb_run_id", "sweep_id"}), written on its first start.
+IDS = ".pipeline/ids.json"
 # Folders of a sweep dir that hold outputs about runs, never runs.
 NOT_RUNS = ("report", "tune", "wandb")
 
@@ -98,6 +101,19 @@ def model_path(run_dir: Path) -> Path:
 
 def checkpoint_path(run_dir: Path) -> Path:
     return Path(run_dir) / CHECKPOINTS / LAST
+
+
+def ids_path(run_dir: Path) -> Path:
+    return Path(run_dir) / IDS
+
+
+def read_ids(run_dir: Path) -> dict:
+    """The ids a run kept (ids_path), or {} (none written yet, or unreadable)."""
+    try:
+        ids = json.loads(ids_path(run_dir).read_text(encoding="utf-8") or "null")
+    except (OSError, ValueError):
+        return {}
+    return ids if isinstance(ids, dict) else {}
 
 
 def lock_path(run_dir: Path) -> Path:
