@@ -105,3 +105,11 @@ def test_dicts_inside_lists_hash_alike_in_any_key_order_and_odd_values_are_shown
     assert config_id({"a": [{"y": 1, "x": 2}]}, already_semantic=True) == hashlib.sha256(
         b'{"a":[{"x":2,"y":1}]}').hexdigest()[:8]
     assert differences({"one": {"k": frozenset()}, "two": {"k": 1}}) == {"one": 'k="frozenset()"', "two": "k=1"}
+
+
+def test_a_resumed_sweep_keeps_the_id_it_had_even_after_another_was_made(monkeypatch):
+    monkeypatch.delenv("PIPELINE_SWEEP_UID", raising=False)
+    fresh = grouping.start_sweep_id()
+    assert grouping.start_sweep_id("0f1e2d") == "0f1e2d" != fresh
+    assert grouping.sweep_id() == "0f1e2d" and grouping.start_sweep_id() == "0f1e2d"
+    assert grouping.start_sweep_id(None) == "0f1e2d"

@@ -8,9 +8,11 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
 from hydra import compose, initialize_config_module
 
 from pipeline.runtime.run import run
+from pipeline_testing import run_cli, sweep_dir
 from test_loggers import wandb_records
 
 FIRST, MORE = 192, 384  # env steps of the first segment, then of the whole run (trainer=debug's PPO: 192)
@@ -78,3 +80,20 @@ def test_each_seed_of_a_continued_batch_logs_into_its_own_wandb_run(tmp_path):
         _assert_one_run_continued(run_dir / f"seed{seed}", tmp_path / f"s{seed}", seed)
         ids.append(segments(run_dir / f"seed{seed}", tmp_path / f"t{seed}")[0]["id"])
     assert ids[0] != ids[1]
+
+
+@pytest.mark.slow
+def test_a_resumed_sweep_keeps_its_id_and_its_rerun_job_keeps_its_wandb_run(tmp_path):
+    # One job fails (lr=1e30: the loss blows up) and `resume=true` reruns it in its old dir: its second W&B segment
+    # is the same run, tagged with the first invocation's sweep id (isolate_jobs=false: one process per invocation).
+    args = ["-m", "experiment=supervised_digits", "trainer=debug", "seed=0", "optimizer=sgd", "optimizer.lr=0.05,1e30",
+            "isolate_jobs=false", "logger=wandb", "logger.wandb.mode=offline"]
+    run_cli(*args, cwd=tmp_path, env={"PIPELINE_SWEEP_UID": ""})
+    sweep = sweep_dir(tmp_path)
+    first_id = sweep.name.rsplit("_", 1)[-1]  # the default sweep dir's name ends with the sweep id
+    (failed,) = [p.parent for p in sweep.glob("*/result.json") if json.loads(p.read_text())["status"] == "failed"]
+    run_cli(*args, f"hydra.sweep.dir={sweep}", "resume=true", cwd=tmp_path, env={"PIPELINE_SWEEP_UID": ""})
+    first, rerun = segments(failed, tmp_path / "failed")
+    assert first["id"] == rerun["id"] == first["file_id"] == rerun["file_id"]
+    for segment in (first, rerun):
+        assert f"sweep={first_id}" in segment["tags"] and segment["config"]["sweep_id"] == first_id, segment["tags"]
