@@ -32,6 +32,7 @@ from pipeline.config.grouping import start_sweep_id
 from pipeline.runtime.context import exit_status, launcher_failure_handler
 from pipeline.runtime.job import RELAY_ENV, STOP_FILE, mark_dead
 from pipeline.runtime.rundir import EXIT_CODES, STOP_SIGNALS, say
+from pipeline.store.layout import kept_sweep_id
 from pipeline.store.record import read_records, summary_line
 from pipeline.sweep_progress import SweepProgress, job_ended, job_started, planned_jobs, start_sweep
 
@@ -106,7 +107,8 @@ class SweepReportCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         # Before any job starts (and before hydra.sweep.dir resolves): with a sweep dir of the user's choosing no
         # resolver asks for the id, and the runs' W&B `sweep=<id>` tag and `sweep_id` config would be missing.
-        start_sweep_id()
+        # A resumed sweep keeps the id its runs kept (their W&B group and tags), also for the jobs it starts anew.
+        start_sweep_id(kept_sweep_id(Path(config.hydra.sweep.dir)) if config.get("resume") else None)
         self._refuse_changed_resume(config)
         sweep_dir = Path(config.hydra.sweep.dir)
         start_sweep(sweep_dir, planned_jobs(config))

@@ -136,7 +136,7 @@ def start_sweep_id(kept: str | None = None) -> str:
     """One short random id per sweep invocation, made once (when the sweep starts, or when the default sweep dir's
     name asks for it, whichever is first) and shared with launcher workers and their jobs through the environment.
     It comes from the sweep, not from its dir's name: a sweep in a dir of the user's choosing has one too.
-    `kept`: the id a resumed sweep had (runtime.loggers.kept_sweep_id of its dir), which it keeps."""
+    `kept`: the id a resumed sweep had (store.layout.kept_sweep_id of its dir), which it keeps."""
     if kept:
         os.environ[SWEEP_ENV] = kept
         return kept

@@ -14,7 +14,7 @@ from lightning.pytorch.loggers.logger import rank_zero_experiment
 from pipeline.config.grouping import sweep_id
 from pipeline.store.atomic import write_atomically
 from pipeline.store.curves import CurveLog, read_run_curve
-from pipeline.store.layout import ids_path, model_path, read_ids, record_dirs
+from pipeline.store.layout import ids_path, model_path, read_ids
 
 KNOWN = ("csv", "tensorboard", "wandb")
 
@@ -50,15 +50,6 @@ def wandb_identity(run_dir: Path, resuming: bool) -> tuple[str, str | None]:
     ids = {"wandb_run_id": uuid.uuid4().hex[:8], "sweep_id": sweep_id()}  # as wandb makes its ids: 8 of [0-9a-z]
     write_atomically(ids_path(run_dir), lambda f: f.write(json.dumps(ids).encode()), fsync=False)
     return ids["wandb_run_id"], ids["sweep_id"]
-
-
-def kept_sweep_id(sweep_dir: Path) -> str | None:
-    """The sweep id its runs kept (wandb_identity), for a sweep resumed in `sweep_dir`: None when none kept one."""
-    for run_dir in record_dirs(sweep_dir):
-        kept = read_ids(run_dir).get("sweep_id")
-        if isinstance(kept, str) and kept:
-            return kept
-    return None
 
 
 def build_loggers(

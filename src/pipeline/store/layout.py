@@ -160,3 +160,13 @@ def record_dirs(root: Path) -> Iterator[Path]:
         if any(part in NOT_RUNS for part in path.relative_to(root).parts[:-1]):
             continue
         yield path.parent
+
+
+def kept_sweep_id(sweep_dir: Path) -> str | None:
+    """The sweep id its runs kept (runtime.loggers writes it to each run's IDS), for a sweep resumed in `sweep_dir`;
+    None when none kept one."""
+    for run_dir in record_dirs(sweep_dir):
+        kept = read_ids(run_dir).get("sweep_id")
+        if isinstance(kept, str) and kept:
+            return kept
+    return None
