@@ -1,4 +1,5 @@
 import os
+import signal
 
 import pytest
 import torch
@@ -7,6 +8,10 @@ from hypothesis import HealthCheck, settings
 
 import pipeline_testing  # noqa: F401  (first: it keeps the import-time environment the suite was started with)
 
+# The suite's runs get a terminal's SIGHUP (a stop request) even when the suite itself was started under nohup or
+# by a runner that ignores it: a child inherits an ignored SIGHUP, and a run keeps an inherited SIG_IGN (the nohup
+# case, which its own test sets up). The forkserver and every subprocess start after this line.
+signal.signal(signal.SIGHUP, signal.SIG_DFL)
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 torch.set_num_threads(1)

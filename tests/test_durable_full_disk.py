@@ -33,14 +33,19 @@ def test_a_log_file_on_a_full_disk_says_so_once_and_the_run_goes_on(tmp_path, ca
     handler = logging.FileHandler(tmp_path / "run.log")
     handler.stream.close()
     handler.stream = FullStream()
-    saved = (root.handlers[:], root.level)
+    saved = (root.handlers[:], root.level, logging.root.manager.disable)
     root.handlers, root.level = [handler], logging.INFO
+    logging.disable(logging.NOTSET)  # whatever earlier tests in this worker did to logging
+    # A logger of its own that reaches the root's handler (the `pipeline` logger's propagation and level are set by
+    # the run's logging config, which an earlier test in the same process may have installed).
+    probe = logging.getLogger("full_disk_probe")
     try:
         quiet_failing_log_handlers()
         for i in range(50):
-            logging.getLogger("pipeline").info(f"line {i}")
+            probe.info(f"line {i}")
     finally:
-        root.handlers, root.level = saved
+        root.handlers, root.level = saved[:2]
+        logging.disable(saved[2])
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err  # was: 50 tracebacks
     assert err[0].startswith(f"cannot write {tmp_path / 'run.log'}: no space left on device on the disk at ")

@@ -114,8 +114,11 @@ def test_gan_eval_scores_the_generator_as_the_run_did(tmp_path, capsys, monkeypa
     # The same judge, reference and noise stream (seed + a fixed offset): the run's final score, exactly.
     scored = {k for k in record if k.startswith("eval/") and not k.endswith("_start")}
     assert set(result["metrics"]) == scored and "eval/inception_score" in scored
+    # Within 1e-5: float32 feature sums in two processes may part in the last bits, and the Fréchet distance's matrix
+    # square root amplifies that (seen once under load: 5.693631 vs 5.693623, 1.3e-6 relative); another noise stream
+    # moves it by percents (below).
     for name in scored:
-        assert result["metrics"][name] == pytest.approx(record[name], rel=1e-6, abs=1e-9), name
+        assert result["metrics"][name] == pytest.approx(record[name], rel=1e-5, abs=1e-9), name
     # Other noise gives another sample, hence another Fréchet distance; the real-data reference stays.
     monkeypatch.setenv("PIPELINE_CACHE", cache["PIPELINE_CACHE"])
     assert eval_main([str(run_dir), "seed=7"]) == 0

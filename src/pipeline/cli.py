@@ -72,10 +72,10 @@ def hydra_entry(cfg: DictConfig) -> list[dict]:
     return records
 
 
-def _check_before_running(cfg: DictConfig, choices: dict | None = None) -> None:
+def _check_before_running(cfg: DictConfig, choices: dict | None = None, device: bool = True) -> None:
     """A bad value is one line and exit 2 before Lightning loads (seconds) and before any record is written.
 
-    Single runs only: in a sweep each job checks in its own process and its record says what was wrong.
+    `device`: also whether this machine has the device asked for (not for jobs a cluster runs elsewhere).
     """
     try:
         config_checks.check_missing(cfg)
@@ -83,7 +83,8 @@ def _check_before_running(cfg: DictConfig, choices: dict | None = None) -> None:
         config_checks.check_types(cfg, choices)
         config_checks.check_values(cfg, choices)
         config_checks.check_monitors(cfg)  # imports the task (and Lightning) only when a callback monitors a metric
-        _check_device(cfg)
+        if device:
+            _check_device(cfg)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
@@ -145,9 +146,12 @@ def _check_sweep_first(argv: list[str]) -> None:
             print(f"error: {line}", file=sys.stderr)
             sys.exit(2)
         choices = config_checks.runtime_choices(cfg)
+        # A cluster launcher runs the jobs on its nodes: their devices are checked there (the SLURM launcher names
+        # a partition without GPUs itself), not against this machine's.
+        elsewhere = "slurm" in str(OmegaConf.select(cfg, "hydra.launcher._target_", default="")).lower()
         with open_dict(cfg):
             del cfg["hydra"]
-        _check_before_running(cfg, choices)
+        _check_before_running(cfg, choices, device=not elsewhere)
 
 
 def _check_single_run_first(argv: list[str]) -> tuple[RunDirLock, Path | None] | None:
