@@ -26,16 +26,22 @@ def _checkpointed(sweep: Path) -> int:
     return count
 
 
-@pytest.mark.slow
-def test_sigterm_to_a_joblib_sweep_stops_its_jobs_starts_no_other_and_ends_with_report_and_resume(tmp_path):
-    """The sweep exited at once ("nothing to resume") while its workers trained on, started the next job, then sat
-    idle for 24+ minutes."""
+def _joblib_sweep_with_two_jobs_checkpointed(tmp_path):
+    """A 3-seed joblib sweep (2 at a time) in the background, returned once its two running jobs have checkpointed."""
     sweep = tmp_path / "sweep"
     proc = start_module("pipeline", "-m", *DQN, "seed=0,1,2", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
                         f"hydra.sweep.dir={sweep}")
     end = time.monotonic() + 400
     while _checkpointed(sweep) < 2 and proc.poll() is None and time.monotonic() < end:
         time.sleep(0.3)
+    return sweep, proc
+
+
+@pytest.mark.slow
+def test_sigterm_to_a_joblib_sweep_stops_its_jobs_starts_no_other_and_ends_with_report_and_resume(tmp_path):
+    """The sweep exited at once ("nothing to resume") while its workers trained on, started the next job, then sat
+    idle for 24+ minutes."""
+    sweep, proc = _joblib_sweep_with_two_jobs_checkpointed(tmp_path)
     assert proc.poll() is None, proc.stdout.getvalue()[-2000:]
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=300)
@@ -89,12 +95,7 @@ def _children(pid: int) -> list[tuple[int, str]]:
 def test_a_killed_joblib_worker_ends_the_sweep_with_statuses_report_and_resume_not_a_traceback(tmp_path):
     """kill -9 of a loky worker printed a 48-line TerminatedWorkerError traceback, wrote no report, and lost the
     other in-flight seed's work."""
-    sweep = tmp_path / "sweep"
-    proc = start_module("pipeline", "-m", *DQN, "seed=0,1,2", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
-                        f"hydra.sweep.dir={sweep}")
-    end = time.monotonic() + 400
-    while _checkpointed(sweep) < 2 and proc.poll() is None and time.monotonic() < end:
-        time.sleep(0.3)
+    sweep, proc = _joblib_sweep_with_two_jobs_checkpointed(tmp_path)
     workers = [pid for pid, command in _children(proc.pid) if "LokyProcess" in command]
     assert workers, _children(proc.pid)
     os.kill(workers[0], signal.SIGKILL)
