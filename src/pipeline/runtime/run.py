@@ -291,6 +291,7 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
         agent_loggers = _build_agent_loggers(cfg, resolved, records, loggers)
         trainer_loggers = list(agent_loggers[0]) if k == 1 else []  # K > 1: each seed's loggers are the task's to feed
         task.agent_loggers = agent_loggers
+        task.compile_updates = bool(OmegaConf.select(cfg, "device.compile", default=False))
         if task.writes_curves:
             task.curves = curves
         else:

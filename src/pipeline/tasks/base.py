@@ -149,6 +149,8 @@ class Task(L.LightningModule):
         #: One list of Lightning loggers (TensorBoard / W&B) per agent, agent i's writing to its seed's run dir
         #: (with one agent: the trainer's loggers); log agent i's rows with `agent_loggers[i][j].log_metrics`.
         self.agent_loggers: list[list] = []
+        #: `device.compile`: True asks the task to run its update through `torch.compile` (the RL tasks; the others train eagerly).
+        self.compile_updates: bool = False
         #: checkpointing="state" tasks: call `checkpoint_hook()` at safe points (it saves when due and stops the
         #: fit when a stop was requested) and `checkpoint_hook(final=True)` when training ends.
         self.checkpoint_hook: Callable[..., None] | None = None
