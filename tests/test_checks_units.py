@@ -219,7 +219,7 @@ def test_closed_groups_refuse_unknown_keys_and_trainer_owned_keys():
     checks._check_closed_groups(cfg(device="cpu"), {"device": "cpu"})
     assert refused(checks._check_closed_groups, cfg(device={"accelerator": "cpu", "x": 1}), {"device": "cpu"}) == (
         "device.x is not a setting of device=cpu (it would be ignored); "
-        "its settings: accelerator, cpu_heap_mb, flush_denormal, num_threads, precision")
+        "its settings: accelerator, compile, cpu_heap_mb, flush_denormal, num_threads, precision")
     assert refused(checks._check_closed_groups, cfg(seeding={"y": 1}), {"seeding": "default"}) == (
         "seeding.y is not a setting of seeding=default (it would be ignored); its settings: deterministic")
     assert refused(checks._check_closed_groups, cfg(trainer={"precision": 16}), {}) == (
