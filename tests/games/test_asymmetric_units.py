@@ -67,7 +67,7 @@ def test_a_given_bandwidth_reaches_every_bidders_inversion():
     for bandwidth in (0.03, 0.12):
         got = inverted_value_cdfs(bids, bandwidth=bandwidth, max_value=100.0)
         for i, (values, cdf) in enumerate(got):
-            want_values, want_cdf, _ = inverted_value_cdf_of_bidder(bids[:, i], competing[:, i], bandwidth)
+            want_values, want_cdf, _, _ = inverted_value_cdf_of_bidder(bids[:, i], competing[:, i], bandwidth)
             assert torch.equal(values, want_values) and torch.equal(cdf, want_cdf), (bandwidth, i)
     narrow = inverted_value_cdfs(bids, bandwidth=0.03, max_value=100.0)
     wide = inverted_value_cdfs(bids, bandwidth=0.12, max_value=100.0)

@@ -45,6 +45,7 @@ from pipeline.games.rmac import (
     reported_bounds,
     result_key,
     second_price_from_cdfs,
+    top_shrink,
     type_grid,
     value_type_weights,
 )
@@ -100,8 +101,9 @@ def _empirical_cdf(sample: Tensor, at: Tensor) -> Tensor:
 
 def inverted_value_cdf_of_bidder(
     bids: Tensor, competing: Tensor, bandwidth: float | None = None, n_points: int = CDF_POINTS
-) -> tuple[Tensor, Tensor, Tensor]:
-    """One bidder's value CDF as points (values (E,), CDF (E,)) to interpolate between, and the bids (E,) they invert.
+) -> tuple[Tensor, Tensor, Tensor, float]:
+    """One bidder's value CDF as points (values (E,), CDF (E,)) to interpolate between, the bids (E,) they invert,
+    and the sampling SD of its top value (`pipeline.games.rmac.first_order_values`).
 
     ``bids`` are its logged bids, ``competing`` the highest other bid of the same auctions. The
     CDF of the competing bids is read at ``n_points`` steps over the range of both (plus the
@@ -132,11 +134,11 @@ def inverted_value_cdf_of_bidder(
     if int(own.sum()) < 4:
         raise ValueError(f"a bidder's bids span {float(bids.max()) - float(bids.min()):g}, under 3 / {n_points} of "
                          "all bids' range: too little to invert its values")
-    values = first_order_values(edge / step, empirical, cells, step, 1, spread, competing.numel())
+    values, sd = first_order_values(edge / step, empirical, cells, step, 1, spread, competing.numel())
     values, points = values[own], edge[own]
     cdf = _empirical_cdf(bids, points)
     cdf[0], cdf[-1] = 0.0, 1.0
-    return values.flip(0).cummin(0).values.flip(0), cdf, points
+    return values.flip(0).cummin(0).values.flip(0), cdf, points, float(sd[own][-1])
 
 
 def _rough_top(bids: Tensor, competing: Tensor) -> float:
@@ -158,13 +160,14 @@ def inverted_value_cdfs(
     Values above ``max_value`` (None: twice the bidder's rough top b_max + H(b_max) / h(b_max),
     h from a window; a fitted density near 0 at the top would put the top anywhere) count as it.
     """
-    return [(values, cdf) for values, cdf, _ in _inversions(table, bandwidth, max_value)]
+    return [(values, cdf) for values, cdf, _, _ in _inversions(table, bandwidth, max_value)]
 
 
 def _inversions(
     table: Tensor, bandwidth: float | None = None, max_value: float | None = None
-) -> list[tuple[Tensor, Tensor, Tensor]]:
-    """`inverted_value_cdfs` with the bids each value point inverts: per bidder (values, cdf, bids)."""
+) -> list[tuple[Tensor, Tensor, Tensor, float]]:
+    """`inverted_value_cdfs` with the bids each value point inverts and the top's SD: per bidder (values, cdf, bids,
+    top SD)."""
     table = torch.as_tensor(table, dtype=torch.float64)
     if (lattice := effective_lattice(table.flatten(), bandwidth)) is not None:
         table = spread_in_cells(table, lattice)  # rounded bids: censored to their cells (`spread_in_cells`)
@@ -172,11 +175,11 @@ def _inversions(
     out = []
     for i in range(table.shape[1]):
         try:
-            values, cdf, points = inverted_value_cdf_of_bidder(table[:, i], competing[:, i], bandwidth)
+            values, cdf, points, top_sd = inverted_value_cdf_of_bidder(table[:, i], competing[:, i], bandwidth)
         except ValueError as error:
             raise ValueError(f"bidder {i} (column {i} of the bids): {error}") from error
         cap = 2 * _rough_top(table[:, i], competing[:, i]) if max_value is None else float(max_value)
-        out.append((values.clamp_max(cap), cdf, points))
+        out.append((values.clamp_max(cap), cdf, points, top_sd))
     return out
 
 
@@ -247,7 +250,7 @@ def asymmetric_bounds(
     """
     table = torch.as_tensor(table, dtype=torch.float64).to(device)
     inversions = _inversions(table, max_value=None if scale is None else scale.top * scale.unit)
-    top_value = max(float(values[-1]) for values, _, _ in inversions)
+    top_value = max(float(values[-1]) for values, _, _, _ in inversions)
     unit = scale.unit if scale is not None else nice_step(grid * top_value) / grid
     top = math.ceil(top_value / unit * headroom / grid - 1e-9) * grid
     competing = highest_competing_bids(table)
@@ -255,9 +258,9 @@ def asymmetric_bounds(
               for j in range(table.shape[1])]
     actions, types = logged[0].actions, logged[0].types
     weights = torch.stack([value_type_weights(values / unit, cdf, actions, top_value / unit)
-                           for values, cdf, _ in inversions])
+                           for values, cdf, _, _ in inversions])
     masks = [curve_point_mask(one, values / unit, bids / unit, top_value / unit)
-             for one, (values, _, bids) in zip(logged, inversions)]
+             for one, (values, _, bids, _) in zip(logged, inversions)]
     epsilons = sorted(set(float(e) for e in epsilons))
     out: dict[str, float] = {}
     clamps: list[str] = []
@@ -293,7 +296,9 @@ def asymmetric_table(
     at least `FIRST_PRICE_CELLS`)."""
     table = torch.as_tensor(table, dtype=torch.float64).to(device)
     max_value = None if scale is None else scale.top * scale.unit
-    cdfs = inverted_value_cdfs(table, max_value=max_value)
+    inversions = _inversions(table, max_value=max_value)
+    cdfs = [(values, cdf) for values, cdf, _, _ in inversions]
+    top, top_sd = max((float(values[-1]), sd) for values, _, _, sd in inversions)  # the highest bidder's top
     cells = max(FIRST_PRICE_CELLS, int(math.ceil(1 / grid - 1e-9)))
     out: dict[str, float] = {}
     skipped: list[str] = []
@@ -305,6 +310,8 @@ def asymmetric_table(
             continue
         if rule.kind == "second_price":
             revenue, welfare = second_price_from_cdfs(cdfs, rule.reserve)
+            shrink = top_shrink(rule.reserve, top, top_sd)  # reserves within the top's noise (as for alike bidders)
+            revenue, welfare = revenue * shrink, welfare * shrink
         else:
             if first_price is None:  # every first-price rule solved here has the logged bidders and no reserve
                 first_price = first_price_from_cdfs(cdfs, 0.0, cells)

@@ -155,13 +155,15 @@ class CounterfactualTask(Task):
         """Which second-price reserves rest on the estimated top of the values alone (result.json and one line)."""
         reserves = [parse_rule(r).reserve for r in self.rules if r.startswith("second_price")]
         top_alone = found.top_reserves(reserves)
-        self.extras["value_top"] = {"estimated": found.value_top, "tail_value": found.tail_value,
-                                    "reserves_on_the_top_alone": top_alone,
+        self.extras["value_top"] = {"estimated": found.value_top, "sd": found.value_top_sd,
+                                    "tail_value": found.tail_value, "reserves_on_the_top_alone": top_alone,
+                                    "reserves_shrunk_to_the_top": found.shrunk_reserves(reserves),
                                     "from": "task.value_top" if self.value_top is not None else "estimated"}
         if top_alone and self.value_top is None:
             log.warning(f"second-price reserves {top_alone} are at or above {found.tail_value:.4g}, the value with 1% "
                         f"of the estimated values above it: their points rest on the estimated top of the values "
-                        f"({found.value_top:.4g}) alone; pass task.value_top=<largest value> if you know it")
+                        f"({found.value_top:.4g}, SD {found.value_top_sd:.2g}) alone; pass task.value_top=<largest "
+                        "value> if you know it")
 
     def _check_bids(self, logged) -> None:
         """A rounding lattice and exact-zero bids: recorded in result.json (`bid_checks`), each named in one line."""
