@@ -32,20 +32,23 @@ def test_the_final_evaluation_runs_the_net_in_eval_mode_then_back(monkeypatch):
 
     import pipeline.tasks.cem as cem
     from pipeline.nets.mlp import MLP
+    from pipeline.tasks import rl_task
 
     task = cem.CEMTask.create(net=functools.partial(MLP, hidden=(8,), dropout=0.5), optimizer=torch.optim.Adam,
                               env={"id": "CartPole-v1"}, episodes_per_batch=2, max_iterations=2, final_eval_episodes=2)
     modes = []
-    real = cem.evaluate_greedy
+    real = rl_task.evaluate_agents
 
     def observed(policy, *args, **kwargs):
-        hook = task.net.register_forward_pre_hook(lambda mod, inp: modes.append(mod.training))
+        # The final evaluation plays the record's nets (agents_net, the learning net's weights copied in).
+        hooks = [net.register_forward_pre_hook(lambda mod, inp: modes.append(mod.training)) for net in (task.net, task.agents_net)]
         try:
             return real(policy, *args, **kwargs)
         finally:
-            hook.remove()
+            for hook in hooks:
+                hook.remove()
 
-    monkeypatch.setattr(cem, "evaluate_greedy", observed)
+    monkeypatch.setattr(rl_task, "evaluate_agents", observed)
     trainer = L.Trainer(accelerator="cpu", max_epochs=1, logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False)
     (metrics,) = task.fit_and_evaluate(trainer, None, None)
@@ -81,3 +84,28 @@ def test_sigterm_saves_a_checkpoint_and_the_printed_command_resumes_it(tmp_path)
     record = read_result(tmp_path)
     assert record["status"] == "ok" and record["metrics"]["train/iterations"] == 40.0
     assert [s["from_step"] for s in record["segments"]] == [None, step]
+
+
+def test_agent_i_of_a_batch_trains_like_the_agent_of_its_seed_in_another_batch(make_cfg, tmp_path):
+    """On RLTask, CEM trains K seeds in one process: agent 1 of seeds 10-12 and agent 0 of seeds 11-13 (the same seed,
+    the same code and shapes: both batches of 3 learn to the end) play the same batches, fit the same elite and end
+    with equal curves, final returns and weights; agents of one batch are not copies of each other."""
+    import pandas as pd
+    import torch
+
+    common = ("experiment=cem_cartpole", "trainer.enable_progress_bar=false", "task.episodes_per_batch=6",
+              "task.max_iterations=3", "task.stop_at_return=null", "task.final_eval_episodes=3", "model.hidden=[16]",
+              "seeds_per_process=3")
+    batch = run(make_cfg(*common, "seed=10"), tmp_path / "batch")
+    other = run(make_cfg(*common, "seed=11"), tmp_path / "other")
+    assert [r["status"] for r in batch + other] == ["ok"] * 6
+    assert batch[1]["seed"] == other[0]["seed"] == 11
+    assert batch[1]["metrics"] == other[0]["metrics"] and batch[1]["env_steps"] == other[0]["env_steps"] > 0
+    assert batch[1]["metrics"]["train/iterations"] == 3.0
+    a = pd.read_csv(tmp_path / "batch" / "seed11" / "metrics.csv").drop(columns=["perf/env_steps_per_s"])
+    b = pd.read_csv(tmp_path / "other" / "seed11" / "metrics.csv").drop(columns=["perf/env_steps_per_s"])
+    assert len(a) >= 3 and "train/batch_return_mean" in a
+    pd.testing.assert_frame_equal(a, b)
+    saved, again = (torch.load(tmp_path / d / "seed11" / "model.pt", weights_only=True) for d in ("batch", "other"))
+    assert saved.keys() == again.keys() and all(torch.equal(saved[k], again[k]) for k in saved)
+    assert batch[0]["metrics"] != batch[1]["metrics"] and batch[0]["env_steps"] != batch[1]["env_steps"]

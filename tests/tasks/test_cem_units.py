@@ -43,26 +43,29 @@ def test_cem_refuses_a_continuous_env_and_a_loss_other_than_cross_entropy():
 
 def test_cem_reads_its_config():
     task = _task(elite_percentile=50, fit_epochs=3, stop_at_return=None, env={"id": "CartPole-v1", "kwargs": {"max_episode_steps": 7}})
-    assert (task.elite_percentile, task.fit_epochs, task.max_iterations, task.final_eval_episodes) == (50.0, 3, 2, 2)
-    assert task.stop_at_return is None and task.threshold == 475.0  # CartPole-v1's registered threshold
-    assert len(task.envs) == 3 and task.n_actions == 2 and task.env_kwargs == {"max_episode_steps": 7}
-    assert task.net(torch.zeros(1, 4)).shape == (1, 2)  # 4 observations in, 2 actions out
+    hp = task.config
+    assert (hp.elite_percentile, hp.fit_epochs, hp.max_iterations, hp.final_eval_episodes) == (50.0, 3, 2, 2)
+    assert hp.stop_at_return is None and task.threshold == 475.0  # CartPole-v1's registered threshold
+    # One agent: its 3 envs (one per episode of a batch), each with the env's kwargs.
+    assert len(task.envs) == 1 and len(task.envs[0]) == 3 and task.n_actions == 2 and task.env_kwargs == {"max_episode_steps": 7}
+    assert all(env.spec.max_episode_steps == 7 for env in task.envs[0])
+    assert task.net(torch.zeros(1, 1, 4)).shape == (1, 1, 2)  # [agents, batch, 4 observations] in, 2 actions out
     assert _task(threshold=100.0).threshold == 100.0
     assert len(task.train_dataloader()) == 2 and list(task.train_dataloader()) == [0, 1]
-    assert task.env_steps == task.iterations == 0 and task.batch_means == [] and task.early_stop is None
+    assert task.env_steps == task.iterations == 0 and task.batch_means == [[]] and task.early_stop == [None]
 
 
 def test_a_batch_plays_one_seeded_episode_per_env():
     task = _task(seed=2, env={"id": "CartPole-v1", "kwargs": {"max_episode_steps": 30}})
     task.iterations = 1
-    obs, actions, returns = task.play_batch()
+    ((obs, actions, returns),) = task.play_batch()  # one agent's batch
     # Episode i of iteration 1 resets with seed 2 * 1_000_003 + 1 * 3 + i.
     for i in range(3):
         first, _ = gym.make("CartPole-v1").reset(seed=2 * 1_000_003 + 3 + i)
         assert np.array_equal(obs[i][0], first)
         assert obs[i].shape == (len(actions[i]), 4) and set(actions[i]) <= {0, 1}
         assert returns[i] == len(actions[i]) <= 30  # CartPole pays 1 per step
-    assert task.env_steps == sum(len(a) for a in actions)
+    assert task.agent_steps == [sum(len(a) for a in actions)]
     # Replaying the recorded actions in a fresh env with that seed gives the same observations.
     env = gym.make("CartPole-v1")
     o, _ = env.reset(seed=2 * 1_000_003 + 3)
@@ -75,27 +78,27 @@ def test_training_fits_the_elite_logs_and_stops_at_the_return_asked_for():
     task = _task(stop_at_return=1.0, threshold=2.0, max_iterations=5)
     (metrics,) = task.fit_and_evaluate(_trainer(), None, None)
     # Every CartPole episode returns at least 1: the first batch stops it.
-    assert task.iterations == 1 and metrics["train/iterations"] == 1.0 and len(task.batch_means) == 1
-    mean = task.batch_means[0]
-    assert task.early_stop == {"iteration": 1, "env_step": task.env_steps,
-                               "reason": f"batch mean return {mean:.1f} >= stop_at_return 1.0"}
-    assert task.time_to_threshold_s is not None and task.time_to_threshold_s > 0
+    assert task.iterations == 1 and metrics["train/iterations"] == 1.0 and len(task.batch_means[0]) == 1
+    (mean,) = task.batch_means[0]
+    assert task.early_stop == [{"env_step": task.env_steps, "reason": f"batch mean return {mean:.1f} >= stop_at_return 1.0"}]
+    assert task.slots == [] and task.stop_step == [task.env_steps]  # it left the batch
+    assert task.time_to_threshold_s[0] is not None and task.time_to_threshold_s[0] > 0
     record = task.agent_record(0)
     assert record["env_id"] == "CartPole-v1" and record["env_steps"] == task.env_steps > 0
-    assert record["threshold"] == 2.0 and record["early_stop"] == task.early_stop
-    assert record["time_to_threshold_s"] == round(task.time_to_threshold_s, 3)
-    assert record["env_steps_per_s"] == round(task.env_steps / task._train_seconds, 1) > 0
+    assert record["threshold"] == 2.0 and record["early_stop"] == task.early_stop[0]
+    assert record["time_to_threshold_s"] == round(task.time_to_threshold_s[0], 3)
+    assert record["env_steps_per_s"] == round(task.env_steps / task.stop_time_s[0], 1) > 0  # its steps over its time to the stop
     assert 8.0 <= metrics["eval/return_mean"] <= 500.0 and metrics["eval/return_std"] >= 0.0
 
 
 def test_training_runs_every_iteration_when_the_return_is_never_reached():
     task = _task(stop_at_return=None, threshold=10_000.0, max_iterations=3)
     task.fit_and_evaluate(_trainer(), None, None)
-    assert task.iterations == 3 and len(task.batch_means) == 3 and task.early_stop is None
-    assert task.time_to_threshold_s is None and task.agent_record(0)["time_to_threshold_s"] is None
+    assert task.iterations == 3 and len(task.batch_means[0]) == 3 and task.early_stop == [None]
+    assert task.time_to_threshold_s == [None] and task.agent_record(0)["time_to_threshold_s"] is None
     high = _task(stop_at_return=10_000.0, threshold=None, max_iterations=2)
     high.fit_and_evaluate(_trainer(), None, None)
-    assert high.iterations == 2 and high.early_stop is None and high.time_to_threshold_s is None
+    assert high.iterations == 2 and high.early_stop == [None] and high.time_to_threshold_s == [None]
 
 
 def test_a_record_before_training_has_no_rate():
@@ -130,9 +133,12 @@ class Recorder(Logger):
 
 
 def _fit(task, logger=False):
-    # log_every_n_steps=1: a value logged to the loggers (which batch_return must not be) reaches them at once.
+    # log_every_n_steps=1: a value logged through Lightning would reach the loggers at once. The agent's rows go to its
+    # own loggers (with one agent the lifecycle hands it the trainer's).
     trainer = L.Trainer(accelerator="cpu", max_epochs=1, logger=logger, enable_checkpointing=False, log_every_n_steps=1,
                         enable_progress_bar=False, enable_model_summary=False)
+    if logger:
+        task.agent_loggers = [[logger]]
     t0 = time.perf_counter()
     (metrics,) = task.fit_and_evaluate(trainer, None, None)
     return trainer, metrics, time.perf_counter() - t0
@@ -142,18 +148,20 @@ def test_each_iteration_logs_its_metrics_at_its_env_step_and_the_bar_shows_the_b
     task = _task(env=FIVE, episodes_per_batch=3, max_iterations=2, stop_at_return=None, threshold=None)
     recorder = Recorder()
     trainer, metrics, wall = _fit(task, recorder)
-    ours = [(m, step) for m, step in recorder.calls if "env_step" in m]
+    ours = [(m, step) for m, step in recorder.calls if "train/loss" in m]
     assert [step for _, step in ours] == [15, 30]  # 3 episodes of 5 steps per iteration
-    keys = {"env_step", "train/batch_return_mean", "train/elite_cutoff", "train/loss", "perf/env_steps_per_s"}
+    keys = {"env_step", "train/batch_return_mean", "train/elite_cutoff", "train/loss", "perf/env_steps_per_s", "train/episodic_return"}
     for (m, _), steps in zip(ours, (15, 30)):
         assert set(m) == keys
         assert m["env_step"] == steps and m["train/batch_return_mean"] == 5.0 and m["train/elite_cutoff"] == 5.0
+        assert m["train/episodic_return"] == 5.0  # the last 10 episodes
         assert 0.0 < m["train/loss"] < 10.0
         assert m["perf/env_steps_per_s"] >= steps / wall  # steps over the time since the fit began, a part of wall
-    assert not any("batch_return" in m for m, _ in recorder.calls)  # the bar's value goes to no logger
-    assert trainer.progress_bar_metrics["batch_return"] == 5.0
-    assert task.batch_means == [5.0, 5.0] and metrics["train/iterations"] == 2.0
-    assert set(task.time_breakdown_s) == {"env_act", "learn", "final_eval"}
+    finals = [m for m, _ in recorder.calls if "final_eval/return_mean" in m]
+    assert len(finals) == 1 and finals[0]["env_step"] == 30
+    assert task.progress() == (2, 2, "iterations", {"return": 5.0})  # the bar: iterations, the last episodes' return
+    assert task.batch_means == [[5.0, 5.0]] and metrics["train/iterations"] == 2.0 and metrics["train/episodes"] == 6.0
+    assert set(task.time_breakdown_s) == {"env_act", "learn", "log", "final_eval"}
     assert all(0.0 < s <= wall for s in task.time_breakdown_s.values()), task.time_breakdown_s
 
 
@@ -161,8 +169,8 @@ def test_a_return_equal_to_the_threshold_and_to_stop_at_return_counts_as_reached
     task = _task(env=FIVE, max_iterations=3, stop_at_return=5.0, threshold=5.0)
     _, _, wall = _fit(task)
     assert task.iterations == 1
-    assert task.early_stop == {"iteration": 1, "env_step": 15, "reason": "batch mean return 5.0 >= stop_at_return 5.0"}
-    assert 0.0 < task.time_to_threshold_s <= wall
+    assert task.early_stop == [{"env_step": 15, "reason": "batch mean return 5.0 >= stop_at_return 5.0"}]
+    assert 0.0 < task.time_to_threshold_s[0] <= wall
 
 
 def test_the_elite_are_the_episodes_at_or_above_the_cutoff_so_equal_returns_all_count():
@@ -170,7 +178,7 @@ def test_the_elite_are_the_episodes_at_or_above_the_cutoff_so_equal_returns_all_
     task = _task(env=FIVE, episodes_per_batch=4, max_iterations=1, elite_percentile=90, stop_at_return=None)
     recorder = Recorder()
     _fit(task, recorder)
-    (m,) = [m for m, _ in recorder.calls if "env_step" in m]
+    (m,) = [m for m, _ in recorder.calls if "train/elite_cutoff" in m]
     assert m["train/elite_cutoff"] == 5.0 and task.iterations == 1
 
 
@@ -180,9 +188,9 @@ def test_sampling_follows_the_task_s_seed_not_the_global_generator():
     torch.manual_seed(0)
     b = _task(seed=3, stop_at_return=None, max_iterations=2)
     torch.manual_seed(1)
-    _, first_actions, _ = a.play_batch()
+    ((_, first_actions, _),) = a.play_batch()
     torch.manual_seed(2)
-    _, again, _ = b.play_batch()
+    ((_, again, _),) = b.play_batch()
     assert first_actions == again  # a batch played before any fit
     torch.manual_seed(11)
     _fit(a)
@@ -199,7 +207,7 @@ def test_a_fit_restarts_sampling_from_the_seed():
     torch.manual_seed(0)
     b = _task(seed=4, stop_at_return=None, max_iterations=1)
     b.play_batch()
-    b.iterations, b.env_steps = 0, 0
+    b.iterations, b.env_steps, b.agent_steps = 0, 0, [0]
     _fit(a)
     _fit(b)
     assert a.batch_means == b.batch_means and a.env_steps == b.env_steps
@@ -207,8 +215,8 @@ def test_a_fit_restarts_sampling_from_the_seed():
 
 def test_a_batch_of_one_episode_works():
     task = _task(episodes_per_batch=1, max_iterations=1, stop_at_return=None)
-    assert len(task.envs) == 1 and task.n_actions == 2
-    obs, actions, returns = task.play_batch()
+    assert len(task.envs[0]) == 1 and task.n_actions == 2
+    ((obs, actions, returns),) = task.play_batch()
     assert len(obs) == len(actions) == len(returns) == 1
 
 
@@ -222,7 +230,7 @@ def test_the_task_keeps_its_config_and_the_loader_yields_plain_iteration_numbers
 
 @pytest.mark.parametrize("part, fix", [("net", "choose a network with model=mlp"),
                                        ("optimizer", "choose one with optimizer=adam|sgd|..."),
-                                       ("env", "choose an environment with env=cartpole|acrobot")])
+                                       ("env", "choose an environment with env=cartpole|pendulum|...")])
 def test_a_missing_part_is_named_with_its_fix(part, fix):
     with pytest.raises(ValueError) as err:
         _task(**{part: None})
@@ -279,7 +287,7 @@ def test_a_run_stopped_between_iterations_resumes_to_where_an_uninterrupted_run_
     stopped.checkpoint_hook = hook
     stopped.fit_and_evaluate(_trainer(), None, None)
     (state,) = saved
-    assert stopped.iterations == 2 and state["format"] == "pipeline.cem/1" and state["progress"]["iterations"] == 2
+    assert stopped.iterations == 2 and state["format"] == "pipeline.cem/2" and state["progress"]["iterations"] == 2
     resumed = _task(**hp)
     assert resumed.load_checkpoint_state(state) == stopped.resume_step == state["progress"]["env_steps"] > 0
     metrics = resumed.fit_and_evaluate(_trainer(), None, None)
@@ -289,13 +297,15 @@ def test_a_run_stopped_between_iterations_resumes_to_where_an_uninterrupted_run_
     done = _task(**hp)  # a finished run's checkpoint: nothing is trained again
     done.load_checkpoint_state(_through_a_file({**state, "progress": {**state["progress"], "iterations": 3}}))
     done.fit_and_evaluate(SimpleTrainer(), None, None)
-    with pytest.raises(ValueError, match=r"^checkpoint format 'x' is not 'pipeline.cem/1'"):
+    with pytest.raises(ValueError, match=r"^checkpoint format 'x' is not 'pipeline.cem/2'"):
         _task(**hp).load_checkpoint_state({**state, "format": "x"})
-    with pytest.raises(ValueError, match=r"^checkpoint holds seed 5, this run has 6; resume with the same seed$"):
+    with pytest.raises(ValueError, match=r"^checkpoint holds seeds 5..5 \(1 agents\), this run has 6..6; resume with the same seed"):
         _task(**{**hp, "seed": 6}).load_checkpoint_state(state)
 
 
 class SimpleTrainer:
+    precision = "32-true"
+
     def fit(self, module):
         raise AssertionError("a finished run was fitted again")
 
@@ -304,19 +314,19 @@ def test_a_batch_that_reaches_stop_at_return_stops_only_when_fresh_greedy_episod
     """The stop rule of every RL task: the batch mean reaching the bar is screened; the greedy policy then plays
     stop_confirm_episodes fresh episodes (other start states after every iteration) and training stops only when
     their mean reaches the bar too."""
-    from pipeline.tasks import cem
+    from pipeline.tasks import rl_task
 
     played = []
 
-    def confirm(policy, env_id, n, seed, device, env_kwargs=None):
-        played.append((n, seed))
-        return [4.0] * n if len(played) == 1 else [5.0] * n  # the first confirmation falls short, the second agrees
+    def confirm(policy, env, agent_seeds, n, seed_offset, device="cpu"):
+        played.append((agent_seeds, n, seed_offset))
+        return torch.full((len(agent_seeds), n), 4.0 if len(played) == 1 else 5.0)  # the first falls short, the second agrees
 
-    monkeypatch.setattr(cem, "evaluate_greedy", confirm)
+    monkeypatch.setattr(rl_task, "evaluate_agents", confirm)
     task = _task(env=FIVE, seed=2, max_iterations=4, stop_at_return=5.0, threshold=None, stop_confirm_episodes=6)
     task.fit_and_evaluate(_trainer(), None, None)
-    # after iterations 1 and 2, then the final evaluation
-    assert played == [(6, 2 + 30_000 + 6 * 1), (6, 2 + 30_000 + 6 * 2), (2, 2 + 20_000)]
-    assert task.iterations == 2 and task.confirmations == [(15, 4.0), (30, 5.0)]
-    assert task.early_stop == {"iteration": 2, "env_step": 30, "reason": "batch mean return 5.0 >= stop_at_return 5.0, "
-                               "confirmed on 6 fresh greedy episodes (mean 5.0)"}
+    # after iterations 1 and 2 (agent seed 2's episode j from seed 2 + offset + j), then the final evaluation
+    assert played == [([2], 6, 30_000 + 6 * 1), ([2], 6, 30_000 + 6 * 2), ([2], 2, 20_000)]
+    assert task.iterations == 2 and task.confirmations == [[(15, 4.0), (30, 5.0)]]
+    assert task.early_stop == [{"env_step": 30, "reason": "batch mean return 5.0 >= stop_at_return 5.0, "
+                                "confirmed on 6 fresh episodes (mean 5.0)"}]

@@ -43,9 +43,10 @@ def test_a_wrong_type_or_unknown_key_is_one_line_naming_it(make_cfg):
 def test_what_a_task_declares_is_checked_before_it_is_built(make_cfg):
     with pytest.raises(ConfigError, match="^task CounterfactualTask does not use a model; drop it with model=none"):
         check_task(make_cfg("experiment=rmac_auction", "model=mlp"), 1)
-    with pytest.raises(ConfigError, match="^task CEMTask trains one seed per process; seeds_per_process=3"):
-        check_task(make_cfg("experiment=cem_cartpole"), 3)
+    with pytest.raises(ConfigError, match="^task GANTask trains one seed per process; seeds_per_process=3"):
+        check_task(make_cfg("experiment=gan_digits"), 3)
     assert check_task(make_cfg("experiment=dqn_cartpole"), 3).trains_seeds_together
+    assert check_task(make_cfg("experiment=cem_cartpole"), 3).trains_seeds_together  # on RLTask, as every RL task
     with pytest.raises(ConfigError, match="is not a pipeline.tasks.base.Task subclass"):
         check_task(make_cfg("experiment=dqn_cartpole", "task._target_=pipeline.nets.mlp.MLP"), 1)
 

@@ -3,6 +3,7 @@
     <run dir>/result.json          the run record (store/record.py)
     <run dir>/metrics.csv          the curves (store/curves.py)
     <run dir>/model.pt             the trained weights, a state_dict (store/checkpoint.py)
+    <run dir>/best.pt              RL with task.keep_best: the best-evaluated weights, a state_dict like model.pt's
     <run dir>/checkpoints/last.ckpt  what a killed run continues from
     <run dir>/error.log            the traceback of a failed run
     <run dir>/.pipeline/ids.json   the ids a resumed run keeps: its W&B run id and its sweep's id
@@ -21,6 +22,8 @@ METRICS = "metrics.csv"
 MODEL = "model.pt"
 # PPO with normalize_obs: the agent's observation statistics, beside model.pt (its policy needs both).
 OBS_NORM = "obs_norm.pt"
+# RL with task.keep_best: the agent's best-evaluated weights (its record's `best` says which evaluation), beside model.pt.
+BEST = "best.pt"
 CHECKPOINTS = "checkpoints"
 LAST = "last.ckpt"
 ERROR_LOG = "error.log"
@@ -39,7 +42,7 @@ NOT_RUNS = ("report", "tune", "wandb")
 # What the pipeline, Hydra and the loggers write into a run dir: a dir holding only these (or a record of ours) is a
 # run dir of ours, which a run may continue or refuse by its record; anything else is a user's folder, never written.
 OWN_ENTRIES = frozenset({
-    RESULT, "result.extending.json", METRICS, MODEL, OBS_NORM, CHECKPOINTS, ERROR_LOG, LOCK, EVAL_FILE, "run.log",
+    RESULT, "result.extending.json", METRICS, MODEL, OBS_NORM, BEST, CHECKPOINTS, ERROR_LOG, LOCK, EVAL_FILE, "run.log",
     ".hydra", ".pipeline", "tensorboard", "wandb", "videos", "lightning_logs", "hparams.yaml", *NOT_RUNS,
 })
 
@@ -97,6 +100,10 @@ def metrics_path(run_dir: Path) -> Path:
 
 def model_path(run_dir: Path) -> Path:
     return Path(run_dir) / MODEL
+
+
+def best_path(run_dir: Path) -> Path:
+    return Path(run_dir) / BEST
 
 
 def checkpoint_path(run_dir: Path) -> Path:

@@ -29,15 +29,14 @@ FP32 = ("32-true", "32")  # what the RL tasks train in
 
 
 @dataclass
-class RLConfig:
-    """What every RL task's K-agent batch reads: evaluation, logging, the stop rule, videos."""
+class RLBatchConfig:
+    """What RLTask reads for every RL algorithm's K-agent batch: evaluation, logging, the stop rule, videos, best
+    weights. Step-based algorithms extend `RLConfig` (which adds the env-step budget and the vector env); an
+    algorithm that plays whole episodes on envs of its own (CEM) extends this one."""
 
     precisions: ClassVar[tuple[str, ...] | None] = FP32
     action_spaces: ClassVar[tuple[str, ...] | None] = ("discrete", "box")
 
-    total_steps: int = count(50_000)  # env steps per agent
-    envs_per_agent: int = count(1)
-    gamma: float = unit(0.99)
     eval_every: int = count(2_500)  # env steps between evaluations
     eval_episodes: int = count(10)
     final_eval_episodes: int = count(20)
@@ -49,6 +48,21 @@ class RLConfig:
     threshold: float | None = number(None, example=475.0)  # solved at this return (null: the env's reward_threshold)
     capture_video: bool = False
     video_every: int = count(0, low=0, note="0: none")  # every N-th evaluation, a video of each learning agent
+    # Each agent keeps its best-evaluated weights as best.pt beside model.pt (SB3's EvalCallback habit).
+    keep_best: bool = one_of(False, True)
+
+    def cross_checks(self) -> Iterator[tuple[str, str]]:
+        if self.keep_best and self.eval_every == 0:
+            yield "keep_best", "needs evaluations to pick the best weights by; e.g. task.eval_every=2500 (or task.keep_best=false)"
+
+
+@dataclass
+class RLConfig(RLBatchConfig):
+    """What every step-based RL task reads: RLBatchConfig's keys, the env-step budget and the vector env."""
+
+    total_steps: int = count(50_000)  # env steps per agent
+    envs_per_agent: int = count(1)
+    gamma: float = unit(0.99)
 
 
 @dataclass
@@ -62,6 +76,7 @@ class OffPolicyConfig(RLConfig):
     replay_save_max_mb: float = number(512.0, low=0)
 
     def cross_checks(self) -> Iterator[tuple[str, str]]:
+        yield from super().cross_checks()
         if self.batch_size > self.buffer_size:
             yield "batch_size", f"is larger than task.buffer_size={self.buffer_size}; e.g. task.batch_size={min(64, self.buffer_size)}"
 
@@ -122,6 +137,10 @@ class PPOConfig(RLConfig):
     log_every: int = count(2_048)
 
     def cross_checks(self) -> Iterator[tuple[str, str]]:
+        yield from super().cross_checks()
+        if self.keep_best and self.normalize_obs:
+            yield "keep_best", ("is not kept with task.normalize_obs=true (the best weights would need the observation "
+                                "statistics of their evaluation); e.g. task.keep_best=false")
         batch = self.num_steps * self.envs_per_agent
         if batch % self.num_minibatches:
             yield "num_minibatches", (f"does not divide the rollout of task.num_steps * task.envs_per_agent = {self.num_steps} * "
@@ -182,8 +201,9 @@ class TD3Config(OffPolicyConfig):
 
 
 @dataclass
-class CEMConfig:
-    """CEM's hyperparameters: the keys of conf/task/cem.yaml."""
+class CEMConfig(RLBatchConfig):
+    """CEM's hyperparameters: the keys of conf/task/cem.yaml. It plays whole episodes on envs of its own, so its
+    budget is iterations (no total_steps / envs_per_agent / gamma); its stop rule screens each iteration's batch."""
 
     action_spaces: ClassVar[tuple[str, ...] | None] = ("discrete",)
 
@@ -194,11 +214,11 @@ class CEMConfig:
     fit_epochs: int = count(1)
     max_iterations: int = count(200)
     stop_at_return: float | None = number(475.0)
-    # A batch mean reaching stop_at_return is confirmed on this many fresh greedy episodes before training stops
+    # A batch mean reaching stop_at_return is confirmed on this many fresh greedy episodes before the agent stops
     # (their mean must reach it too); 0: the batch alone decides.
     stop_confirm_episodes: int = count(30, low=0, note="0: the batch alone decides")
-    final_eval_episodes: int = count(20)
-    threshold: float | None = number(None, example=475.0)
+    eval_every: int = count(0, low=0, note="0: none; the stop rule screens every batch")  # env steps between greedy evaluations
+    log_every: int = count(1)  # env steps between log rows (1: a row per iteration)
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""RLTask: the middle layer of every RL task (DQN, PPO, CEM, ...), between the lifecycle's `Task` and one algorithm.
+"""RLTask: the middle layer of every RL task (DQN, PPO, SAC, TD3, CEM), between the lifecycle's `Task` and one algorithm.
 
 The shape is Stable-Baselines3's `OnPolicyAlgorithm` / `OffPolicyAlgorithm` between `BaseAlgorithm` and `PPO`: this
 class owns everything an RL run does around its algorithm, for K agents at once (`seeds_per_process=K`; agent i is
@@ -29,8 +29,13 @@ probability about Phi(-(S - mu) sqrt(n) / sigma); where S is the most an episode
 one of the n episodes must reach it, and an agent that does so on a fraction p of its episodes passes with p^n
 (n = 30, p = 0.9: 4%). `stop_confirm_episodes=0` lets the screening alone decide. docs/rl.md says what it costs.
 
+**Best weights** (`task.keep_best`): each screening evaluation that beats the agent's earlier ones writes its weights
+to `best.pt` in the agent's record dir at once (atomically); the checkpoint keeps which evaluation that was, so a
+resumed run replaces best.pt only with a better one, and the record's `best` names it.
+
 **An algorithm** subclasses RLTask, sets `Config` (extending `pipeline.tasks.configs.RLConfig`), `algorithm`,
-`checkpoint_format`, and defines the hooks below; docs/add_an_algorithm.md walks through one.
+`checkpoint_format`, and defines the hooks below; docs/add_an_algorithm.md walks through one. One that plays whole
+episodes on envs of its own (CEM) sets `vector_env = False` and its Config extends `RLBatchConfig`.
 """
 
 from __future__ import annotations
@@ -51,7 +56,8 @@ from pipeline.nets.ensemble import keep_optimizer_members_
 from pipeline.rl.envs import env_threshold, make_env
 from pipeline.rl.targets import freeze
 from pipeline.rl.vector import evaluate_agents, make_vector_env
-from pipeline.store.checkpoint import rng_state, set_rng_state
+from pipeline.store.checkpoint import rng_state, save_atomic, set_rng_state
+from pipeline.store.layout import BEST, agent_dirs, best_path
 from pipeline.tasks.base import Progress, Task, TaskParts
 
 # Evaluation envs are seeded away from the training envs' streams: agent i's episode j of an evaluation starts
@@ -61,6 +67,18 @@ FINAL_EVAL_SEED_OFFSET = 20_000
 # The stop rule's confirmations: the k-th evaluation's confirmation plays from CONFIRM_SEED_OFFSET + k * n on.
 CONFIRM_SEED_OFFSET = 30_000
 FP32 = ("32-true", "32")
+
+
+class GreedyPolicy(nn.Module):
+    """The greedy actions of a network (argmax over its last axis); its train/eval mode is the network's."""
+
+    def __init__(self, net: nn.Module):
+        super().__init__()
+        self.net = net
+        self.train(net.training)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(obs.float()).argmax(-1)
 
 
 def spaces_of(env_id: str, kwargs: dict) -> tuple[gym.spaces.Space, gym.spaces.Space]:
@@ -119,6 +137,12 @@ class RLTask(Task):
     checkpointed_nets: ClassVar[tuple[str, ...]] = ("net", "agents_net")
     #: How the evaluation policy plays, in stop reasons ("greedy", "deterministic").
     evaluation_kind: ClassVar[str] = "deterministic"
+    #: True: RLTask runs one vector env of `envs_per_agent` rows per learning agent (`env`, `obs`, running returns),
+    #: checkpoints it and shrinks it. False: the algorithm plays on envs of its own, as a whole-episode algorithm must
+    #: (CEM: the vector env restarts a finished row at once and cannot pause it); its Config then extends
+    #: `RLBatchConfig` (no total_steps / envs_per_agent), and it defines `budget()` and, for a per-agent step count,
+    #: `agent_env_steps(i)`.
+    vector_env: ClassVar[bool] = True
 
     def __init__(self, config: Any, parts: TaskParts):
         super().__init__(config, parts)
@@ -130,7 +154,7 @@ class RLTask(Task):
         self.env_id = str(env["id"])
         self.observation_space, self.action_space = spaces_of(self.env_id, dict(env.get("kwargs") or {}))
         self.obs_shape = tuple(self.observation_space.shape)
-        self.envs_per_agent = int(hp.envs_per_agent)
+        self.envs_per_agent = int(hp.envs_per_agent) if self.vector_env else 0
         self.threshold = float(hp.threshold) if hp.threshold is not None else env_threshold(self.env_id)
         self.capture_video = bool(hp.capture_video)
         self.return_bounds: tuple[float, float] | None = None
@@ -142,6 +166,10 @@ class RLTask(Task):
         self._t_train_start: float | None = None
         self._train_seconds = 0.0
         self._resume: dict | None = None
+        # task.keep_best: which evaluation each agent's best.pt holds ({"file", "env_step", "return_mean"}), and where
+        # the agents' records live (their best.pt is written there as it improves; none for a task built by hand).
+        self.best: list[dict | None] = [None] * self.n_agents
+        self.record_dirs = agent_dirs(parts.run_dir, self.agent_seeds) if parts.run_dir is not None else []
         # `net` trains the agents still learning (member m is agent slots[m]); `agents_net` holds every agent's
         # weights for the record, each written when the agent stops or the run ends.
         self.net = self.build_net(parts)
@@ -171,8 +199,29 @@ class RLTask(Task):
         """The deterministic policy of `net`'s members for `pipeline.rl.vector.evaluate_agents`: observations
         [members, n, *obs_shape] -> actions [members, n, ...]. `agents`: which of the K agents member m plays for
         (None: all K, in order), for per-agent state such as observation statistics. It must change no state (an
-        `nn.Module` is run in eval mode under inference_mode). Default: the argmax of the net's outputs."""
-        return lambda obs: net(obs.float()).argmax(-1)
+        `nn.Module` is run in eval mode under inference_mode). Default: the argmax of the net's outputs (a Module:
+        dropout off while it plays)."""
+        return GreedyPolicy(net)
+
+    def iteration_screening(self) -> dict[int, float]:
+        """Whole-episode algorithms: the mean return of the episodes the last iteration played, per learning slot, which
+        the stop rule screens like an evaluation (CEM: each agent's batch); a slot reaching stop_at_return is then
+        confirmed on fresh episodes. Default: {} (only evaluations are screened)."""
+        return {}
+
+    def confirmation_round(self) -> int:
+        """Which screening this is, so each confirmation plays start states no earlier one used (its seeds start at
+        CONFIRM_SEED_OFFSET + stop_confirm_episodes * round). Default: the evaluation's index, env_steps // eval_every."""
+        return self.env_steps // self.config.eval_every
+
+    def budget(self) -> tuple[int, int, str]:
+        """What the progress bar counts: (done, total, unit). Default: env steps per agent of task.total_steps."""
+        return self.env_steps, self.config.total_steps, "env steps"
+
+    def close_envs(self) -> None:
+        """After the final evaluation: close the envs the run trained on (an algorithm with envs of its own closes them)."""
+        if hasattr(self, "env"):
+            self.env.close()
 
     def keep_agents_(self, keep: torch.Tensor, keep_slots: list[int], training: bool) -> None:
         """Shrink the algorithm's own per-learning-agent state to the slots `keep_slots` (`keep` as a tensor, in that
@@ -218,13 +267,15 @@ class RLTask(Task):
         return DataLoader(range(max(1, self.iterations_left())), batch_size=None, shuffle=False)
 
     def on_fit_start(self) -> None:
-        """The learning agents' envs, observations, generators and episode returns (a subclass adds its own after
-        `super().on_fit_start()`)."""
+        """The learning agents' generators and (`vector_env`) envs, observations and episode returns (a subclass adds
+        its own after `super().on_fit_start()`)."""
         seeds, E = [self.agent_seeds[a] for a in self.slots], self.envs_per_agent
+        self.generators = [torch.Generator(device=self.device).manual_seed(s) for s in seeds]
+        if not self.vector_env:
+            return
         self.env = make_vector_env(self.env_cfg, seeds, E, device=self.device)
         self.return_bounds = getattr(self.env, "return_bounds", None)
         self.obs = self.env.reset()
-        self.generators = [torch.Generator(device=self.device).manual_seed(s) for s in seeds]
         self.episode_return = torch.zeros(len(seeds) * E, device=self.device, dtype=torch.float64)
 
     def on_train_start(self) -> None:
@@ -242,7 +293,9 @@ class RLTask(Task):
         self.iterate()
         if self.env_steps - self.last_log_step >= hp.log_every:
             self.log_progress()
-        if self.env_steps // hp.eval_every != before // hp.eval_every:
+        if screened := self.iteration_screening():
+            self.screen_iteration(screened)
+        if hp.eval_every and self.slots and self.env_steps // hp.eval_every != before // hp.eval_every:
             self.evaluate_now()
         if not self.slots:
             self.trainer.should_stop = True
@@ -296,8 +349,9 @@ class RLTask(Task):
         for slot, reason in reasons.items():
             agent = self.slots[slot]
             self.agents_net.load_member_state_dict(agent, self.net.member_state_dict(slot))
-            self.stop_step[agent], self.stop_time_s[agent] = self.env_steps, elapsed
-            self.early_stop[agent] = {"env_step": self.env_steps, "reason": reason}
+            step = self.agent_env_steps(agent)
+            self.stop_step[agent], self.stop_time_s[agent] = step, elapsed
+            self.early_stop[agent] = {"env_step": step, "reason": reason}
         keep = [s for s in range(len(self.slots)) if s not in reasons]
         if keep:
             self.keep_slots_(keep)
@@ -313,11 +367,12 @@ class RLTask(Task):
         pairs = self.net.keep_members_(keep)
         if training:
             keep_optimizer_members_(self.optimizers().optimizer, pairs, keep, n_before)
+            self.generators = [self.generators[s] for s in keep_slots]
+        if training and self.vector_env:
             keep_envs = (keep.view(-1, 1) * E + torch.arange(E, device=self.device)).view(-1)
             self.env.keep_envs_(keep_envs)
             self.obs = self.obs.index_select(0, keep_envs)
             self.episode_return = self.episode_return.index_select(0, keep_envs)
-            self.generators = [self.generators[s] for s in keep_slots]
         self.slots = [self.slots[s] for s in keep_slots]
         self.keep_agents_(keep, keep_slots, training)
 
@@ -360,51 +415,83 @@ class RLTask(Task):
         returns = self.evaluation_returns(hp.eval_episodes, EVAL_SEED_OFFSET, range(len(self.slots)))
         self.add_time("eval", time.perf_counter() - t0)
         elapsed = self.elapsed_s()
-        passed = []
+        passed, bar = {}, hp.stop_at_return
         for slot, agent in enumerate(self.slots):
             mean = float(returns[slot].mean())
             self.note_evaluation(agent, mean, float(returns[slot].std()), elapsed)
-            if hp.stop_at_return is not None and mean >= hp.stop_at_return:
-                passed.append(slot)
+            self.keep_if_best(slot, agent, mean)
+            if bar is not None and mean >= bar:
+                passed[slot] = f"{self.evaluation_kind} evaluation mean {mean:.1f} >= stop_at_return {bar}"
         if self.n_agents > 1:
             self._log_shared({"batch/eval_return_mean": float(returns.mean()), "batch/agents_learning": float(len(self.slots))})
         self.record_training_videos()
-        reasons = self.confirmed_stops(passed, returns)
+        reasons = self.confirmed_stops(passed)
         # A pruned trial stops every agent still learning, and their records say so (the tuner and the report count them).
         if self.pruned_by_tuner():
             reasons = dict.fromkeys(range(len(self.slots)), "pruned by the tuner")
         if reasons:
             self.stop_agents(reasons)
 
-    def confirmed_stops(self, passed: list[int], screening: np.ndarray) -> dict[int, str]:
-        """The stop rule: of the slots whose screening reached stop_at_return, those whose confirmation on
-        `stop_confirm_episodes` fresh episodes reaches it too, each with the reason its record will give."""
+    def screen_iteration(self, means: dict[int, float]) -> None:
+        """The stop rule on an iteration's own episodes (`iteration_screening`): the threshold's first crossing, then
+        the slots whose batch mean reached stop_at_return and whose confirmation agrees stop."""
+        elapsed, bar = self.elapsed_s(), self.config.stop_at_return
+        for slot, mean in means.items():
+            self.note_threshold(self.slots[slot], mean, elapsed)
+        if bar is None:
+            return
+        passed = {slot: f"batch mean return {mean:.1f} >= stop_at_return {bar}" for slot, mean in means.items() if mean >= bar}
+        if reasons := self.confirmed_stops(passed):
+            self.stop_agents(reasons)
+
+    def confirmed_stops(self, passed: dict[int, str]) -> dict[int, str]:
+        """The stop rule: of the slots whose screening reached stop_at_return (`passed`: slot -> what the screening
+        showed), those whose confirmation on `stop_confirm_episodes` fresh episodes reaches it too, each with the
+        reason its record will give."""
         if not passed:
             return {}
         hp = self.config
-        bar, n, kind = hp.stop_at_return, int(hp.stop_confirm_episodes), self.evaluation_kind
-        screened = {s: f"{kind} evaluation mean {float(screening[s].mean()):.1f} >= stop_at_return {bar}" for s in passed}
+        bar, n = hp.stop_at_return, int(hp.stop_confirm_episodes)
         if n == 0:
-            return screened
+            return dict(passed)
         t0 = time.perf_counter()
-        offset = CONFIRM_SEED_OFFSET + n * (self.env_steps // hp.eval_every)
-        confirm = self.evaluation_returns(n, offset, passed)
+        slots = list(passed)
+        confirm = self.evaluation_returns(n, CONFIRM_SEED_OFFSET + n * self.confirmation_round(), slots)
         self.add_time("eval_confirm", time.perf_counter() - t0)
         reasons = {}
-        for row, slot in enumerate(passed):
+        for row, slot in enumerate(slots):
             agent, mean = self.slots[slot], float(confirm[row].mean())
-            self.confirmations[agent].append((self.env_steps, mean))
+            self.confirmations[agent].append((self.agent_env_steps(agent), mean))
             self._agent_row(agent, {"eval/confirm_return_mean": mean})
             if mean >= bar:
-                reasons[slot] = f"{screened[slot]}, confirmed on {n} fresh episodes (mean {mean:.1f})"
+                reasons[slot] = f"{passed[slot]}, confirmed on {n} fresh episodes (mean {mean:.1f})"
         return reasons
 
     def note_evaluation(self, agent: int, mean: float, std: float, elapsed_s: float) -> None:
         """Agent `agent`'s evaluation now: kept for the record, a curve row, and the first time it reached the threshold."""
-        self.evaluations[agent].append((self.env_steps, mean, std))
+        self.evaluations[agent].append((self.agent_env_steps(agent), mean, std))
         self._agent_row(agent, {"eval/return_mean": mean, "eval/return_std": std})
+        self.note_threshold(agent, mean, elapsed_s)
+
+    def note_threshold(self, agent: int, mean: float, elapsed_s: float) -> None:
+        """The first time agent `agent`'s screened return reached the threshold (its record's time_to_threshold_s)."""
         if self.threshold is not None and mean >= self.threshold and self.time_to_threshold_s[agent] is None:
             self.time_to_threshold_s[agent] = elapsed_s
+
+    def keep_if_best(self, slot: int, agent: int, mean: float) -> None:
+        """task.keep_best: when agent `agent`'s screening evaluation beats every earlier one (a resumed run's included:
+        the checkpoint keeps `best`), its weights now are written to its best.pt at once, atomically, as its plain
+        network's state_dict (what model.pt holds), and `best[agent]` says which evaluation they came from."""
+        kept = self.best[agent]
+        if not self.config.keep_best or (kept is not None and mean <= kept["return_mean"]):
+            return
+        self.best[agent] = {"file": BEST, "env_step": self.agent_env_steps(agent), "return_mean": mean}
+        if self.record_dirs:
+            t0 = time.perf_counter()
+            path = best_path(self.record_dirs[agent])
+            path.parent.mkdir(parents=True, exist_ok=True)
+            save_atomic({k: v.detach().cpu() for k, v in self.net.member_state_dict(slot).items()}, path)
+            self.add_time("best", time.perf_counter() - t0)
 
     def pruned_by_tuner(self) -> bool:
         """In an Optuna trial: report every agent's last evaluation (one that stopped early holds its last; dropping
@@ -424,12 +511,12 @@ class RLTask(Task):
         for slot, agent in enumerate(self.slots):
             if self.evaluations[agent] and len(self.evaluations[agent]) % every == 0:
                 state = {k: v.detach().cpu() for k, v in self.net.member_state_dict(slot).items()}
-                self.video_hook(agent, self.env_steps, state, self.agent_files(agent))
+                self.video_hook(agent, self.agent_env_steps(agent), state, self.agent_files(agent))
         self.add_time("video", time.perf_counter() - t0)
 
     # ---- logging -------------------------------------------------------------------------------------
     def _agent_row(self, agent: int, row: dict[str, float], step: int | None = None) -> None:
-        step = self.env_steps if step is None else step
+        step = self.agent_env_steps(agent) if step is None else step
         if self.curves:
             self.curves[agent].log(step, row)
         # The agent's own TensorBoard / W&B runs (its seed's), as they happen, with env steps as the x axis.
@@ -447,7 +534,7 @@ class RLTask(Task):
         t0 = time.perf_counter()
         elapsed = max(self.elapsed_s(), 1e-9)
         for slot, agent in enumerate(self.slots):
-            row = {"perf/env_steps_per_s": self.env_steps / elapsed}
+            row = {"perf/env_steps_per_s": self.agent_env_steps(agent) / elapsed}
             if self.episode_returns[agent]:
                 row["train/episodic_return"] = float(np.mean(self.episode_returns[agent][-10:]))
             row.update(self.train_metrics(slot, agent))
@@ -467,7 +554,7 @@ class RLTask(Task):
         evaluated = [self.evaluations[a][-1][1] for a in agents if self.evaluations[a]]
         if evaluated:
             shown["eval"] = float(np.mean(evaluated))
-        return Progress(self.env_steps, self.config.total_steps, "env steps", shown)
+        return Progress(*self.budget(), shown)
 
     # ---- checkpoints ---------------------------------------------------------------------------------
     def checkpoint_state(self) -> dict:
@@ -478,13 +565,14 @@ class RLTask(Task):
             "format": self.checkpoint_format, "agent_seeds": self.agent_seeds, "config": asdict(self.config),
             "slots": list(self.slots),
             "progress": copy.deepcopy({f.name: getattr(self, f.name) for f in fields(self.RunProgress)}),
-            "elapsed_s": self.elapsed_s(), "time_breakdown_s": dict(self.time_breakdown_s),
+            "elapsed_s": self.elapsed_s(), "time_breakdown_s": dict(self.time_breakdown_s), "best": copy.deepcopy(self.best),
             **{name: getattr(self, name).state_dict() for name in self.checkpointed_nets},
             # The training loop's objects (they exist from train start on: restored by _restore_training_state).
             "optimizer": self.optimizers().optimizer.state_dict(),
             "generators": [g.get_state() for g in self.generators], "rng": rng_state(),
-            "env": self.env.state_dict(), "obs": self.obs, "episode_return": self.episode_return,
         }
+        if self.vector_env:
+            state.update(env=self.env.state_dict(), obs=self.obs, episode_return=self.episode_return)
         extra = self.algorithm_state()
         if clash := sorted(set(extra) & set(state)):
             raise TypeError(f"{type(self).__name__}.algorithm_state() uses the checkpoint's own keys {clash}: rename them")
@@ -523,6 +611,7 @@ class RLTask(Task):
             setattr(self, f.name, copy.deepcopy(state["progress"][f.name]))
         self._elapsed_before = float(state["elapsed_s"])
         self.time_breakdown_s = dict(state.get("time_breakdown_s") or {})
+        self.best = list(state.get("best") or self.best)  # what each best.pt holds: a resumed run replaces only a worse one
         self.load_algorithm_state(state)
         self._resume = state
         return self.env_steps
@@ -532,6 +621,7 @@ class RLTask(Task):
         if self.slots:
             for g, s in zip(self.generators, state["generators"]):
                 g.set_state(s)
+        if self.slots and self.vector_env:
             self.env.load_state_dict(state["env"])
             self.obs = state["obs"].to(self.device)
             self.episode_return = state["episode_return"].to(self.device)
@@ -558,8 +648,7 @@ class RLTask(Task):
             self.final_metrics.append({**final, "train/episodes": float(len(self.episode_returns[i])), **self.final_agent_metrics(i)})
         if self.n_agents > 1:
             self._log_shared({"batch/final_eval_return_mean": float(returns.mean())})
-        if hasattr(self, "env"):
-            self.env.close()
+        self.close_envs()
         return self.final_metrics
 
     def rl_record(self, i: int) -> dict:
@@ -576,6 +665,8 @@ class RLTask(Task):
             "evaluations": [{"env_step": s, "return_mean": m, "return_std": sd} for s, m, sd in self.evaluations[i]],
             "early_stop": self.early_stop[i],
         }
+        if self.config.keep_best:
+            extras["best"] = self.best[i]
         if self.return_bounds is not None:
             lo, hi = self.return_bounds
             extras["metric_bounds"] = {"eval/return_mean": [lo, hi], "train/episodic_return": [lo, hi]}
