@@ -3,9 +3,11 @@
 Logs come from `auction_logs.py` (closed-form equilibrium bids; the estimator never reads that code). Per case,
 N and seed: the point estimate at every reserve (`pipeline.games.rmac.predict_counterfactuals` for alike bidders,
 `pipeline.games.asymmetric.asymmetric_table` for the asymmetric pair, bids only), its worst |error| over the
-reserves, and the oracle's (the same revenue from the true values' empirical CDFs, `auction_logs.oracle`).
-Reported per case and N: median over seeds of the worst error, of the oracle's worst error and of their
-per-seed ratio, and per reserve the mean signed error with its SD over seeds.
+reserves, and the oracle's (the same revenue from the true values' empirical CDFs, `auction_logs.oracle`), and the
+bids-only oracle's (GPV's pseudo-values with the TRUE bid density and the bids' empirical CDF,
+`auction_logs.bids_oracle_values`: the floor for an estimator that reads the bid density perfectly).
+Reported per case and N: median over seeds of the worst error, of each oracle's worst error and of the per-seed
+ratios, and per reserve the mean signed error with its SD over seeds.
 `python benchmarks/auction_accuracy.py [--cases beta22_n3 ...] [--sizes 5000 20000] [--seeds 30] [--round 0.05]
 [--zeros 0.02] [--bounds] [--out results.json]`; ``--bounds``: the share of (seed, reserve) pairs whose robust
 bounds hold the truth, per epsilon, instead.
@@ -23,7 +25,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from auction_logs import CASES, Case, oracle, truth  # noqa: E402
+from auction_logs import CASES, Case, bids_oracle_values, oracle, truth  # noqa: E402
 
 from pipeline.games.asymmetric import asymmetric_table  # noqa: E402
 from pipeline.games.rmac import predict_counterfactuals  # noqa: E402
@@ -73,7 +75,7 @@ def prepare(bids: np.ndarray, step: float | None, zeros: float, seed: int) -> np
 
 def run_case(case: Case, n_auctions: int, seeds: int, step: float | None = None, zeros: float = 0.0) -> dict:
     truths = np.array([truth(case, r) for r in case.reserves])
-    errors, oracle_errors, tops, seconds = [], [], [], 0.0
+    errors, oracle_errors, bids_oracle_errors, tops, seconds = [], [], [], [], 0.0
     for seed in range(seeds):
         values, bids = case.draw(n_auctions, seed)
         t0 = time.process_time()
@@ -81,15 +83,20 @@ def run_case(case: Case, n_auctions: int, seeds: int, step: float | None = None,
         seconds += time.process_time() - t0
         errors.append(np.array(points) - truths)
         oracle_errors.append(np.array([oracle(case, values, r) for r in case.reserves]) - truths)
+        pseudo = bids_oracle_values(case, bids)
+        bids_oracle_errors.append(np.array([oracle(case, pseudo, r) for r in case.reserves]) - truths)
         tops.append(extra.get("top", np.nan))
     errors, oracle_errors = np.array(errors), np.array(oracle_errors)
     worst, worst_oracle = np.abs(errors).max(1), np.abs(oracle_errors).max(1)
+    worst_bids_oracle = np.abs(np.array(bids_oracle_errors)).max(1)
     mean, sd = errors.mean(0), errors.std(0, ddof=1)
     return {
         "case": case.name, "n": n_auctions, "seeds": seeds, "round": step, "zeros": zeros,
         "worst": float(np.median(worst)), "oracle": float(np.median(worst_oracle)),
         "ratio": float(np.median(worst / worst_oracle)),
         "ratio_of_medians": float(np.median(worst) / np.median(worst_oracle)),
+        "bids_oracle": float(np.median(worst_bids_oracle)),
+        "ratio_to_bids_oracle": float(np.median(worst / worst_bids_oracle)),
         "bias": {f"{r:g}": round(float(m), 5) for r, m in zip(case.reserves, mean)},
         "sd": {f"{r:g}": round(float(s), 5) for r, s in zip(case.reserves, sd)},
         "bias_in_sd": {f"{r:g}": round(float(m / s), 2) if s > 0 else 0.0 for r, m, s in zip(case.reserves, mean, sd)},
@@ -106,7 +113,8 @@ def line(row: dict) -> str:
     biases = " ".join(f"{r}:{b:+.4f}({row['bias_in_sd'][r]:+.1f})" for r, b in row["bias"].items())
     return (f"{row['case']:11s} N={row['n']:>6} worst {row['worst']:.4f} oracle {row['oracle']:.4f} "
             f"ratio {row['ratio']:.2f} ({row['ratio_of_medians']:.2f}; below the top reserve "
-            f"{row['ratio_without_top']:.2f}) | bias(SDs) {biases}")
+            f"{row['ratio_without_top']:.2f}) bids-only oracle {row['bids_oracle']:.4f} ratio "
+            f"{row['ratio_to_bids_oracle']:.2f} | bias(SDs) {biases}")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -139,6 +139,43 @@ def oracle(case: Case, values: np.ndarray, reserve: float) -> float:
     return reserve * (second_r - first_r) + top - reserve * second_r - integral
 
 
+def inverse_bids(case: Case, bids: np.ndarray) -> np.ndarray:
+    """The exact equilibrium's value of each bid (same shape as ``bids``, (auctions, bidders))."""
+    if case.name == "uniform_n3":
+        return 1.5 * bids
+    if case.name == "v2_n4":
+        return 7 * bids / 6
+    if case.name == "beta22_n3":
+        grid = np.linspace(0.0, 1.0, 200_001)
+        return np.interp(bids, _beta22_bid(grid), grid)  # b(v) increases
+    k = 1 - 1 / 4
+    b1, b2 = bids[:, 0], bids[:, 1]
+    return np.stack([2 * b1 / (1 + k * b1**2), 2 * b2 / (1 - k * b2**2)], 1)
+
+
+def bids_oracle_values(case: Case, bids: np.ndarray) -> np.ndarray:
+    """GPV's pseudo-values with the TRUE bid density and the bids' EMPIRICAL CDF: v = b + G_hat(b) / ((n - 1) g(b)).
+
+    g is the exact equilibrium's bid density, written through the first-order condition as g = G / ((n - 1) (v - b))
+    with G the exact bid CDF (symmetric: F(v(b)); asymmetric: the other bidder's, F_j(v_j(b))), so
+    v_hat = b + (G_hat(b) / G(b)) (v(b) - b). With G_hat = G this is the true value; the difference is the
+    sampling of the bids' CDF alone, the floor for an estimator that reads the density perfectly from the bids.
+    ``oracle(case, bids_oracle_values(case, bids), r)`` is then the bids-only oracle's revenue."""
+    exact = inverse_bids(case, bids)
+    cdfs = case.cdfs()
+    if case.symmetric:
+        pooled = np.sort(bids.ravel())
+        level = np.searchsorted(pooled, bids, side="right") / pooled.size
+        truth_level = cdfs[0](exact)
+    else:  # two bidders: each one's competing bid is the other's
+        other = [np.sort(bids[:, 1]), np.sort(bids[:, 0])]
+        level = np.stack([np.searchsorted(other[i], bids[:, i], side="right") / other[i].size for i in (0, 1)], 1)
+        swapped = inverse_bids(case, np.ascontiguousarray(bids[:, ::-1]))  # column j: bidder j's value of the other's bid
+        truth_level = np.stack([cdfs[1 - i](swapped[:, 1 - i]) for i in (0, 1)], 1)
+    ratio = np.where(truth_level > 0, level / np.maximum(truth_level, 1e-300), 1.0)
+    return bids + ratio * (exact - bids)
+
+
 def write_csv(path: str | Path, bids: np.ndarray, layout: str = "wide", step: float | None = None,
               zero_share: float = 0.0, seed: int = 0) -> Path:
     """Write ``bids`` (auctions, bidders) as ``bid_0,...`` (``wide``) or ``auction_id,bid`` (``long``) rows,
