@@ -159,3 +159,27 @@ def test_sac_moves_its_target_critics_by_tau_every_target_network_frequency_step
     online = task.critic.state_dict()
     for k, v in task.critic_target.state_dict().items():
         assert torch.allclose(v, 0.75 * start[k] + 0.25 * online[k], atol=1e-6), k
+
+
+@pytest.mark.parametrize("algo", ["sac", "td3"])
+def test_optimizer_lr_is_not_used_and_a_run_that_sets_it_says_so_in_one_line(algo, caplog):
+    """The rates are task.policy_lr and task.q_lr (SAC's temperature: q_lr); an optimizer.lr is named as unused."""
+    with caplog.at_level("WARNING", logger="pipeline.tasks.sac"):
+        task = make(algo, optimizer=functools.partial(torch.optim.Adam, lr=0.05), policy_lr=2e-4, q_lr=7e-4)
+    lines = [r.getMessage() for r in caplog.records if r.name == "pipeline.tasks.sac"]
+    assert lines == [f"task={algo} does not use optimizer.lr=0.05: its learning rates are task.policy_lr=0.0002 (actor) and "
+                     f"task.q_lr=0.0007 (critics{', temperature' if algo == 'sac' else ''}); set those (and optimizer.lr=null "
+                     "to silence this)"]
+    assert task.actor_opt.param_groups[0]["lr"] == 2e-4 and task.critic_opt.param_groups[0]["lr"] == 7e-4
+    if algo == "sac":
+        assert task.alpha_opt.param_groups[0]["lr"] == 7e-4
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="pipeline.tasks.sac"):
+        quiet = make(algo, optimizer=functools.partial(torch.optim.Adam, lr=None))
+    assert not [r for r in caplog.records if r.name == "pipeline.tasks.sac"]
+    assert quiet.actor_opt.param_groups[0]["lr"] == quiet.config.policy_lr
+
+
+@pytest.mark.parametrize("preset", ["sac_pendulum", "sac_halfcheetah", "td3_halfcheetah"])
+def test_the_presets_leave_optimizer_lr_unset(make_cfg, preset):
+    assert make_cfg(f"experiment={preset}").optimizer.lr is None

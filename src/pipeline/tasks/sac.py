@@ -15,8 +15,9 @@ transitions go to the agents' replay rows, and past `learning_starts` each agent
 critics (the soft twin-Q target of `pipeline.rl.offpolicy`), every `policy_frequency`-th step that many actor and
 temperature steps, and every `target_network_frequency`-th step a Polyak update of its target critics. Actions
 are learnt in [-1, 1] and scaled to the env's bounds (which the actor keeps) on the way out. One iteration is
-`ROUND_STEPS` env steps of every agent. The optimizer group gives the optimizer (Adam); `task.policy_lr` and
-`task.q_lr` its learning rates (the temperature's is q_lr, as CleanRL's).
+`ROUND_STEPS` env steps of every agent. The optimizer group gives the optimizer (Adam) and nothing else: the
+learning rates are `task.policy_lr` and `task.q_lr` (the temperature's is q_lr, as CleanRL's); an `optimizer.lr`
+that is set is not used, and the run says so in one line (the presets set `optimizer.lr: null`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import logging
 import math
 import time
 from collections.abc import Iterator
@@ -47,6 +49,8 @@ from pipeline.tasks.rl_task import RLProgress, RLTask, per_agent
 
 # Env steps (of every agent's envs) per iteration: acting and learning interleave step by step inside it.
 ROUND_STEPS = 50
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -89,9 +93,22 @@ class OffPolicyActorCriticTask(RLTask):
     def load_own_state(self, state: dict) -> None:
         pass
 
+    def unused_lr_line(self) -> str | None:
+        """The one line a run prints when the optimizer group carries a learning rate (`optimizer.lr`), which these
+        tasks do not use: their rates are task.policy_lr and task.q_lr. None when it carries none."""
+        given = getattr(self.optimizer_factory, "keywords", {}).get("lr")
+        if given is None:
+            return None
+        hp = self.config
+        return (f"task={self.algorithm} does not use optimizer.lr={given}: its learning rates are task.policy_lr={hp.policy_lr} "
+                f"(actor) and task.q_lr={hp.q_lr} (critics{', temperature' if self.algorithm == 'sac' else ''}); set those "
+                f"(and optimizer.lr=null to silence this)")
+
     # ---- RLTask's hooks ----------------------------------------------------------------------------
     def build_net(self, parts: TaskParts) -> nn.Module:
         hp, space = self.config, self.action_space
+        if line := self.unused_lr_line():
+            log.warning(line)
         actor = parts.require("net", self.algorithm, f"choose the actor with model={self.model_option}")
         if not (isinstance(actor, functools.partial) and isinstance(actor.func, type) and issubclass(actor.func, self.actor_class)):
             raise ValueError(f"task={self.algorithm} needs model={self.model_option} ({self.actor_class.__name__}); "
