@@ -12,6 +12,7 @@ from pipeline.runtime.checkpointing import CheckpointPolicy
 from pipeline.store.record import RunRecord
 from pipeline.tasks.cem import CEMTask
 from pipeline.tasks.dqn import DQNTask
+from pipeline.tasks.gan import GANTask
 from pipeline.tasks.supervised import SupervisedTask
 
 
@@ -30,10 +31,10 @@ def test_task_class_is_the_target_and_must_be_a_task():
 
 
 def test_check_task_refuses_seeds_together_for_a_task_that_trains_one(make_cfg):
-    cfg = make_cfg("experiment=cem_cartpole")
-    assert run_module.check_task(cfg, 1) is CEMTask
-    with pytest.raises(ConfigError, match=r"^task CEMTask trains one seed per process; seeds_per_process=2 works with "
-                                          r"task=dqn, task=ppo and task=supervised \(run the seeds as a sweep: -m seed='range\(0,N\)'\)$"):
+    cfg = make_cfg("experiment=gan_digits")
+    assert run_module.check_task(cfg, 1) is GANTask
+    with pytest.raises(ConfigError, match=r"^task GANTask trains one seed per process; seeds_per_process=2 works with "
+                                          r"task=dqn, ppo, sac, td3, cem and supervised \(run the seeds as a sweep: -m seed='range\(0,N\)'\)$"):
         run_module.check_task(cfg, 2)
     assert run_module.check_task(make_cfg("experiment=supervised_digits"), 3) is SupervisedTask
 
@@ -96,7 +97,7 @@ def test_now_is_utc_to_the_second():
 
 
 def test_check_start_refuses_bad_seeds_and_counts(make_cfg):
-    cfg = make_cfg("experiment=cem_cartpole")
+    cfg = make_cfg("experiment=gan_digits")
     run_module._check_start(cfg, 1)
     for seed in (True, "3", 1.5):
         bad = OmegaConf.merge(cfg, {"seed": seed})

@@ -13,7 +13,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from pipeline.config.conf_tree import conf_root, group_options
 from pipeline.config.errors import ConfigError
-from pipeline.config.task_settings import check_group_settings, check_task_settings
+from pipeline.config.task_settings import check_group_settings, check_task_settings, config_class
 
 _SWEEP_FN = re.compile(r"^\w+\((.*)\)$")
 
@@ -135,13 +135,59 @@ PRECISIONS = ("32-true", "16-mixed", "bf16-mixed", "64-true", "16-true", "bf16-t
 TRAINER_OWNED = {
     "precision": "device.precision (e.g. device.precision=16-mixed or bf16-mixed)",
     "accelerator": "device=cpu|cuda|mps|auto (device.accelerator)",
-    "devices": "device=... (one device per run; run seeds side by side with -m or seeds_per_process)",
     "logger": "logger=csv|tensorboard|wandb|many",
     "callbacks": "callbacks=default or +callbacks.<name>._target_=...",
     "default_root_dir": "hydra.run.dir=<dir>",
     "deterministic": "seeding=deterministic",
     "enable_checkpointing": "callbacks=model_checkpoint (Lightning's checkpoints) or checkpoint.enabled=false (the pipeline's)",
 }
+
+
+# The trainer keys that make one run span several processes (trainer=ddp), and the pipeline's own key beside them.
+PROCESS_KEYS = ("strategy", "devices", "num_nodes")
+PIPELINE_TRAINER_KEYS = ("ddp_timeout_s",)
+# Tasks whose Lightning loop shards its batches over processes. A task's typed Config declares it with a class
+# variable `data_parallel = True`; these shipped ones are named here until their Configs do.
+DATA_PARALLEL_TARGETS = ("pipeline.tasks.supervised.SupervisedTask", "pipeline.tasks.gan.GANTask")
+
+
+def process_count(cfg: DictConfig) -> int:
+    """How many processes one run spans: trainer.devices x trainer.num_nodes under trainer.strategy=ddp, else 1."""
+    trainer = cfg.get("trainer") or {}
+    if str(trainer.get("strategy") or "auto") != "ddp":
+        return 1
+    return int(trainer.get("devices") or 1) * int(trainer.get("num_nodes") or 1)
+
+
+def _check_processes(cfg: DictConfig) -> None:
+    """trainer.strategy/devices/num_nodes: whole numbers, `ddp` or nothing, and only for a task that shards its data."""
+    trainer = cfg.get("trainer") or {}
+    strategy = str(trainer.get("strategy") or "auto")
+    for key in ("devices", "num_nodes"):
+        value = trainer.get(key)
+        if value is not None and (not _is_int(value) or value < 1):
+            raise ConfigError(f"trainer.{key}={value}: a process count is a whole number >= 1; e.g. trainer=ddp trainer.{key}=2")
+    timeout = trainer.get("ddp_timeout_s")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0):
+        raise ConfigError(f"trainer.ddp_timeout_s={timeout}: seconds a rank waits for the others, a number > 0; e.g. trainer.ddp_timeout_s=120")
+    if strategy not in ("auto", "ddp"):
+        raise ConfigError(f"trainer.strategy={strategy}: the pipeline runs one run on several processes with trainer=ddp "
+                          "(trainer.strategy=ddp); drop trainer.strategy for one process")
+    many = int(trainer.get("devices") or 1) * int(trainer.get("num_nodes") or 1)
+    if strategy != "ddp" and many > 1:
+        given = " ".join(f"trainer.{k}={trainer.get(k)}" for k in ("devices", "num_nodes") if trainer.get(k) is not None)
+        raise ConfigError(f"{given} without trainer.strategy=ddp: choose trainer=ddp for one run on several processes "
+                          "(or -m seed=... / seeds_per_process for several seeds)")
+    if many <= 1:
+        return
+    target = str(OmegaConf.select(cfg, "task._target_", default=""))
+    config = config_class(target)
+    declared = getattr(config, "data_parallel", None) if config is not None else None
+    if not (declared if declared is not None else target in DATA_PARALLEL_TARGETS):
+        name = target.rsplit(".", 1)[-1] or "this task"
+        raise ConfigError(f"trainer=ddp shards a data loader over processes, which {name} does not train from (task=supervised "
+                          "and task=gan do); run its seeds side by side in one process with seeds_per_process=N, or as a "
+                          "sweep with -m seed='range(0,N)'")
 
 
 def _is_int(value) -> bool:
@@ -239,7 +285,7 @@ def _check_closed_groups(cfg: DictConfig, choices: Mapping[str, str | None]) -> 
         if key in trainer:
             raise ConfigError(f"trainer.{key} is set by the pipeline; use {instead} instead")
     for key in trainer:
-        if key not in TRAINER_ARGS:
+        if key not in TRAINER_ARGS and key not in PIPELINE_TRAINER_KEYS:
             close = difflib.get_close_matches(str(key), TRAINER_ARGS, n=1)
             hint = f"did you mean trainer.{close[0]}?" if close else "see lightning.pytorch.Trainer's arguments"
             raise ConfigError(f"trainer.{key} is not a Lightning Trainer argument; {hint}")
@@ -279,7 +325,8 @@ def check_values(cfg: DictConfig, choices: Mapping[str, str | None] | None = Non
     """Refuse, with one line naming the key and the fix, values no run could use: a seed that is not a whole
     number in [0, 2^32) or a batch of seeds running past it, seeds_per_process outside [1, SEEDS_PER_PROCESS_MAX],
     a key a group would silently ignore (`+device.x=1`, `+callbacks.x=1`), a trainer key the pipeline sets from
-    another group or that is no Trainer argument, the task's settings against its typed Config (types, declared
+    another group or that is no Trainer argument, several processes (trainer=ddp) for a task that does not shard a
+    data loader or a strategy other than ddp, the task's settings against its typed Config (types, declared
     ranges, cross-field rules, the precisions and action spaces it declares; `pipeline.config.task_settings`), an
     env id gymnasium does not know, a NaN anywhere (or an infinite model/optimizer value), a learning rate <= 0, a
     layer width < 1, a negative checkpoint interval, device.num_threads < 1, and the data's settings against its
@@ -290,6 +337,7 @@ def check_values(cfg: DictConfig, choices: Mapping[str, str | None] | None = Non
     _check_seed(cfg)
     fill_removed_groups(cfg)
     _check_closed_groups(cfg, choices)
+    _check_processes(cfg)
     _check_precision(cfg)
     _check_built_groups(cfg)
     check_callback_entries(cfg)

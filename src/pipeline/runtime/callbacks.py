@@ -16,6 +16,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.config.checks import (
+    PIPELINE_TRAINER_KEYS,
     TRAINER_OWNED,
     ConfigError,
     callback_entries,
@@ -49,6 +50,7 @@ def trainer_kwargs(cfg: DictConfig) -> dict:
     """
     given = OmegaConf.to_container(cfg.trainer, resolve=True) if cfg.get("trainer") is not None else {}
     params = _trainer_params()
+    given = {k: v for k, v in given.items() if k not in PIPELINE_TRAINER_KEYS}  # the pipeline's own (trainer=ddp's timeout)
     for key in given:
         if key in OWNED:
             raise ConfigError(f"trainer.{key} is set by the pipeline; use {OWNED[key]} instead")
@@ -133,3 +135,16 @@ def early_stop_of(trainer) -> dict | None:
             "wait_count": int(callback.wait_count),
         }
     return None
+
+
+def aligned_epoch_metrics():
+    """A callback for a run on several processes: the epoch's `sync_dist=True` values are all-reduced when first read,
+    and rank 0's progress bar reads them at the train epoch's end before Lightning reads them on every rank, a
+    collective only rank 0 joins. Read here first, on every rank (the result is cached for the bar)."""
+    from lightning.pytorch.callbacks import Callback
+
+    class AlignedEpochMetrics(Callback):
+        def on_train_epoch_end(self, trainer, pl_module) -> None:
+            trainer.progress_bar_metrics  # noqa: B018 - computed (and all-reduced) for its side effect
+
+    return AlignedEpochMetrics()

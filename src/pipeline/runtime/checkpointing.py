@@ -92,8 +92,10 @@ class EpochCheckpointer(Checkpoint):
     """
 
     def __init__(self, path: Path, policy: CheckpointPolicy, stop: StopRequests, on_save, saved_epoch: int | None = None,
-                 curve_step=None) -> None:
+                 curve_step=None, writes: bool = True) -> None:
         self.path, self.policy, self.stop, self.on_save = Path(path), policy, stop, on_save
+        # False on ranks > 0 of a run on several processes: rank 0 writes the one checkpoint.
+        self.writes = writes
         self.saved_epoch = saved_epoch
         # The last step of the run's curves when an epoch is saved: a GAN's curve counts batches, CEM's env steps,
         # while the checkpoint's own step is the epoch; a resume keeps every row up to this step (curve_step_of).
@@ -104,12 +106,23 @@ class EpochCheckpointer(Checkpoint):
         self._unsaved: tuple[int, bytes] | None = None
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if self.stop.requested:
+        if self._stop_agreed(trainer):
             self.save_last_finished_epoch()
             raise Interrupted(self.saved_epoch)
 
+    def _stop_agreed(self, trainer) -> bool:
+        """Whether to stop now; with several processes, whether any rank was asked (each one's signal, the largest
+        number wins), so every rank stops at the same batch and the one that was not signalled exits as interrupted."""
+        if trainer.world_size <= 1:
+            return self.stop.requested
+        asked = torch.tensor([self.stop.signal or 0], device=trainer.strategy.root_device)
+        torch.distributed.all_reduce(asked, op=torch.distributed.ReduceOp.MAX)
+        if asked.item() and self.stop.signal is None:
+            self.stop.signal = int(asked.item())
+        return self.stop.requested
+
     def on_train_epoch_end(self, trainer, pl_module) -> None:
-        if not self.policy.enabled:
+        if not self.policy.enabled or not self.writes:
             return
         epoch = trainer.current_epoch
         # What trainer.save_checkpoint would write now (one device: the same dict, without its temp-file handling).

@@ -44,3 +44,13 @@ def check_slurm_submission(params: dict, accelerator: str | None) -> None:
     if wants_gpu and partition in names and "gpu" not in names[partition]:
         raise ConfigError(f"device=cuda, but SLURM partition {partition!r} has no GPUs (Gres {names[partition]}): "
                           "choose a GPU partition with hydra.launcher.partition=..., or use device=cpu")
+
+
+def slurm_rank() -> int | None:
+    """This process's rank among the tasks SLURM started for one job (srun with several tasks), else None."""
+    import os
+
+    tasks = os.environ.get("SLURM_NTASKS") or os.environ.get("SLURM_NPROCS") or "1"
+    if not tasks.isdigit() or int(tasks) < 2 or not (os.environ.get("SLURM_PROCID") or "").isdigit():
+        return None
+    return int(os.environ["SLURM_PROCID"])

@@ -52,6 +52,8 @@ class JobContext:
     isolated: bool = False
     # The sweep's own overrides (`seed=0,1,2`, not this job's `seed=1`): what its resume command repeats.
     sweep_overrides: list[str] = field(default_factory=list)
+    # This process's rank in a run on several processes (trainer=ddp): rank 0 owns the run dir, the others write nothing.
+    rank: int = 0
 
     @classmethod
     def from_hydra(cls, cfg: DictConfig) -> JobContext:

@@ -1,10 +1,19 @@
-"""Pick the accelerator, the CPU thread count and the CPU heap from the `device` config group."""
+"""Pick the accelerator, the CPU thread count and the CPU heap from the `device` config group; start a run's other
+ranks on this machine (trainer=ddp)."""
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
 import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
 
 import torch
 
@@ -87,3 +96,113 @@ def setup_device(
     detail = torch.cuda.get_device_name(0) if name == "cuda" else f"{torch.get_num_threads()} CPU thread(s)"
     log.info(f"device: {name} ({detail})")
     return torch.device(name)
+
+
+# ---- one run on several processes (trainer=ddp) ------------------------------------------------------------------
+# Lightning's environment variables that make a process one rank of a run; the launching rank restores them after.
+_RANK_ENV = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE")
+
+
+def _ddp_classes():
+    """Lightning's DDP strategy and script launcher, specialised (imported on first use: the CLI's checks stay light)."""
+    from lightning.pytorch.strategies import DDPStrategy
+    from lightning.pytorch.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
+
+    class RankLauncher(_SubprocessScriptLauncher):
+        """Starts ranks 1..N-1 on this machine as `python -m pipeline.runtime.job --rank <dir>` from the run's composed
+        config (Lightning's launcher re-runs the command line, which would take the run dir's lock and write into it).
+        Without Lightning's watcher, which SIGKILLs this process when a rank dies: the collective that rank leaves
+        fails (or times out), and the run's record says which rank ended and how (`RankProcesses.failure`)."""
+
+        def __init__(self, environment, num_processes: int, num_nodes: int, ranks: RankProcesses) -> None:
+            super().__init__(environment, num_processes, num_nodes)
+            self.ranks = ranks
+
+        def launch(self, function, *args, trainer=None, **kwargs):
+            self.cluster_environment.validate_settings(num_devices=self.num_processes, num_nodes=self.num_nodes)
+            if not self.cluster_environment.creates_processes_externally:
+                self._call_children_scripts()
+            return function(*args, **kwargs)
+
+        def _call_children_scripts(self) -> None:
+            self._check_can_spawn_children()
+            env = self.cluster_environment
+            os.environ.update(MASTER_ADDR=env.main_address, MASTER_PORT=str(env.main_port), NODE_RANK=str(env.node_rank()),
+                              LOCAL_RANK="0", WORLD_SIZE=str(self.num_processes * self.num_nodes))
+            self.procs = [self.ranks.start(local_rank) for local_rank in range(1, self.num_processes)]
+
+    class RankStrategy(DDPStrategy):
+        """DDP whose local ranks are started by `RankLauncher` (SLURM's tasks start themselves)."""
+
+        def __init__(self, ranks: RankProcesses | None, **kwargs) -> None:
+            super().__init__(**kwargs)
+            self.ranks = ranks
+
+        def _configure_launcher(self) -> None:
+            if self.cluster_environment.creates_processes_externally or self.ranks is None:
+                super()._configure_launcher()
+            else:
+                self._launcher = RankLauncher(self.cluster_environment, self.num_processes, self.num_nodes, self.ranks)
+
+    return RankStrategy
+
+
+class RankFailed(RuntimeError):
+    """Another rank of the run ended (or stopped answering) while this one waited for it."""
+
+
+class RankProcesses:
+    """The ranks this process (rank 0) starts on this machine, and what became of them.
+
+    Each rank gets `job_dir`'s config.yaml and context.json (a temporary folder, outside the run dir) and writes its
+    error line to `rank<r>.error` there if it fails; `close()` waits for the ranks (killing what is left after
+    `wait_s`), removes the folder and gives this process its environment back (a later run in it starts afresh).
+    """
+
+    def __init__(self, job_dir: Path) -> None:
+        self.job_dir = Path(job_dir)
+        self.procs: dict[int, subprocess.Popen] = {}
+        self._env = {k: os.environ.get(k) for k in _RANK_ENV}
+
+    def start(self, local_rank: int) -> subprocess.Popen:
+        env = {**os.environ, "LOCAL_RANK": str(local_rank)}
+        proc = subprocess.Popen([sys.executable, "-m", "pipeline.runtime.job", "--rank", str(self.job_dir)], env=env)
+        self.procs[local_rank] = proc
+        return proc
+
+    def failure(self, exc: BaseException) -> BaseException:
+        """The run's failure as the rank that caused it: a rank that ended, with its exit and its error line."""
+        deadline = time.monotonic() + 5.0  # a rank whose sockets just closed may still be exiting
+        while time.monotonic() < deadline and not any(p.poll() not in (None, 0) for p in self.procs.values()):
+            time.sleep(0.1)
+        for rank, proc in sorted(self.procs.items()):
+            code = proc.poll()
+            if code in (None, 0):
+                continue
+            how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+            error = self.job_dir / f"rank{rank}.error"
+            said = f": {error.read_text().strip()}" if error.is_file() else ""
+            return RankFailed(f"rank {rank} (pid {proc.pid}) {how}{said}")
+        return exc
+
+    def close(self, wait_s: float) -> None:
+        deadline = time.monotonic() + wait_s
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        shutil.rmtree(self.job_dir, ignore_errors=True)
+        for key, value in self._env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def ddp_strategy(ranks: RankProcesses | None, timeout_s: float):
+    """The Trainer's strategy for one run on several processes: gloo on CPU, nccl on CUDA (Lightning's choice), a rank
+    that waits longer than `timeout_s` for the others fails. `ranks`: the local ranks this process starts (rank 0 on
+    one machine); None where the processes exist already (the other ranks, SLURM's tasks)."""
+    return _ddp_classes()(ranks, timeout=timedelta(seconds=float(timeout_s)))

@@ -23,7 +23,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from pipeline.config.checks import one_line, process_count
 from pipeline.config.grouping import group_name, semantic_config
+from pipeline.runtime.cluster import slurm_rank
 from pipeline.runtime.context import JobContext
 from pipeline.runtime.rundir import EXIT_CODES, STOP_SIGNALS, honour_stop_signals_from_now, say
 from pipeline.store.layout import agent_dirs
@@ -55,6 +57,13 @@ def hydra_job(cfg: DictConfig) -> list[dict]:
         if len(done) == _agents(cfg) and all(r.status == "ok" for r in done):
             log.info(f"resume: {ctx.run_dir} already finished ok, skipping")
             return [r.to_dict() for r in done]
+    rank = slurm_rank() if process_count(cfg) > 1 else None
+    if rank:  # a task SLURM started for one rank of a run on several processes: it trains in step and writes nothing
+        from pipeline.runtime.run import run_rank
+
+        ctx.rank = rank
+        run_rank(cfg, ctx)
+        return []
     if ctx.multirun and bool(cfg.get("isolate_jobs", True)):
         return run_in_child(cfg, ctx)
     from pipeline.runtime.run import run_job
@@ -264,5 +273,27 @@ def _log_to(path: Path) -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
+def rank_main(job_dir: str) -> int:
+    """Rank r > 0 of a run on several processes on this machine (started by rank 0, devices.RankProcesses): it trains
+    in step with rank 0 and writes nothing into the run dir; its error line goes to `<job_dir>/rank<r>.error`, where
+    rank 0 reads it into the run's record."""
+    honour_stop_signals_from_now()
+    path = Path(job_dir)
+    ctx = JobContext(**json.loads((path / "context.json").read_text()))
+    ctx.rank = int(os.environ.get("LOCAL_RANK", "0"))
+    cfg = OmegaConf.load(path / "config.yaml")
+    logging.basicConfig(level=logging.WARNING, format=f"[rank {ctx.rank}] %(message)s")
+    from pipeline.runtime.quiet import install
+
+    install()
+    from pipeline.runtime.run import run_rank
+
+    try:
+        return run_rank(cfg, ctx)
+    except BaseException as exc:
+        (path / f"rank{ctx.rank}.error").write_text(one_line(exc))
+        raise
+
+
 if __name__ == "__main__":
-    sys.exit(child_main(sys.argv[1]))
+    sys.exit(rank_main(sys.argv[2]) if sys.argv[1] == "--rank" else child_main(sys.argv[1]))

@@ -33,7 +33,7 @@ import torch
 from hydra.utils import get_class, instantiate
 from lightning.fabric.plugins.environments import LightningEnvironment
 from lightning.pytorch.callbacks import Checkpoint
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from pipeline.config import checks as config_checks
@@ -48,10 +48,11 @@ from pipeline.runtime.checkpointing import (
     curve_step_of,
     state_checkpointer,
 )
+from pipeline.runtime.cluster import slurm_rank
 from pipeline.runtime.context import JobContext
-from pipeline.runtime.devices import flushes_denormals, setup_device
+from pipeline.runtime.devices import RankProcesses, ddp_strategy, flushes_denormals, setup_device
 from pipeline.runtime.loggers import CurveLogger, build_loggers, finish_loggers
-from pipeline.runtime.preflight import RunRefused, check_run_dir_is_ours, plan_start
+from pipeline.runtime.preflight import RunRefused, check_run_dir_is_ours, plan_start, resolve_ckpt
 from pipeline.runtime.rundir import (
     STOP_SIGNALS,
     Interrupted,
@@ -95,8 +96,8 @@ def check_task(cfg: DictConfig, n_agents: int) -> type[Task]:
     cls = task_class(cfg)
     if n_agents > 1 and not cls.trains_seeds_together:
         raise config_checks.ConfigError(
-            f"task {cls.__name__} trains one seed per process; seeds_per_process={n_agents} works with task=dqn, task=ppo and "
-            "task=supervised (run the seeds as a sweep: -m seed='range(0,N)')"
+            f"task {cls.__name__} trains one seed per process; seeds_per_process={n_agents} works with task=dqn, ppo, sac, "
+            "td3, cem and supervised (run the seeds as a sweep: -m seed='range(0,N)')"
         )
     for group in PART_GROUPS:
         if group != "data" and group not in cls.uses and not _is_empty(cfg.get(group)):
@@ -141,10 +142,12 @@ def _choice_hint(cfg: DictConfig, group: str) -> str:
     return str(target or node)
 
 
-def make_trainer(cfg: DictConfig, accelerator: str, run_dir: Path, loggers, callbacks) -> L.Trainer:
+def make_trainer(cfg: DictConfig, accelerator: str, run_dir: Path, loggers, callbacks, ranks: RankProcesses | None = None) -> L.Trainer:
+    """The run's Trainer; with several processes (trainer=ddp) one rank's, in step with the others (`ranks`: the
+    local ranks rank 0 starts; None on the other ranks and under SLURM, whose tasks are the ranks)."""
     from lightning.pytorch.callbacks import ProgressBar
 
-    from pipeline.runtime.callbacks import build_callbacks, trainer_kwargs
+    from pipeline.runtime.callbacks import aligned_epoch_metrics, build_callbacks, trainer_kwargs
     from pipeline.runtime.progress_bar import BudgetProgressBar
 
     built = build_callbacks(cfg, run_dir, own=callbacks)
@@ -158,9 +161,22 @@ def make_trainer(cfg: DictConfig, accelerator: str, run_dir: Path, loggers, call
     # SLURMEnvironment, whose auto-requeue would requeue the job a second time on top of ours (runtime.job:
     # SIGUSR2 -> checkpoint -> submitit requeues once).
     kwargs.setdefault("plugins", [LightningEnvironment()])
-    return L.Trainer(
+    devices = 1
+    if config_checks.process_count(cfg) > 1:
+        devices, nodes = int(kwargs.pop("devices", 1)), int(kwargs.pop("num_nodes", 1))
+        slurm = slurm_rank() is not None
+        if slurm:  # SLURM started the ranks: its environment names them; requeueing stays ours (runtime.job)
+            from lightning.fabric.plugins.environments import SLURMEnvironment
+
+            kwargs["plugins"] = [SLURMEnvironment(auto_requeue=False)]
+        timeout = float(OmegaConf.select(cfg, "trainer.ddp_timeout_s", default=None) or 120)
+        kwargs.update(strategy=ddp_strategy(None if slurm else ranks, timeout), num_nodes=nodes)
+    else:
+        for key in config_checks.PROCESS_KEYS:
+            kwargs.pop(key, None)
+    trainer = L.Trainer(
         accelerator=accelerator,
-        devices=1,
+        devices=devices,
         precision=cfg.device.precision,
         logger=loggers or False,
         callbacks=built,
@@ -168,6 +184,12 @@ def make_trainer(cfg: DictConfig, accelerator: str, run_dir: Path, loggers, call
         deterministic=bool(cfg.seeding.deterministic),
         **kwargs,
     )
+    if trainer.world_size > 1:
+        trainer.callbacks.insert(0, aligned_epoch_metrics())
+        # Lightning's SIGTERM handler broadcasts from inside the handler, a collective the other ranks are not in;
+        # the ranks agree on a stop request at their next batch end instead (checkpointing.EpochCheckpointer).
+        trainer._signal_connector.register_signal_handlers = lambda: None
+    return trainer
 
 
 def exit_code_of(records: list[dict]) -> int:
@@ -237,40 +259,20 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
     if plan.nothing_to_do:
         return [p.to_dict() for p in plan.previous]
     previous, ckpt, extending = plan.previous, plan.ckpt, plan.extending
-    ckpt_file = checkpoint_path(run_dir)
     if extending:
         log.info(f"{run_dir} finished ok; continuing it from its checkpoint ({RESULT} keeps the finished record until this ends ok)")
 
     t_start = time.perf_counter()
-    signals = (*STOP_SIGNALS, signal.SIGUSR2) if ctx.isolated else STOP_SIGNALS
+    processes = config_checks.process_count(cfg)
+    # SLURM's SIGUSR2 (a sweep job's own process), and SIGUSR2 to any rank of a run on several processes.
+    signals = (*STOP_SIGNALS, signal.SIGUSR2) if ctx.isolated or processes > 1 else STOP_SIGNALS
     stop = StopRequests(signals).install()
     loggers: list = []
     records: list[RunRecord] = []
     curves: list[CurveLog] = []
     task = None
-    resume_state = None
     try:
-        config_checks.check_missing(cfg)
-        config_checks.check_types(cfg, ctx.choices)
-        seed_everything(cfg.seed, deterministic=bool(cfg.seeding.deterministic))
-        device = setup_device(
-            cfg.device.accelerator,
-            ctx.num_threads if ctx.num_threads is not None else cfg.device.num_threads,
-            flush_denormal=OmegaConf.select(cfg, "device.flush_denormal", default=True),
-            cpu_heap_mb=OmegaConf.select(cfg, "device.cpu_heap_mb", default=None),
-        )
-        t0 = time.perf_counter()
-        datamodule = None if _is_empty(cfg.get("data")) else instantiate(cfg.data)
-        if datamodule is not None:
-            datamodule.prepare_data()
-            datamodule.setup("fit")
-        task = build_task(cfg, datamodule, k, run_dir, device)
-        resume_step = curve_step = None
-        if ckpt is not None:
-            resume_state = load_safely(ckpt, "checkpoint")
-            resume_step = task.load_checkpoint_state(resume_state)
-            curve_step = curve_step_of(resume_state, resume_step)
-        setup_s = time.perf_counter() - t0
+        device, datamodule, task, resume_step, curve_step, setup_s = _build(cfg, ctx, k, run_dir, ckpt)
     except Exception as exc:
         if ckpt is not None:  # a failed resume leaves the earlier record and curve as they were
             stop.uninstall()
@@ -280,11 +282,31 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
         records = _start_records(cfg, ctx, dirs, seeds, previous, None)
         return _fail(records, exc, run_dir, t_start, stop, loggers, curves)
 
+    try:
+        _check_batches(cfg, datamodule, processes)
+    except config_checks.ConfigError:
+        stop.uninstall()
+        raise
     records = _start_records(cfg, ctx, dirs, seeds, previous, resume_step, EXTENDING if extending else None)
     for r in records:
         r.update(task=type(task).__name__, primary_metric=task.primary_metric, primary_curve=task.primary_curve,
-                 higher_is_better=task.higher_is_better, device=str(device))
+                 higher_is_better=task.higher_is_better, device=str(device), **_process_fields(datamodule, processes))
         r.write()
+    # Ranks 1..N-1 of a run on several processes on this machine start with the fit (SLURM starts its own tasks).
+    ranks = RankProcesses(_rank_job_dir(cfg, ctx, ckpt)) if processes > 1 and slurm_rank() is None else None
+    try:
+        return _train(cfg, ctx, run_dir, dirs, seeds, task, datamodule, device, records, loggers, stop, ckpt,
+                      resume_step, curve_step, setup_s, t_start, ranks)
+    finally:
+        if ranks is not None:  # a failed run's other ranks hold nothing worth waiting for
+            ranks.close(wait_s=0 if any(r.status == "failed" for r in records) else 60)
+
+
+def _train(cfg, ctx, run_dir, dirs, seeds, task, datamodule, device, records, loggers, stop, ckpt, resume_step,
+           curve_step, setup_s, t_start, ranks) -> list[dict]:
+    k = len(seeds)
+    ckpt_file = checkpoint_path(run_dir)
+    curves: list[CurveLog] = []
     try:
         curves = [CurveLog(metrics_path(d), resume_step=curve_step) for d in dirs]
         resolved = OmegaConf.to_container(cfg, resolve=True)
@@ -331,7 +353,7 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
                                        curve_step=lambda: max((c.last_step() for c in curves if c.rows), default=None))
             callbacks.append(epochs)
         policy.start(resume_step or 0)
-        trainer = make_trainer(cfg, device.type, run_dir, trainer_loggers, callbacks)
+        trainer = make_trainer(cfg, device.type, run_dir, trainer_loggers, callbacks, ranks)
         lightning_ckpt = str(ckpt) if ckpt is not None and task.checkpointing == "lightning" else None
         try:
             per_agent = task.fit_and_evaluate(trainer, datamodule, lightning_ckpt)
@@ -369,8 +391,91 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
     except Interrupted as exc:
         return _interrupted(records, exc, stop, ctx, t_start, loggers, curves, task)
     except Exception as exc:  # every failure becomes a record; the traceback goes to error.log
-        return _fail(records, exc, run_dir, t_start, stop, loggers, curves, task)
+        return _fail(records, exc if ranks is None else ranks.failure(exc), run_dir, t_start, stop, loggers, curves, task)
     return _finish(records, t_start, stop, loggers, curves, cfg, dirs, task.agent_loggers, videos=task.capture_video)
+
+
+def _build(cfg: DictConfig, ctx: JobContext, k: int, run_dir: Path, ckpt: Path | None):
+    """What every rank builds alike: the device, the data, the task and the checkpoint's state it resumes from."""
+    config_checks.check_missing(cfg)
+    config_checks.check_types(cfg, ctx.choices)
+    seed_everything(cfg.seed, deterministic=bool(cfg.seeding.deterministic))
+    device = setup_device(
+        cfg.device.accelerator,
+        ctx.num_threads if ctx.num_threads is not None else cfg.device.num_threads,
+        flush_denormal=OmegaConf.select(cfg, "device.flush_denormal", default=True),
+        cpu_heap_mb=OmegaConf.select(cfg, "device.cpu_heap_mb", default=None),
+    )
+    t0 = time.perf_counter()
+    datamodule = None if _is_empty(cfg.get("data")) else instantiate(cfg.data)
+    if datamodule is not None:
+        datamodule.prepare_data()
+        datamodule.setup("fit")
+    task = build_task(cfg, datamodule, k, run_dir, device)
+    resume_step = curve_step = None
+    if ckpt is not None:
+        resume_state = load_safely(ckpt, "checkpoint")
+        resume_step = task.load_checkpoint_state(resume_state)
+        curve_step = curve_step_of(resume_state, resume_step)
+    return device, datamodule, task, resume_step, curve_step, time.perf_counter() - t0
+
+
+def _check_batches(cfg: DictConfig, datamodule, processes: int) -> None:
+    """Every process of a run on several needs a batch of its own each step: more processes than batches is refused."""
+    if processes <= 1 or datamodule is None:
+        return
+    batches = len(datamodule.train_dataloader())
+    limit = OmegaConf.select(cfg, "trainer.limit_train_batches", default=None)
+    if isinstance(limit, int) and not isinstance(limit, bool):
+        batches = min(batches, limit)
+    if processes > batches:
+        raise config_checks.ConfigError(
+            f"{processes} processes (trainer.devices x trainer.num_nodes) but {batches} training batch(es) of "
+            f"data.batch_size={getattr(datamodule, 'batch_size', '?')} (trainer.limit_train_batches={limit}): each process "
+            f"needs a batch of its own every step; use trainer.devices={max(1, batches)} or a smaller data.batch_size")
+
+
+def _process_fields(datamodule, processes: int) -> dict:
+    """What a record of a run on several processes adds: how many, and the batch one step of all of them sees."""
+    if processes <= 1:
+        return {}
+    batch = getattr(datamodule, "batch_size", None)
+    return {"processes": processes, "effective_batch_size": None if batch is None else int(batch) * processes}
+
+
+def _rank_job_dir(cfg: DictConfig, ctx: JobContext, ckpt: Path | None) -> Path:
+    """The config and context the other local ranks start from, in a temporary folder (never in the run dir)."""
+    import json
+    import tempfile
+    from dataclasses import asdict
+
+    job_dir = Path(tempfile.mkdtemp(prefix="pipeline-ranks-"))
+    rank_cfg = cfg.copy()
+    with open_dict(rank_cfg):
+        rank_cfg.ckpt_path = None if ckpt is None else str(Path(ckpt).absolute())
+    OmegaConf.save(rank_cfg, job_dir / "config.yaml", resolve=True)
+    (job_dir / "context.json").write_text(json.dumps(asdict(ctx)))
+    return job_dir
+
+
+def run_rank(cfg: DictConfig, ctx: JobContext) -> int:
+    """Rank `ctx.rank` > 0 of a run on several processes: builds what rank 0 builds and trains in step with it, with
+    no lock, no record, no curve, no logger and no checkpoint of its own. Returns its exit code (interrupted: the
+    signal's, as rank 0's)."""
+    run_dir = Path(ctx.run_dir)
+    k = int(cfg.get("seeds_per_process") or 1)
+    stop = StopRequests((*STOP_SIGNALS, signal.SIGUSR2)).install()
+    try:
+        ckpt = resolve_ckpt(cfg, checkpoint_path(run_dir), has_previous=True)
+        device, datamodule, task, *_ = _build(cfg, ctx, k, run_dir, ckpt)
+        epochs = EpochCheckpointer(checkpoint_path(run_dir), _policy(cfg), stop, on_save=None, writes=False)
+        trainer = make_trainer(cfg, device.type, run_dir, [], [ValidationTimer(), epochs])
+        task.fit_and_evaluate(trainer, datamodule, None if ckpt is None else str(ckpt))
+    except Interrupted:
+        return stop.exit_code
+    finally:
+        stop.uninstall()
+    return 0
 
 
 def _build_agent_loggers(cfg: DictConfig, resolved: dict, records: list[RunRecord], built: list) -> list[list]:

@@ -20,7 +20,7 @@ import time
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, DistributedSampler
 
 from pipeline.nets.ensemble import clip_grad_norm_per_member_, make_ensemble
 from pipeline.store.checkpoint import rng_state, set_rng_state
@@ -100,8 +100,13 @@ class SupervisedTask(Task):
         return math.ceil(len(self.splits["train"][1]) / self.batch_size)
 
     def train_dataloader(self) -> DataLoader:
-        # Items are minibatch numbers; the members' own orders of the samples are drawn per epoch.
-        return DataLoader(range(self.n_batches()), batch_size=None, shuffle=False)
+        # Items are minibatch numbers; the members' own orders of the samples are drawn per epoch. With several
+        # processes rank r takes numbers r, r + W, ... in order (Lightning's sampler would shuffle them).
+        numbers = range(self.n_batches())
+        world = self.trainer.world_size if self._trainer is not None else 1
+        if world == 1:
+            return DataLoader(numbers, batch_size=None, shuffle=False)
+        return DataLoader(numbers, batch_size=None, sampler=DistributedSampler(numbers, world, self.global_rank, shuffle=False))
 
     def val_dataloader(self) -> DataLoader:
         return DataLoader(range(1), batch_size=None)
@@ -170,17 +175,31 @@ class SupervisedTask(Task):
         self._epoch_lr = float(self.trainer.optimizers[0].param_groups[0]["lr"])  # configure_optimizers always gives one
 
     def training_step(self, batch, batch_idx):
+        # `batch` is the minibatch's number in the epoch's order: with several processes (trainer=ddp) Lightning's
+        # DistributedSampler hands rank r the numbers r, r + W, ..., so one step of W ranks covers W consecutive
+        # minibatches, as one process with a W times larger batch does.
         x_all, y_all = self.splits["train"]
-        idx = self.order[:, batch_idx * self.batch_size : (batch_idx + 1) * self.batch_size]
+        number = int(batch)
+        idx = self.order[:, number * self.batch_size : (number + 1) * self.batch_size]
         K, n = idx.shape
         x = x_all.index_select(0, idx.reshape(-1)).view(K, n, *x_all.shape[1:])
         y = y_all.index_select(0, idx.reshape(-1)).view(K, n)
         loss, acc, mae = self.per_member(self.net(x), y)
+        objective = loss
+        world = self.trainer.world_size
+        if world > 1:
+            # DDP averages the ranks' gradients: each rank's mean is reweighted by its share of the step's samples,
+            # so the average is the mean over all of them (the sampler's padding repeats a minibatch: weight 0).
+            first = batch_idx * world
+            n = n if first + self.global_rank < self.n_batches() else 0
+            in_step = min(len(y_all), (first + world) * self.batch_size) - first * self.batch_size
+            objective = loss * (n * world / in_step)
         # Mean within each member, SUM across members: each gets exactly its own gradient.
-        total = loss.sum()
+        total = objective.sum()
         check_finite(total, self.global_step)
         self._accumulate("train", loss.detach(), acc, mae, n)
-        self.log("train/loss", total.detach() / K, prog_bar=True, logger=False, on_step=False, on_epoch=True, batch_size=n)
+        self.log("train/loss", total.detach() / K, prog_bar=True, logger=False, on_step=False, on_epoch=True,
+                 batch_size=max(n, 1), sync_dist=True)
         return total
 
     def _accumulate(self, split: str, loss: torch.Tensor, acc: torch.Tensor, mae: torch.Tensor | None, n: int) -> None:
@@ -197,13 +216,18 @@ class SupervisedTask(Task):
         sums = self._epoch_sums.pop(split, None)
         if sums is None:
             return
+        if self.trainer.world_size > 1:  # every rank's samples (each rank scores the whole val split: means unchanged)
+            sums = self.trainer.strategy.reduce(sums, reduce_op="sum")
         means = (sums / sums[2]).tolist()
         for i in range(self.n_agents):
             row = {f"{split}/loss": means[0][i], f"{split}/acc": means[1][i]}
             if len(means) > 3:
                 row[f"{split}/mae"] = means[3][i]
             self._agent_row(i, step, row)
-        if split == "val" and self.trial_reporter is not None and self.trial_reporter.report(step, means[1]):
+        if split != "val":
+            return
+        pruned = self.trial_reporter is not None and self.trial_reporter.report(step, means[1])
+        if self.trainer.strategy.reduce_boolean_decision(pruned, all=False):  # rank 0 reports: every rank stops
             self.trainer.should_stop = True
             self.pruned_at = step
 
@@ -225,8 +249,8 @@ class SupervisedTask(Task):
     def validation_step(self, batch, batch_idx):
         loss, acc, mae = self.evaluate_split("val")
         self._accumulate("val", loss, acc, mae, 1)
-        self.log("val/acc", acc.mean(), prog_bar=True, logger=False, on_step=False, on_epoch=True, batch_size=1)
-        self.log("val/loss", loss.mean(), logger=False, on_step=False, on_epoch=True, batch_size=1)
+        self.log("val/acc", acc.mean(), prog_bar=True, logger=False, on_step=False, on_epoch=True, batch_size=1, sync_dist=True)
+        self.log("val/loss", loss.mean(), logger=False, on_step=False, on_epoch=True, batch_size=1, sync_dist=True)
 
     def on_validation_epoch_end(self) -> None:
         self._write_epoch("val", self.current_epoch)
