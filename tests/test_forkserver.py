@@ -1,5 +1,6 @@
 """The suite's warm interpreter (tests/forkserver.py) must answer as a fresh `python -m pipeline` does."""
 
+import functools
 import os
 import signal
 import subprocess
@@ -12,13 +13,16 @@ import pipeline_testing
 from pipeline_testing import ROOT, Forked, _same_import_env, read_result, run_cli, run_module, start_module
 
 
-def fresh(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+@functools.cache  # a fresh interpreter's answer is the same for every test of a worker that asks (~4 s each)
+def fresh(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "WANDB_MODE": "offline"}
     return subprocess.run([sys.executable, "-m", "pipeline", *args], capture_output=True, text=True, cwd=ROOT,
-                          env=env, timeout=timeout)
+                          env=env, timeout=120)
 
 
-@pytest.mark.parametrize("args", [("optimizer.lr=abc",), ("--help",), ("experiment=no_such_preset",)])
+# A refusal (exit 2, one line) and the help (a long stdout) in the fast suite; a Hydra error on the slow one.
+@pytest.mark.parametrize("args", [("optimizer.lr=abc",), ("--help",),
+                                  pytest.param(("experiment=no_such_preset",), marks=pytest.mark.slow)])
 def test_a_forked_run_prints_and_exits_as_a_fresh_interpreter_does(args):
     forked, direct = run_cli(*args), fresh(*args)
     assert forked.returncode == direct.returncode
@@ -77,6 +81,7 @@ def test_a_background_run_is_a_real_process_that_takes_signals_and_reports_its_e
     assert out == direct.stdout and err.strip().splitlines()[-1:] == direct.stderr.strip().splitlines()[-1:]
 
 
+@pytest.mark.slow  # what it checks serves only test_debug's memory check, itself slow
 def test_a_forked_runs_peak_memory_is_reported(tmp_path):
     """run_module's peak_mb (wait4's maxrss) of a forked run: it holds torch and Lightning at least; a fresh
     interpreter started from this process reports none (it would inherit this process's high-water mark)."""

@@ -35,7 +35,8 @@ def write_groups(root, n, rng):
             job += 1
 
 
-@pytest.mark.parametrize("n", [2, 5, pytest.param(12, marks=pytest.mark.slow)])
+# 2 groups in the fast suite; 5 and 12 (crowded legends and axis labels) on the slow one.
+@pytest.mark.parametrize("n", [2, pytest.param(5, marks=pytest.mark.slow), pytest.param(12, marks=pytest.mark.slow)])
 def test_no_figure_is_cut_off(tmp_path, n):
     write_groups(tmp_path / "sweep", n, np.random.default_rng(n))
     with warnings.catch_warnings():
