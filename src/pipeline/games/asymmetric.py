@@ -141,6 +141,11 @@ def inverted_value_cdf_of_bidder(
     return values.flip(0).cummin(0).values.flip(0), cdf, points, float(sd[own][-1])
 
 
+def _highest_top(inversions: list[tuple[Tensor, Tensor, Tensor, float]]) -> tuple[float, float]:
+    """(top, its SD) of the bidder with the highest top value (`_inversions`)."""
+    return max((float(values[-1]), sd) for values, _, _, sd in inversions)
+
+
 def _rough_top(bids: Tensor, competing: Tensor) -> float:
     """b + H(b) / h(b) at the bidder's highest bid, H and h of its highest competing bid (window estimate)."""
     b = float(bids.max())
@@ -272,13 +277,16 @@ def asymmetric_bounds(
         inside = Rule(rule.kind, reserve=rule.reserve / unit)
         bidders = [1] * len(logged)  # every bidder its own population
         start = solve_equilibrium(weights, types, inside, bidders, actions, FIRST_PRICE_ITERS)
+        shrink = top_shrink(rule.reserve, *_highest_top(inversions)) if rule.kind == "second_price" else 1.0
         for statistic in todo:
             point = points[result_key(rule, "point", statistic)]
             lower, upper = solve_bounds(logged, start, inside, bidders, actions, types, [e / unit for e in epsilons],
                                         statistic, n_iters, masks)
-            reported, _, lines = reported_bounds(rule, statistic, epsilons, point, lower * unit, upper * unit,
+            # As for alike bidders: the bounds hold the plug-in, a point shrunk near the top takes the lower ones down.
+            plug_in = point / shrink if shrink > 0 else point
+            reported, _, lines = reported_bounds(rule, statistic, epsilons, plug_in, lower * unit, upper * unit,
                                                  top_value)
-            out |= reported
+            out |= {k: min(v, point) if "/lower_eps" in k else v for k, v in reported.items()}
             clamps += lines
     return out, clamps
 
@@ -298,7 +306,7 @@ def asymmetric_table(
     max_value = None if scale is None else scale.top * scale.unit
     inversions = _inversions(table, max_value=max_value)
     cdfs = [(values, cdf) for values, cdf, _, _ in inversions]
-    top, top_sd = max((float(values[-1]), sd) for values, _, _, sd in inversions)  # the highest bidder's top
+    top, top_sd = _highest_top(inversions)
     cells = max(FIRST_PRICE_CELLS, int(math.ceil(1 / grid - 1e-9)))
     out: dict[str, float] = {}
     skipped: list[str] = []

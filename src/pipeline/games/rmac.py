@@ -816,17 +816,20 @@ def predict_counterfactuals(
         start = None if second and not epsilons else solve_equilibrium(
             type_weights, logged.types, inside, n_new, logged.actions, point_iters)
         if second:
-            point = second_price_point(values, cdf, n_new, inside.reserve, statistic, scale.top) * unit
-            point *= top_shrink(inside.reserve, min(float(values[-1]), scale.top), top_sd)
+            plug_in = second_price_point(values, cdf, n_new, inside.reserve, statistic, scale.top) * unit
+            point = plug_in * top_shrink(inside.reserve, min(float(values[-1]), scale.top), top_sd)
         else:
-            point = start.value(statistic) * unit
+            plug_in = point = start.value(statistic) * unit
         table[result_key(rule, "point", statistic)] = point
         if not epsilons:
             continue
         lower, upper = solve_bounds([logged], start, inside, n_new, logged.actions, logged.types, internal_eps,
                                     statistic, n_iters, [point_mask])
-        reported, raw_bounds, lines = reported_bounds(rule, statistic, epsilons, point, lower * unit, upper * unit,
+        # The bounds hold the plug-in (their own value curve's point; a clamp is the optimiser's shortfall); a point
+        # shrunk toward 0 near the top (`top_shrink`) takes the lower bounds down with it, not counted as a clamp.
+        reported, raw_bounds, lines = reported_bounds(rule, statistic, epsilons, plug_in, lower * unit, upper * unit,
                                                       scale.top * unit)
+        reported = {k: min(v, point) if "/lower_eps" in k else v for k, v in reported.items()}
         table |= reported
         raw |= raw_bounds
         clamps += lines
