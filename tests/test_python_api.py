@@ -156,6 +156,36 @@ def test_load_errors_are_one_line(make_cfg, tmp_path):
         pipeline.load(tmp_path / "wide")
 
 
+def test_weights_best_loads_best_pt_and_exports_it(make_cfg, tmp_path):
+    # model.pt always pushes left (action 0), best.pt always right (action 1): a hand-made best.pt, as
+    # task.keep_best leaves one beside model.pt.
+    final = fixed_output(MLP(4, 2, hidden=[16]), [1.0, -1.0])
+    best = fixed_output(MLP(4, 2, hidden=[16]), [-1.0, 1.0])
+    save_run(make_cfg, tmp_path, final, "experiment=dqn_cartpole", "model.hidden=[16]", "task.keep_best=true")
+    torch.save(best.state_dict(), tmp_path / "best.pt")
+    obs = cartpole_obs(20)
+    assert pipeline.load(tmp_path).act(obs).tolist() == [0] * 20
+    assert pipeline.load(tmp_path, weights="best").act(obs).tolist() == [1] * 20
+    result = export(tmp_path, n=8, weights="best")
+    assert result["path"] == str(tmp_path / "policy.best.torchscript.pt") and result["weights"] == "best"
+    assert torch.jit.load(result["path"])(torch.as_tensor(obs)).tolist() == [1] * 20
+
+
+def test_weights_best_is_refused_in_one_line_when_the_run_kept_none(make_cfg, tmp_path):
+    net = MLP(4, 2, hidden=[16])
+    save_run(make_cfg, tmp_path / "off", net, "experiment=dqn_cartpole", "model.hidden=[16]")
+    with pytest.raises(EvalError, match=r"best.pt: no such file: this run kept no best-evaluated weights "
+                                        r"\(it ran without task.keep_best=true\); load weights='model'"):
+        pipeline.load(tmp_path / "off", weights="best")
+    save_run(make_cfg, tmp_path / "digits", MLP(64, 10, hidden=[16]), "experiment=supervised_digits", "model.hidden=[16]")
+    with pytest.raises(EvalError, match=r"\(only RL runs keep their best-evaluated weights\)"):
+        pipeline.load(tmp_path / "digits", weights="best")
+    with pytest.raises(EvalError, match="weights='last': choose 'model'"):
+        pipeline.load(tmp_path / "off", weights="last")
+    assert export_main([str(tmp_path / "off"), "weights=best"]) == 2
+    assert not (tmp_path / "off" / "policy.best.torchscript.pt").exists()
+
+
 def test_a_supervised_run_loads_as_its_plain_network(make_cfg, tmp_path):
     torch.manual_seed(0)
     net = MLP(64, 10, hidden=[16]).eval()

@@ -107,22 +107,51 @@ class Agent:
         return torch.maximum(torch.minimum(action, self.policy.high), self.policy.low)
 
 
-def load(run_dir: str | os.PathLike, device: str = "cpu") -> Agent | TrainedModel:
+def load(run_dir: str | os.PathLike, device: str = "cpu", weights: str = "model") -> Agent | TrainedModel:
     """The trained run in `run_dir` (a `seed<n>` dir for one seed of a batched run): an `Agent` for an RL run, a
-    `TrainedModel` for a supervised or GAN run. Errors name the problem in one line (`pipeline.runtime.replay.EvalError`)."""
+    `TrainedModel` for a supervised or GAN run. `weights="best"`: the best-evaluated weights an RL run kept
+    (best.pt, task.keep_best=true) instead of model.pt's. Errors name the problem in one line
+    (`pipeline.runtime.replay.EvalError`)."""
     from omegaconf import OmegaConf
 
-    from pipeline.runtime.replay import find_config, has_env
+    from pipeline.runtime.replay import EvalError, find_config, has_env
 
+    if weights not in ("model", "best"):
+        raise EvalError(f"weights={weights!r}: choose 'model' (model.pt, the weights at the end of training) or 'best' "
+                        "(best.pt, an RL run's best-evaluated weights)")
     run_dir = Path(run_dir)
     cfg, seed = find_config(run_dir)
+    state = _best_weights(cfg, run_dir) if weights == "best" else None
     if has_env(cfg):
-        return _load_agent(cfg, run_dir, seed, device)
+        return _load_agent(cfg, run_dir, seed, device, state)
     task = str(OmegaConf.select(cfg, "task._target_", default="")).rsplit(".", 1)[-1]
-    return TrainedModel(run_dir=run_dir, config=cfg, seed=seed, task=task, model=_load_model(cfg, task, run_dir, device))
+    return TrainedModel(run_dir=run_dir, config=cfg, seed=seed, task=task, model=_load_model(cfg, task, run_dir, device, state))
 
 
-def _load_agent(cfg, run_dir: Path, seed: int, device: str) -> Agent:
+def _best_weights(cfg, run_dir: Path) -> dict:
+    """best.pt's state_dict, or one line saying why there is none to load."""
+    from omegaconf import OmegaConf
+
+    from pipeline.runtime.replay import EvalError
+    from pipeline.store.checkpoint import CheckpointError, load_safely
+    from pipeline.store.layout import best_path
+
+    path = best_path(run_dir)
+    if not path.is_file():
+        asked = OmegaConf.select(cfg, "task.keep_best", default=None)
+        why = ("it ran without task.keep_best=true" if asked is False else
+               "it has no evaluation yet" if asked else "only RL runs keep their best-evaluated weights")
+        raise EvalError(f"{path}: no such file: this run kept no best-evaluated weights ({why}); load weights='model'")
+    if OmegaConf.select(cfg, "task.normalize_obs", default=False):
+        raise EvalError(f"{path}: this run normalised its observations, and best.pt has no statistics of the evaluation "
+                        "it was kept at (obs_norm.pt holds the final ones); load weights='model'")
+    try:
+        return load_safely(path, "best-evaluated weights")
+    except CheckpointError as exc:
+        raise EvalError(str(exc)) from None
+
+
+def _load_agent(cfg, run_dir: Path, seed: int, device: str, state: dict | None = None) -> Agent:
     import gymnasium as gym
     from omegaconf import OmegaConf
 
@@ -136,7 +165,7 @@ def _load_agent(cfg, run_dir: Path, seed: int, device: str) -> Agent:
     continuous = isinstance(action_space, gym.spaces.Box)
     stats = load_obs_stats(cfg, run_dir)
     model = load_network(cfg, run_dir, observation_space.shape, int(action_space.shape[0] if continuous else action_space.n),
-                         continuous).to(device).eval()
+                         continuous, state).to(device).eval()
     net = model if stats is None else obs_normalized(model, stats)
     kind = _POLICY_OF_TASK.get(str(OmegaConf.select(cfg, "task._target_", default="")).rsplit(".", 1)[-1])
     epsilon = OmegaConf.select(cfg, "task.eps_end", default=None) if kind == "q_values" else None
@@ -145,7 +174,7 @@ def _load_agent(cfg, run_dir: Path, seed: int, device: str) -> Agent:
                  epsilon=None if epsilon is None else float(epsilon))
 
 
-def _load_model(cfg, task: str, run_dir: Path, device: str):
+def _load_model(cfg, task: str, run_dir: Path, device: str, state: dict | None = None):
     """The plain network of a run without an env, sized from its data module as its task sized it."""
     from hydra.utils import instantiate
 
@@ -166,7 +195,7 @@ def _load_model(cfg, task: str, run_dir: Path, device: str):
     else:
         raise EvalError(f"this run ({task}) has no environment: pipeline.load loads RL agents and supervised and GAN models")
     try:
-        model.load_state_dict(load_model(run_dir))
+        model.load_state_dict(load_model(run_dir) if state is None else state)
     except CheckpointError as exc:
         raise EvalError(str(exc)) from None
     except RuntimeError as exc:

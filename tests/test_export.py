@@ -1,0 +1,180 @@
+"""`python -m pipeline.export <run dir> format=onnx`: for every kind of run the ONNX file that onnxruntime runs
+computes what `pipeline.load` computes; the export's own check is a real bound on float32 rounding (it holds for
+a float64 reference and refuses what lies outside it); without the onnx packages the option is one line."""
+
+import functools
+import sys
+
+import numpy as np
+import pytest
+import torch
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+from torch import nn
+
+import pipeline
+from pipeline.export import compare, float32_error_bound
+from pipeline.export import main as export_main
+from pipeline.nets.factory import make_net
+from pipeline.runtime.replay import EvalError
+
+ONNX_REASON = "format=onnx needs onnx, onnxruntime and onnxscript (pip install -e '.[onnx]')"
+
+
+def onnxruntime_or_skip():
+    for name in ("onnx", "onnxscript"):
+        pytest.importorskip(name, reason=ONNX_REASON)
+    return pytest.importorskip("onnxruntime", reason=ONNX_REASON)
+
+
+# experiment and overrides -> (observation shape and dtype, action count or dimension, continuous)
+RUNS = {
+    "dqn_cartpole": ((), (4,), 2, False),
+    "cem_cartpole": ((), (4,), 2, False),
+    "ppo_pendulum": (("task.normalize_obs=true",), (3,), 1, True),
+    "sac_pendulum": ((), (3,), 1, True),
+    "td3_halfcheetah": (("env=pendulum_tensor",), (3,), 1, True),
+}
+
+
+def made_run(make_cfg, run_dir, experiment, *overrides, seed=0):
+    """A run dir as the pipeline leaves it, without training: the composed config and the network its `model:`
+    config builds as model.pt (seeded random weights; an RL network's perturbed, as its initial policy head is
+    nearly constant)."""
+    cfg = make_cfg(f"experiment={experiment}", *overrides)
+    (run_dir / ".hydra").mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(cfg, run_dir / ".hydra" / "config.yaml")
+    torch.manual_seed(seed)
+    factory = instantiate(cfg.model)
+    if experiment == "gan_digits":
+        net = factory(image_shape=(1, 8, 8))
+    elif experiment == "supervised_digits":
+        net = make_net(factory, 64, 10)
+    else:
+        _, obs_shape, actions, continuous = RUNS[experiment]
+        net = make_net(functools.partial(factory, continuous=True) if continuous else factory, int(np.prod(obs_shape)), actions)
+    if experiment in RUNS:
+        with torch.no_grad():
+            for p in net.parameters():
+                p.add_(torch.randn_like(p) * 0.3)
+    torch.save(net.state_dict(), run_dir / "model.pt")
+    if "task.normalize_obs=true" in overrides:
+        torch.save({"mean": torch.tensor([0.2, -0.1, 0.5], dtype=torch.float64), "var": torch.tensor([0.5, 2.0, 9.0], dtype=torch.float64),
+                    "eps": torch.tensor(1e-8, dtype=torch.float64), "clip": torch.tensor(5.0, dtype=torch.float64)}, run_dir / "obs_norm.pt")
+    return run_dir
+
+
+@pytest.mark.parametrize("experiment", [e if e == "ppo_pendulum" else pytest.param(e, marks=pytest.mark.slow) for e in RUNS])
+def test_the_onnx_policy_acts_as_the_loaded_agent(make_cfg, tmp_path, capsys, experiment):
+    onnxruntime = onnxruntime_or_skip()
+    overrides, obs_shape, _, continuous = RUNS[experiment]
+    made_run(make_cfg, tmp_path, experiment, *overrides, "model.hidden=[32,32]")
+    assert export_main([str(tmp_path), "format=onnx", "n=16"]) == 0
+    assert f"wrote {tmp_path / 'policy.onnx'} (ONNX policy: [N, {obs_shape[0]}]" in capsys.readouterr().out
+    session = onnxruntime.InferenceSession(str(tmp_path / "policy.onnx"), providers=["CPUExecutionProvider"])
+    agent = pipeline.load(tmp_path)
+    # Observations of other batch sizes than the export's (the batch dimension is free) and beyond the env's usual range.
+    obs = np.random.default_rng(5).uniform(-3, 3, size=(257, *obs_shape)).astype(np.float32)
+    [got] = session.run(None, {"obs": obs})
+    [one] = session.run(None, {"obs": obs[:1]})
+    assert one.shape == got[:1].shape
+    expected = agent.act(obs)
+    if continuous:
+        low, high = agent.action_space.low, agent.action_space.high
+        assert got.shape == (257, 1) and (got >= low).all() and (got <= high).all()
+        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-4)  # float32 on [-2, 2]: ~1e-7 apart in practice
+    else:
+        with torch.no_grad():
+            values = agent.policy.net(torch.as_tensor(obs))
+        clear = (values.topk(2, dim=1).values.diff(dim=1).abs().squeeze(1) > 1e-4).numpy()
+        assert clear.sum() > 240 and got.dtype == np.int64 and np.array_equal(got[clear], expected[clear])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("experiment", ["supervised_digits", "gan_digits"])
+def test_the_onnx_model_computes_the_loaded_network(make_cfg, tmp_path, experiment):
+    onnxruntime = onnxruntime_or_skip()
+    made_run(make_cfg, tmp_path, experiment)
+    assert export_main([str(tmp_path), "format=onnx", "n=8", f"out={tmp_path / 'exported' / 'm.onnx'}"]) == 0
+    session = onnxruntime.InferenceSession(str(tmp_path / "exported" / "m.onnx"), providers=["CPUExecutionProvider"])
+    model = pipeline.load(tmp_path).model
+    if experiment == "gan_digits":
+        x, name, net = torch.randn(33, model.generator.latent_dim), "noise", model.generator
+    else:
+        x, name, net = torch.rand(33, 64) * 16, "input", model
+    [got] = session.run(None, {name: x.numpy()})
+    with torch.no_grad():
+        expected = net(x).numpy()
+    assert got.shape == expected.shape
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-4 * max(1.0, float(np.abs(expected).max())))
+
+
+class _SmallConvNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(2, 8, 3), nn.Tanh(), nn.Flatten(), nn.Linear(8 * 6 * 6, 64), nn.GELU(), nn.Linear(64, 5))
+
+    def forward(self, x):
+        return self.body(x)
+
+
+@pytest.mark.parametrize("make", [lambda: nn.Sequential(nn.Linear(7, 256), nn.Tanh(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 3)),
+                                  _SmallConvNet], ids=["mlp", "cnn"])
+def test_the_rounding_bound_holds_for_a_float64_reference_and_is_not_vacuous(make):
+    torch.manual_seed(0)
+    net = make().eval()
+    x = torch.randn(64, 7) * 3 if isinstance(net, nn.Sequential) else torch.randn(64, 2, 8, 8)
+    values, bound = float32_error_bound(net, net, x)
+    with torch.no_grad():
+        exact = make().double().eval()
+        exact.load_state_dict({k: v.double() for k, v in net.state_dict().items()})
+        reference = exact(x.double())
+    error = (values.double() - reference).abs()
+    # One float32 evaluation is within half the bound (which covers two) of the exact value ...
+    assert bool((error <= bound.double() / 2).all())
+    # ... and the bound is far below the outputs' scale, so a wrong weight or input shows.
+    assert float((bound / values.abs().clamp_min(1.0)).max()) < 1e-2
+    assert float(error.max()) > 0  # float32 rounding is there to bound
+
+
+def test_the_check_refuses_a_difference_beyond_rounding_and_allows_a_near_tie(tmp_path):
+    torch.manual_seed(1)
+    net = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 3)).eval()
+    x = torch.randn(32, 4)
+    with torch.no_grad():
+        y = net(x)
+    _, bound = float32_error_bound(net, net, x)
+    assert compare(tmp_path / "f", y + bound / 4, y, net, net, x)["max_abs_diff"] > 0
+    with pytest.raises(EvalError, match="differs from the network by .* where float32 rounding allows"):
+        compare(tmp_path / "f", y + 3 * bound, y, net, net, x)
+    actions = y.argmax(dim=1)
+    flipped = actions.clone()
+    flipped[0] = (actions[0] + 1) % 3
+    with pytest.raises(EvalError, match="other actions on 1 of 32 observations"):
+        compare(tmp_path / "f", flipped, actions, net, net, x)
+    # An exact tie (two equal outputs): either action is the network's.
+    with torch.no_grad():
+        net[2].weight[1] = net[2].weight[0]
+        net[2].bias[1] = net[2].bias[0]
+        tied = net(x).argmax(dim=1)
+    other = torch.where(tied == 0, torch.ones_like(tied), torch.where(tied == 1, torch.zeros_like(tied), tied))
+    assert compare(tmp_path / "f", other, tied, net, net, x)["near_ties"] == int((tied != 2).sum()) > 0
+
+
+def test_onnx_without_its_packages_is_one_line_before_loading(make_cfg, tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "onnxscript", None)  # as if not installed
+    assert export_main([str(tmp_path / "no_such_run"), "format=onnx"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == "error: format=onnx needs onnxscript, not installed: pip install -e '.[onnx]'"
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--format", "onnx"], "--format: options are key=value; e.g. format=..."),
+    (["format=tflite"], "format=tflite: format= takes torchscript or onnx"),
+    (["weights=last"], "weights=last: weights= takes model or best"),
+    (["color=red"], "color=red: unknown option"),
+])
+def test_export_options_are_one_line(tmp_path, capsys, argv, message):
+    assert export_main([str(tmp_path), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {message}") and err.count("\n") == 1
