@@ -151,8 +151,9 @@ class EnsembleLinear(StackedLayer):
                 self.bias.uniform_(-bound, bound)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if (self.out_features <= NARROW_MAX_OUT and x.shape[0] * x.shape[1] >= NARROW_MIN_ROWS
-                and x.device.type == "cpu" and x.dtype == torch.float32):
+        # Not under torch.compile: the compiler fuses the plain form, and the size test would pin the member count.
+        if (self.out_features <= NARROW_MAX_OUT and not torch.compiler.is_compiling()
+                and x.shape[0] * x.shape[1] >= NARROW_MIN_ROWS and x.device.type == "cpu" and x.dtype == torch.float32):
             return _NarrowLinear.apply(x, self.weight, self.bias)
         if self.bias is None:
             return torch.bmm(x, self.weight)
@@ -542,3 +543,40 @@ def clip_grad_norm_per_member_(params: Sequence[torch.Tensor], max_norm: float) 
     # One fused kernel over every gradient instead of a multiply per tensor.
     torch._foreach_mul_(grads, [coef.view(-1, *([1] * (g.dim() - 1))) for g in grads])
     return norms
+
+
+def compiled_graphs() -> int:
+    """How many graphs torch.compile has made in this process so far (a call that raised it compiled)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
+def compile_over_members(fn: Callable, device: torch.device | str) -> Callable:
+    """`fn` (tensors and ensembles in, tensors out) through `torch.compile`, with the member axis K symbolic.
+
+    Every tensor argument's first axis and every parameter's are left dynamic, so one graph serves each K >= 2: a
+    batch that shrinks as agents stop reuses it instead of recompiling (K = 1 gets a graph of its own, torch
+    specialises sizes 0 and 1). The graph reads the ensemble's parameters on every call, so members dropped by
+    `keep_members_` are gone from the next call on. Inductor on CPU; CUDA graphs on CUDA (mode="reduce-overhead",
+    each call a new step).
+    """
+    from torch.fx.experimental import _config as fx_config
+
+    cuda = torch.device(device).type == "cuda"
+    compiled = torch.compile(fn, mode="reduce-overhead" if cuda else None)
+
+    def call(*args):
+        for arg in args:
+            tensors = [*arg.parameters(), *arg.buffers()] if isinstance(arg, nn.Module) else [arg]
+            for tensor in tensors:
+                if isinstance(tensor, torch.Tensor) and tensor.dim() > 0:
+                    torch._dynamo.maybe_mark_dynamic(tensor, 0)
+        if cuda:
+            torch.compiler.cudagraph_mark_step_begin()
+        # Parameters are static shapes to dynamo by default (a dropped member would recompile the graph), and sizes that
+        # happen to be equal share one symbol (K = 4 agents on CartPole's 4 features would pin K to 4).
+        with torch._dynamo.config.patch(force_parameter_static_shapes=False), fx_config.patch(use_duck_shape=False):
+            return compiled(*args)
+
+    return call

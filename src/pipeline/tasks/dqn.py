@@ -31,7 +31,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from pipeline.nets.ensemble import clip_grad_norm_per_member_, make_ensemble
+from pipeline.nets.ensemble import (
+    clip_grad_norm_per_member_,
+    compile_over_members,
+    compiled_graphs,
+    make_ensemble,
+)
 from pipeline.nets.td_grad import loss_derivative, relu_mlp_forward, relu_mlp_layers, td_grads_
 from pipeline.rl.replay import ReplayBuffer
 from pipeline.rl.schedules import epsilon_at
@@ -72,6 +77,21 @@ def elementwise(loss: nn.Module) -> nn.Module:
     loss = copy.copy(loss)
     loss.reduction = "none"
     return loss
+
+
+def td_loss(net: nn.Module, loss_fn: nn.Module, obs: torch.Tensor, actions: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each agent's mean TD loss [K] over its minibatch (obs [K, B, ...], actions and target [K, B]) and the taken
+    actions' Q-values [K, B]. Summed over agents (mean within each, SUM across) it gives each agent its own gradient."""
+    q = net(obs).gather(2, actions.unsqueeze(2)).squeeze(2)
+    return loss_fn(q, target).mean(1), q
+
+
+def hand_td_grads(net: nn.Module, beta: float, obs: torch.Tensor, actions: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """`td_grads_` (the TD gradient written out) into a ReLU ensemble MLP's `.grad`s; returns the taken Q-values [K, B].
+
+    Like `td_loss`, a plain function of the networks it is given, so torch.compile sees their parameters as inputs whose
+    member axis may shrink (`pipeline.nets.ensemble.compile_over_members`)."""
+    return td_grads_(relu_mlp_layers(net), obs, actions, target, beta)
 
 
 class GreedyPolicy(nn.Module):
@@ -121,6 +141,8 @@ class DQNTask(RLTask):
         self.replay_bytes_per_transition = ReplayBuffer.bytes_per_transition(self.obs_shape, self.obs_dtype)
         self.replay_restored: bool | None = None
         self.fast_greedy = None
+        self.compiled_steps = None  # (hand_td_grads, td_loss) through torch.compile (device.compile=true), made on first use
+        self.compile_s = 0.0  # seconds spent compiling the update so far
 
     # ---- RLTask's hooks ---------------------------------------------------------------------------
     def build_net(self, parts: TaskParts) -> nn.Module:
@@ -161,9 +183,12 @@ class DQNTask(RLTask):
         steps = min(hp.train_frequency, hp.total_steps - self.env_steps)
         self.collect(math.ceil(steps / self.envs_per_agent))
         if len(self.buffer) >= hp.learning_starts and hp.gradient_steps > 0:
-            t0 = time.perf_counter()
+            t0, compile_before = time.perf_counter(), self.compile_s
             self.learn()
-            self.add_time("learn", time.perf_counter() - t0)
+            compiling = self.compile_s - compile_before
+            self.add_time("learn", time.perf_counter() - t0 - compiling)
+            if compiling:
+                self.add_time("compile", compiling)
             scheduler = self.lr_schedulers()
             if scheduler is not None:
                 scheduler.step()
@@ -354,6 +379,14 @@ class DQNTask(RLTask):
         self.add_time("act", t_act)
         self.add_time("env", t_env + time.perf_counter() - t0)
 
+    def update_steps(self):
+        """(`hand_td_grads`, `td_loss`), or the same through torch.compile with `device.compile=true` (compiled on first use)."""
+        if not self.compile_updates:
+            return hand_td_grads, td_loss
+        if self.compiled_steps is None:
+            self.compiled_steps = (compile_over_members(hand_td_grads, self.device), compile_over_members(td_loss, self.device))
+        return self.compiled_steps
+
     def learn(self) -> None:
         hp = self.config
         if hp.target_update == "hard":
@@ -383,7 +416,10 @@ class DQNTask(RLTask):
                 batches.dones.transpose(0, 1).reshape(K, G * B), hp.gamma, double=False,
             ).view(K, G, B).transpose(0, 1)
         losses, qs, targets = [], [], []
+        hand_grads, td_loss = self.update_steps()
+        timed = self.compile_updates
         for g in range(G):
+            graphs, t0 = (compiled_graphs(), time.perf_counter()) if timed else (0, 0.0)
             obs, actions, rewards, next_obs, dones = (t[g] for t in batches)
             if self.noisy:
                 self.net.reset_noise(self.generators)
@@ -394,17 +430,17 @@ class DQNTask(RLTask):
                 target = td_targets(self.target_net, self.net, rewards, next_obs, dones, hp.gamma, hp.double_dqn)
             if layers is not None:
                 # The same gradient as the autograd branch below, without the autograd engine.
-                q = td_grads_(layers, obs, actions, target, self.hand_beta)
+                q = hand_grads(self.net, self.hand_beta, obs, actions, target)
             else:
-                q = self.net(obs).gather(2, actions.unsqueeze(2)).squeeze(2)
-                # Mean within each agent, SUM across agents: each agent gets exactly its own gradient.
-                per_agent = self.loss_fn(q, target).mean(1)
+                per_agent, q = td_loss(self.net, self.loss_fn, obs, actions, target)
                 opt.zero_grad(set_to_none=True)
                 per_agent.sum().backward()
                 losses.append(per_agent.detach())
             if hp.max_grad_norm:
                 clip(params, hp.max_grad_norm)
             opt.step()
+            if timed and compiled_graphs() != graphs:  # this update compiled: its time is compile time
+                self.compile_s += time.perf_counter() - t0
             if hp.target_update == "soft":
                 soft_update(self.target_net, self.net, hp.tau)
             qs.append(q.detach())

@@ -45,7 +45,12 @@ from pipeline.nets.actor_critic import (
     gaussian_sample,
 )
 from pipeline.nets.actor_critic_cnn import ActorCriticCNN, EnsembleActorCriticCNN
-from pipeline.nets.ensemble import clip_grad_norm_per_member_, make_ensemble
+from pipeline.nets.ensemble import (
+    clip_grad_norm_per_member_,
+    compile_over_members,
+    compiled_graphs,
+    make_ensemble,
+)
 from pipeline.rl.ppo import (
     RewardScaler,
     RunningMeanStd,
@@ -78,6 +83,32 @@ def check_action_space(env_id: str, act_space: gym.spaces.Space) -> None:
             raise ValueError(f"task=ppo takes flat Box actions (shape (D,)); {env_id} has {act_space}")
     elif not isinstance(act_space, gym.spaces.Discrete):
         raise ValueError(f"task=ppo takes Discrete or Box action spaces; {env_id} has {act_space}")
+
+
+def log_prob_and_entropy(net: nn.Module, continuous: bool, params: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """log pi(a) and the entropy [K, M] of the policy with parameters `params` [K, M, A] (a Gaussian's log-std: the net's)."""
+    if continuous:
+        log_std = net.log_std.value
+        return gaussian_log_prob(params, log_std, actions), gaussian_entropy(params, log_std)
+    return categorical_log_prob_and_entropy(params, actions)
+
+
+def minibatch_losses(
+    net: nn.Module, hp: PPOConfig, continuous: bool, obs: torch.Tensor, actions: torch.Tensor, old_log_probs: torch.Tensor,
+    advantages: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
+) -> tuple[torch.Tensor, ...]:
+    """One minibatch [K, M, ...] through the K-agent `net`: (loss, policy loss, value loss, entropy) per agent, [K] each,
+    and the new log-probabilities [K, M]. The loss summed over agents gives each agent its own gradient.
+
+    A plain function of its arguments (the networks among them), so that torch.compile sees the parameters as inputs
+    whose member axis may shrink (`pipeline.nets.ensemble.compile_over_members`)."""
+    policy_params, new_values = net(obs)
+    new_log_probs, entropy = log_prob_and_entropy(net, continuous, policy_params, actions)
+    adv = normalize_advantages(advantages) if hp.norm_adv else advantages
+    pg = clipped_surrogate_loss(new_log_probs, old_log_probs, adv, hp.clip_coef)
+    vl = value_loss(new_values, old_values, returns, hp.clip_coef if hp.clip_value_loss else None)
+    ent = entropy.mean(-1)
+    return ppo_loss(pg, vl, ent, hp.vf_coef, hp.ent_coef), pg, vl, ent, new_log_probs
 
 
 class Rollout(NamedTuple):
@@ -119,6 +150,8 @@ class PPOTask(RLTask):
         self.obs_stats = RunningMeanStd(K, self.obs_shape) if hp.normalize_obs else None
         self.reward_scaler = RewardScaler(K, hp.envs_per_agent, hp.gamma, hp.reward_clip) if hp.normalize_reward else None
         self.base_lr: float | None = None
+        self.compiled_losses = None  # `minibatch_losses` through torch.compile (device.compile=true), made on first use
+        self.compile_s = 0.0  # seconds spent compiling the update so far
 
     # ---- RLTask's hooks ---------------------------------------------------------------------------
     def build_net(self, parts: TaskParts) -> nn.Module:
@@ -155,8 +188,12 @@ class PPOTask(RLTask):
     def iterate(self) -> None:
         rollout = self.rollout()
         t0 = time.perf_counter()
+        compile_before = self.compile_s
         self.learn(rollout)
-        self.add_time("learn", time.perf_counter() - t0)
+        compiling = self.compile_s - compile_before
+        self.add_time("learn", time.perf_counter() - t0 - compiling)
+        if compiling:
+            self.add_time("compile", compiling)
 
     def evaluation_policy(self, net: nn.Module, agents: torch.Tensor | None):
         return functools.partial(self.deterministic_actions, net, agents=agents)
@@ -208,11 +245,6 @@ class PPOTask(RLTask):
         actions = categorical_sample(params)
         return actions, categorical_log_prob(params, actions)
 
-    def log_prob_and_entropy(self, params: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.continuous:
-            log_std = self.net.log_std.value
-            return gaussian_log_prob(params, log_std, actions), gaussian_entropy(params, log_std)
-        return categorical_log_prob_and_entropy(params, actions)
 
     def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
         """What the env is sent: a Gaussian's sample clipped to the action bounds (its log-probability stays the sample's)."""
@@ -273,6 +305,14 @@ class PPOTask(RLTask):
         done = rollout.terminated | rollout.truncated
         return gae(rollout.rewards, rollout.values, next_values, rollout.terminated, done, hp.gamma, hp.gae_lambda)
 
+    def update_losses(self):
+        """`minibatch_losses`, or the same through torch.compile with `device.compile=true` (compiled once, on first use)."""
+        if not self.compile_updates:
+            return minibatch_losses
+        if self.compiled_losses is None:
+            self.compiled_losses = compile_over_members(minibatch_losses, self.device)
+        return self.compiled_losses
+
     def learn(self, rollout: Rollout) -> None:
         """`update_epochs` passes of minibatch updates over the rollout, every agent on its own samples."""
         hp = self.config
@@ -300,25 +340,23 @@ class PPOTask(RLTask):
         def take(x: torch.Tensor, idx: torch.Tensor | None) -> torch.Tensor:
             return x if idx is None else x[rows, idx]
 
+        losses, timed = self.update_losses(), self.compile_updates
         for _ in range(hp.update_epochs):
             order = [None] if whole else minibatch_indices(self.generators, self.batch_per_agent, hp.num_minibatches).to(self.device)
             for idx in order:
+                graphs, t0 = (compiled_graphs(), time.perf_counter()) if timed else (0, 0.0)
                 mb_old_log_probs = take(old_log_probs, idx)
-                policy_params, new_values = self.net(take(obs, idx))
-                new_log_probs, entropy = self.log_prob_and_entropy(policy_params, take(actions, idx))
-                adv = take(advantages, idx)
-                if hp.norm_adv:
-                    adv = normalize_advantages(adv)
-                pg = clipped_surrogate_loss(new_log_probs, mb_old_log_probs, adv, hp.clip_coef)
-                vl = value_loss(new_values, take(old_values, idx), take(returns, idx), hp.clip_coef if hp.clip_value_loss else None)
-                ent = entropy.mean(-1)
-                loss = ppo_loss(pg, vl, ent, hp.vf_coef, hp.ent_coef)
+                loss, pg, vl, ent, new_log_probs = losses(
+                    self.net, hp, self.continuous, take(obs, idx), take(actions, idx), mb_old_log_probs, take(advantages, idx), take(old_values, idx), take(returns, idx)
+                )
                 check_finite(loss, self.env_steps)
                 opt.zero_grad(set_to_none=True)
                 loss.sum().backward()
                 if hp.max_grad_norm is not None:
                     clip(params, hp.max_grad_norm)
                 opt.step()
+                if timed and compiled_graphs() != graphs:  # this minibatch compiled (forward and backward): its time is compile time
+                    self.compile_s += time.perf_counter() - t0
             kl, clipped = ratio_diagnostics(new_log_probs, mb_old_log_probs, hp.clip_coef)
             stats.append(torch.stack((pg.detach(), vl.detach(), ent.detach(), kl, clipped)))
         self.updates += 1
