@@ -73,9 +73,22 @@ def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+# One run on several processes (trainer=ddp): each process takes data.batch_size a step, so the run computes what one
+# process computes with the effective batch (processes x data.batch_size): its config reads as that run's, and a
+# report groups it with single-process runs only where their effective batch sizes agree.
+PROCESS_KEYS = ("trainer.strategy", "trainer.devices", "trainer.num_nodes", "trainer.ddp_timeout_s")
+
+
 def semantic_config(resolved: Mapping[str, Any]) -> dict[str, Any]:
-    """The resolved config as flat dotted keys, without the keys that do not change results."""
-    return {k: v for k, v in sorted(flatten(resolved).items()) if not is_ignored(k)}
+    """The resolved config as flat dotted keys, without the keys that do not change results (nor the process
+    topology of a run on several processes, whose data.batch_size reads as its effective batch)."""
+    flat = flatten(resolved)
+    processes = 1
+    if flat.get("trainer.strategy") == "ddp":
+        processes = int(flat.get("trainer.devices") or 1) * int(flat.get("trainer.num_nodes") or 1)
+    if processes > 1 and isinstance(flat.get("data.batch_size"), int):
+        flat["data.batch_size"] = flat["data.batch_size"] * processes
+    return {k: v for k, v in sorted(flat.items()) if not is_ignored(k) and k not in PROCESS_KEYS}
 
 
 def config_id(resolved: Mapping[str, Any], already_semantic: bool = False) -> str:

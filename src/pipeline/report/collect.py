@@ -278,4 +278,24 @@ def collect_runs(inputs: Iterable[str | os.PathLike[str]]) -> list[ReportedRun]:
         raise ReportInputError(
             f"every {RESULT} under {', '.join(str(i) for i in inputs)} was unreadable; see the warnings above"
         )
+    note_process_counts(runs)
     return runs
+
+
+class GroupingNote(RunRecordWarning):
+    """How records were grouped, said with the report's warnings (nothing was skipped)."""
+
+
+def note_process_counts(runs: list[ReportedRun]) -> None:
+    """A group holding runs on different numbers of processes (trainer=ddp) says so: the records' config puts such
+    runs together only when their effective batch sizes (processes x data.batch_size) agree (config.grouping)."""
+    by_group: dict[str, list[ReportedRun]] = {}
+    for run in runs:
+        by_group.setdefault(run.group, []).append(run)
+    for group, members in sorted(by_group.items()):
+        counts = sorted({int(r.result.get("processes") or 1) for r in members})
+        if len(counts) < 2:
+            continue
+        batch = next((r.result.get("effective_batch_size") for r in members if r.result.get("effective_batch_size")), None)
+        warnings.warn(f"group {group}: runs on {' and '.join(map(str, counts))} processes are one group, as their effective "
+                      f"batch size agrees ({batch} samples a step)", GroupingNote, stacklevel=3)

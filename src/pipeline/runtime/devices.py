@@ -183,16 +183,20 @@ class RankProcesses:
             error = self.job_dir / f"rank{rank}.error"
             said = f": {error.read_text().strip()}" if error.is_file() else ""
             return RankFailed(f"rank {rank} (pid {proc.pid}) {how}{said}")
+        if "timed out" in str(exc).lower():  # a rank that hangs (stopped, deadlocked) rather than ended
+            alive = ", ".join(f"rank {r} (pid {p.pid})" for r, p in sorted(self.procs.items()))
+            return RankFailed(f"{alive} did not answer within trainer.ddp_timeout_s: {str(exc).strip().splitlines()[0]}")
         return exc
 
     def close(self, wait_s: float) -> None:
         deadline = time.monotonic() + wait_s
-        for proc in self.procs.values():
+        for rank, proc in sorted(self.procs.items()):
             try:
                 proc.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+            log.info(f"rank {rank} (pid {proc.pid}) ended with exit code {proc.returncode}")
         shutil.rmtree(self.job_dir, ignore_errors=True)
         for key, value in self._env.items():
             if value is None:
@@ -201,8 +205,9 @@ class RankProcesses:
                 os.environ[key] = value
 
 
-def ddp_strategy(ranks: RankProcesses | None, timeout_s: float):
+def ddp_strategy(ranks: RankProcesses | None, timeout_s: float, unused_parameters: bool = False):
     """The Trainer's strategy for one run on several processes: gloo on CPU, nccl on CUDA (Lightning's choice), a rank
     that waits longer than `timeout_s` for the others fails. `ranks`: the local ranks this process starts (rank 0 on
-    one machine); None where the processes exist already (the other ranks, SLURM's tasks)."""
-    return _ddp_classes()(ranks, timeout=timedelta(seconds=float(timeout_s)))
+    one machine); None where the processes exist already (the other ranks, SLURM's tasks). `unused_parameters`: DDP
+    looks for parameters a backward pass leaves without a gradient (`Task.ddp_unused_parameters`)."""
+    return _ddp_classes()(ranks, timeout=timedelta(seconds=float(timeout_s)), find_unused_parameters=unused_parameters)

@@ -142,9 +142,11 @@ def _choice_hint(cfg: DictConfig, group: str) -> str:
     return str(target or node)
 
 
-def make_trainer(cfg: DictConfig, accelerator: str, run_dir: Path, loggers, callbacks, ranks: RankProcesses | None = None) -> L.Trainer:
+def make_trainer(cfg: DictConfig, accelerator: str, run_dir: Path, loggers, callbacks, ranks: RankProcesses | None = None,
+                 task: Task | None = None) -> L.Trainer:
     """The run's Trainer; with several processes (trainer=ddp) one rank's, in step with the others (`ranks`: the
-    local ranks rank 0 starts; None on the other ranks and under SLURM, whose tasks are the ranks)."""
+    local ranks rank 0 starts; None on the other ranks and under SLURM, whose tasks are the ranks; `task`: what
+    it declares to DDP)."""
     from lightning.pytorch.callbacks import ProgressBar
 
     from pipeline.runtime.callbacks import aligned_epoch_metrics, build_callbacks, trainer_kwargs
@@ -170,7 +172,8 @@ def make_trainer(cfg: DictConfig, accelerator: str, run_dir: Path, loggers, call
 
             kwargs["plugins"] = [SLURMEnvironment(auto_requeue=False)]
         timeout = float(OmegaConf.select(cfg, "trainer.ddp_timeout_s", default=None) or 120)
-        kwargs.update(strategy=ddp_strategy(None if slurm else ranks, timeout), num_nodes=nodes)
+        unused = task is not None and task.ddp_unused_parameters
+        kwargs.update(strategy=ddp_strategy(None if slurm else ranks, timeout, unused), num_nodes=nodes)
     else:
         for key in config_checks.PROCESS_KEYS:
             kwargs.pop(key, None)
@@ -353,7 +356,7 @@ def _train(cfg, ctx, run_dir, dirs, seeds, task, datamodule, device, records, lo
                                        curve_step=lambda: max((c.last_step() for c in curves if c.rows), default=None))
             callbacks.append(epochs)
         policy.start(resume_step or 0)
-        trainer = make_trainer(cfg, device.type, run_dir, trainer_loggers, callbacks, ranks)
+        trainer = make_trainer(cfg, device.type, run_dir, trainer_loggers, callbacks, ranks, task)
         lightning_ckpt = str(ckpt) if ckpt is not None and task.checkpointing == "lightning" else None
         try:
             per_agent = task.fit_and_evaluate(trainer, datamodule, lightning_ckpt)
@@ -425,14 +428,11 @@ def _check_batches(cfg: DictConfig, datamodule, processes: int) -> None:
     if processes <= 1 or datamodule is None:
         return
     batches = len(datamodule.train_dataloader())
-    limit = OmegaConf.select(cfg, "trainer.limit_train_batches", default=None)
-    if isinstance(limit, int) and not isinstance(limit, bool):
-        batches = min(batches, limit)
     if processes > batches:
         raise config_checks.ConfigError(
             f"{processes} processes (trainer.devices x trainer.num_nodes) but {batches} training batch(es) of "
-            f"data.batch_size={getattr(datamodule, 'batch_size', '?')} (trainer.limit_train_batches={limit}): each process "
-            f"needs a batch of its own every step; use trainer.devices={max(1, batches)} or a smaller data.batch_size")
+            f"data.batch_size={getattr(datamodule, 'batch_size', '?')}: each process needs a batch of its own every step; "
+            f"use trainer.devices={max(1, batches)} or a smaller data.batch_size")
 
 
 def _process_fields(datamodule, processes: int) -> dict:
@@ -469,7 +469,7 @@ def run_rank(cfg: DictConfig, ctx: JobContext) -> int:
         ckpt = resolve_ckpt(cfg, checkpoint_path(run_dir), has_previous=True)
         device, datamodule, task, *_ = _build(cfg, ctx, k, run_dir, ckpt)
         epochs = EpochCheckpointer(checkpoint_path(run_dir), _policy(cfg), stop, on_save=None, writes=False)
-        trainer = make_trainer(cfg, device.type, run_dir, [], [ValidationTimer(), epochs])
+        trainer = make_trainer(cfg, device.type, run_dir, [], [ValidationTimer(), epochs], task=task)
         task.fit_and_evaluate(trainer, datamodule, None if ckpt is None else str(ckpt))
     except Interrupted:
         return stop.exit_code

@@ -113,6 +113,9 @@ class Task(L.LightningModule):
     uses: ClassVar[frozenset[str]] = frozenset()
     #: Whether K seeds can train together in one process (`seeds_per_process=K`); if not, K > 1 is refused.
     trains_seeds_together: ClassVar[bool] = False
+    #: With several processes (trainer=ddp): some parameters get no gradient in a backward pass (a GAN's two
+    #: alternating updates), so DDP must look for them (`find_unused_parameters`, a graph walk per backward).
+    ddp_unused_parameters: ClassVar[bool] = False
     #: True: the task writes its own curves through `self.curves` (one CurveLog per agent);
     #: False: the lifecycle gives Lightning a logger that writes metrics.csv from `self.log`.
     writes_curves: ClassVar[bool] = False

@@ -75,6 +75,8 @@ class GANTask(Task):
     monitorable_metrics = ()
     # The real split the scores are measured against (prepare_quality's reference).
     eval_splits = ("test",)
+    # D's update leaves G without a gradient (and G's update D): DDP looks for the unused ones.
+    ddp_unused_parameters = True
 
     def __init__(self, config: GANConfig, parts: TaskParts):
         super().__init__(config, parts)
@@ -223,7 +225,7 @@ class GANTask(Task):
             self._recent.setdefault(key, []).append(value)
         if self.iterations % self.log_every_n_steps == 0:
             self.log_progress()
-            self.log("d_loss", self._last_logged["train/d_loss"], prog_bar=True, logger=False, on_step=True)
+            self.log("d_loss", self._last_logged["train/d_loss"], prog_bar=True, logger=False, on_step=True, sync_dist=True)
         if self.histogram_every_n_steps > 0 and self.iterations % self.histogram_every_n_steps == 0:
             self._log_histograms()
         return None
@@ -286,6 +288,8 @@ class GANTask(Task):
         return scores
 
     def save_samples(self, path: Path, tag: str) -> Path:
+        if self._trainer is not None and self.global_rank != 0:  # a run on several processes: rank 0 writes
+            return path
         t0 = time.perf_counter()
         grid = save_png(image_grid(self.generate(self.grid_noise)), path)
         for logger in self.loggers:
@@ -303,6 +307,9 @@ class GANTask(Task):
         # One host sync per log interval, not per step.
         means = {f"train/{k}": torch.stack(v).mean() for k, v in self._recent.items() if v}
         self._recent = {}
+        if means and self.trainer.world_size > 1:  # every rank's batches (all log at the same iterations)
+            reduced = self.trainer.strategy.reduce(torch.stack(list(means.values())), reduce_op="mean")
+            means = dict(zip(means, reduced))
         for key, value in means.items():
             if key.endswith("_loss"):
                 check_finite(value, self.iterations, hint="lower optimizer.lr or use loss=mse (least squares)")

@@ -1,0 +1,63 @@
+"""One run on 1 and on 2 processes (trainer=ddp, gloo on CPU), measured in one invocation:
+
+    .venv/bin/python benchmarks/bench_ddp.py [--epochs 4] [--width 1024] [--repeats 1]
+
+A wide MLP on digits (model.hidden=[W, W]), where the gradient dominates a step: the same 4 epochs of the same global
+batch (128) run as one process (batch 128, one thread), one process on two threads (device.num_threads=2), and two
+processes of batch 64 (one thread each). Each run's time per epoch is its record's `time_breakdown_s.train` over the
+epochs (the fit without validation, start-up and test: Python, Lightning and gloo start-up are not in it). Prints
+each and the ratios against one process on one thread; `--repeats` alternates the three and takes medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+LAYOUTS = {
+    "1 process, 1 thread": ("data.batch_size=128", "device.num_threads=1"),
+    "1 process, 2 threads": ("data.batch_size=128", "device.num_threads=2"),
+    "2 processes, 1 thread each": ("trainer=ddp", "data.batch_size=64", "device.num_threads=1"),
+}
+
+
+def epoch_seconds(extra: tuple[str, ...], epochs: int, width: int, out: Path) -> float:
+    run_dir = out / f"run-{time.time_ns()}"
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "experiment=supervised_digits", "device=cpu", "model.dropout=0",
+                           f"model.hidden=[{width},{width}]", f"trainer.max_epochs={epochs}", "trainer.enable_progress_bar=false",
+                           "checkpoint.enabled=false", *extra, f"hydra.run.dir={run_dir}"],
+                          capture_output=True, text=True, env={**os.environ, "WANDB_MODE": "offline"})
+    if proc.returncode != 0:
+        raise SystemExit(f"run {' '.join(extra)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    record = json.loads((run_dir / "result.json").read_text())
+    return float(record["time_breakdown_s"]["train"]) / epochs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--width", type=int, default=1024)
+    parser.add_argument("--repeats", type=int, default=1)
+    args = parser.parse_args()
+    times: dict[str, list[float]] = {name: [] for name in LAYOUTS}
+    with tempfile.TemporaryDirectory(prefix="bench-ddp-") as tmp:
+        for _ in range(args.repeats):
+            for name, extra in LAYOUTS.items():
+                times[name].append(epoch_seconds(extra, args.epochs, args.width, Path(tmp)))
+    reference = statistics.median(times["1 process, 1 thread"])
+    print(f"supervised_digits, MLP [{args.width}, {args.width}], global batch 128, {args.epochs} epochs, "
+          f"median of {args.repeats}; {os.cpu_count()} CPUs")
+    for name, values in times.items():
+        per_epoch = statistics.median(values)
+        print(f"  {name:<28} {per_epoch:7.3f} s/epoch   x{per_epoch / reference:.2f} of one process on one thread")
+
+
+if __name__ == "__main__":
+    main()
