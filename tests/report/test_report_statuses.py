@@ -139,3 +139,20 @@ def test_a_record_that_says_running_is_running(tmp_path):
     g = report["groups"][GROUP]
     assert report["partial"] is True and g["n_running"] == 1 and g["n_ok"] == 1
     assert g["running"][0]["error"] == "still running: the report is partial"
+
+
+def test_an_unfinished_run_owned_on_another_host_counts_as_running_not_failed(tmp_path):
+    """The lock names a process on another host (a cluster node): this host cannot check it, so the run may still be
+    training; the report counts it running, says why, and is partial. A lock naming a gone local process: failed."""
+    from pipeline.store.layout import lock_path
+
+    write_run(tmp_path / "0", seed=0, group=GROUP, value=1.0)
+    _unfinished(tmp_path / "1", 1)
+    lock_path(tmp_path / "1").write_text(json.dumps({"pid": os.getpid(), "host": "node7.invalid", "since": time.time()}))
+    _unfinished(tmp_path / "2", 2)
+    lock_path(tmp_path / "2").write_text(json.dumps({"pid": 2**22 + 12345, "host": socket.gethostname(), "since": time.time()}))
+    report = build_report([tmp_path], tmp_path / "out", reps=50)
+    g = report["groups"][GROUP]
+    assert (g["n_ok"], g["n_running"], g["n_failed"], report["partial"]) == (1, 1, 1, True)
+    assert [e["seed"] for e in g["running"]] == [1] and [e["seed"] for e in g["failed"]] == [2]
+    assert "node7.invalid, which this host cannot check" in g["running"][0]["error"]
