@@ -13,8 +13,10 @@ its fields is declared as class variables: `precisions` (the `device.precision` 
 `action_spaces` ("discrete" and/or "box"; None: no env). `pipeline.config.checks.check_values` checks all of it once,
 at start-up, before Lightning is imported: one line naming the key and a valid example, exit 2, no run dir.
 
-The RL configs share `RLConfig` (the K-agent batch's evaluation, logging, stop rule and videos) and, off-policy,
-`OffPolicyConfig` (the replay buffer); a new algorithm's Config extends one and declares only its own fields.
+The RL configs share `RLBatchConfig` (the K-agent batch's evaluation, logging, stop rule, videos and best weights),
+extended by `RLConfig` (the env-step budget and the vector env: every step-based algorithm) and, off-policy,
+`OffPolicyConfig` (the replay buffer); a new algorithm's Config extends one and declares only its own fields (a
+whole-episode algorithm such as CEM extends RLBatchConfig).
 """
 
 from __future__ import annotations
