@@ -171,6 +171,9 @@ def test_a_snapshot_starts_empty():
         (Snapshot(total=2, done=2, elapsed_s=61, not_ok={"failed": 1}), "[2/2 done, 0 running, 1 failed, took 2 min]"),
         (Snapshot(total=2, done=3, elapsed_s=5), "[3/2 done, 0 running, 0 failed, took 5 s]"),
         (Snapshot(total=3, done=1, elapsed_s=5, durations_s=[30.0]), "[1/3 done, 0 running, 0 failed, ETA 1 min]"),
+        # A stopped sweep: the jobs it did not start are neither done nor failed, and no ETA is promised.
+        (Snapshot(total=4, done=1, elapsed_s=5, durations_s=[30.0], not_ok={"interrupted": 1}, not_started=2),
+         "[1/4 done, 0 running, 0 failed, 1 interrupted, 2 not started]"),
     ],
 )
 def test_lines(snap, line):
@@ -218,6 +221,16 @@ def test_elapsed_without_a_start_time_or_before_it(tmp_path):
     assert read_snapshot(tmp_path, now=T0).elapsed_s == 0.0
     (folder / "sweep.json").write_text(json.dumps({"total": 1, "started": T0 + 10}))
     assert read_snapshot(tmp_path, now=T0).elapsed_s == 0.0
+
+
+def test_a_job_not_started_is_read_as_such(tmp_path):
+    start_sweep(tmp_path, 3, now=T0)
+    job_started(tmp_path, 0, now=T0 + 1)
+    job_ended(tmp_path, 0, "ok", now=T0 + 11)
+    job_ended(tmp_path, 1, "not started", now=T0 + 12)
+    snap = read_snapshot(tmp_path, now=T0 + 12)
+    assert (snap.done, snap.not_started, snap.not_ok, snap.durations_s) == (1, 1, {}, [10.0])
+    assert snap.line() == "[1/3 done, 0 running, 0 failed, 1 not started]"
 
 
 def test_two_ends_of_one_status_are_counted_twice(tmp_path):

@@ -7,6 +7,7 @@ changed resume, the per-job lines and progress files, the unfinished runs) is wr
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -140,6 +141,33 @@ def test_on_job_end_prints_each_record_and_writes_the_jobs_status(tmp_path, caps
     assert callback._progress.updates == 1
 
 
+def test_after_a_stop_a_job_that_did_not_run_is_not_started_not_failed(tmp_path, capsys):
+    from pipeline.sweep_progress import job_started, read_snapshot, start_sweep
+
+    start_sweep(tmp_path, 3)
+    callback = SweepReportCallback()
+    job_started(tmp_path, 3, now=100.0)  # job 3 ran before the stop, and was interrupted
+    (tmp_path / ".stop").write_text("SIGTERM")
+    os.utime(tmp_path / ".stop", (200.0, 200.0))
+    callback.on_job_end(_config(tmp_path, []), _Return([_record(1, "interrupted")]))
+    assert _job_file(tmp_path, 3)["status"] == "interrupted"
+    # Job 4 handed over after the stop: it saw .stop and returned its earlier attempt's record (or none).
+    job_started(tmp_path, 4, now=300.0)
+    config = _config(tmp_path, [])
+    config.hydra.job.num = 4
+    callback.on_job_end(config, _Return([_record(2, "failed")]))
+    assert _job_file(tmp_path, 4)["status"] == "not started"
+    config.hydra.job.num = 5  # no record at all, and no start written
+    callback.on_job_end(config, _Return([]))
+    assert _job_file(tmp_path, 5)["status"] == "not started"
+    assert read_snapshot(tmp_path).line() == "[1/3 done, 0 running, 0 failed, 1 interrupted, 2 not started]"
+    # Without a stop request, a job without records failed.
+    (tmp_path / ".stop").unlink()
+    config.hydra.job.num = 6
+    callback.on_job_end(config, _Return([]))
+    assert _job_file(tmp_path, 6)["status"] == "failed"
+
+
 def test_on_job_end_of_a_job_that_raised_says_so_in_one_line(tmp_path, capsys):
     callback = SweepReportCallback()
     callback.on_job_end(_config(tmp_path, []), _Return(error=RuntimeError("boom\nTraceback ...")))
@@ -248,7 +276,7 @@ class _Shown:
     def start(self):
         return self
 
-    def stop(self):
+    def stop(self, final_line=True):
         self.stopped = True
 
 

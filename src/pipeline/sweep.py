@@ -34,7 +34,16 @@ from pipeline.runtime.job import RELAY_ENV, STOP_FILE, mark_dead
 from pipeline.runtime.rundir import EXIT_CODES, STOP_SIGNALS, say
 from pipeline.store.layout import kept_sweep_id
 from pipeline.store.record import read_records, summary_line
-from pipeline.sweep_progress import SweepProgress, job_ended, job_started, planned_jobs, start_sweep
+from pipeline.sweep_progress import (
+    NOT_STARTED,
+    SweepProgress,
+    job_ended,
+    job_started,
+    job_started_at,
+    planned_jobs,
+    progress_dir,
+    start_sweep,
+)
 
 log = logging.getLogger("pipeline.sweep")
 
@@ -111,6 +120,9 @@ class SweepReportCallback(Callback):
         start_sweep_id(kept_sweep_id(Path(config.hydra.sweep.dir)) if config.get("resume") else None)
         self._refuse_changed_resume(config)
         sweep_dir = Path(config.hydra.sweep.dir)
+        # A sweep refused before it launches anything leaves no dir it made: the first of them, or None.
+        self._made_dir = next((d for d in reversed([sweep_dir, *sweep_dir.absolute().parents]) if not d.exists()), None)
+        self._had_progress = progress_dir(sweep_dir).is_dir()  # an earlier attempt's: what a resume needs from it
         start_sweep(sweep_dir, planned_jobs(config))
         self._install_stop(sweep_dir)
         _ACTIVE[:] = [(self, config)]
@@ -159,13 +171,17 @@ class SweepReportCallback(Callback):
             statuses = [str(r.get("status") if isinstance(r, dict) else getattr(r, "status", "failed")) for r in records]
             status = next((s for s in statuses if s != "ok"), "ok") if statuses else "failed"
         if _multirun(config):
+            if _not_started(Path(config.hydra.sweep.dir), config.hydra.job.num, records):
+                status = NOT_STARTED
             job_ended(config.hydra.sweep.dir, config.hydra.job.num, status)
             if self._progress is not None:  # the job ran in this process: its progress line follows its own line
                 self._progress.update()
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        refused = bool(kwargs.get("refused"))
         if self._progress is not None:
-            self._progress.stop()
+            self._progress.stop(final_line=not refused)
             self._progress = None
         os.environ.pop(RELAY_ENV, None)
         for sig, handler in (getattr(self, "_previous", None) or {}).items():
@@ -173,7 +189,9 @@ class SweepReportCallback(Callback):
         self._previous = {}
         _ACTIVE.clear()
         launcher_failure_handler.clear()
-        sweep_dir = Path(config.hydra.sweep.dir)
+        if refused:  # before any job (the tuner's checks of its settings and space): nothing to report
+            _remove_unlaunched(sweep_dir, getattr(self, "_made_dir", None), getattr(self, "_had_progress", True))
+            return
         if not sweep_dir.is_dir():
             return
         stopped = self._stopped_by or _stop_requested(sweep_dir)
@@ -213,6 +231,44 @@ class SweepReportCallback(Callback):
             print(f"finish the sweep with: {sweep_command(config)}", flush=True)
 
 
+def _launched(sweep_dir: Path) -> bool:
+    """Whether the sweep launched a job (a job writes its start into the progress folder first)."""
+    return any(progress_dir(sweep_dir).glob("job*.json"))
+
+
+def _remove_unlaunched(sweep_dir: Path, made_dir: Path | None, had_progress: bool) -> None:
+    """A sweep that launched nothing: its progress folder (unless an earlier attempt left one) and stop request go,
+    and the dirs this sweep made (the sweep dir, and `made_dir`, the first missing one above it, with what is
+    between), Hydra's multirun.yaml with them; a dir that was there before keeps its multirun.yaml."""
+    import shutil
+
+    if not had_progress:
+        shutil.rmtree(progress_dir(sweep_dir), ignore_errors=True)
+    (sweep_dir / STOP_FILE).unlink(missing_ok=True)
+    if made_dir is None:
+        return
+    (sweep_dir / "multirun.yaml").unlink(missing_ok=True)
+    made = Path(made_dir).absolute()
+    for folder in [sweep_dir.absolute(), *sweep_dir.absolute().parents]:
+        try:
+            folder.rmdir()  # only when empty
+        except OSError:
+            return
+        if folder == made:
+            return
+
+
+def _not_started(sweep_dir: Path, num: int, records) -> bool:
+    """Whether job `num` did not run: the sweep was asked to stop before it started (the job saw `.stop` and
+    returned at once), or while it started, before it wrote a record."""
+    try:
+        stopped_at = (sweep_dir / STOP_FILE).stat().st_mtime
+    except OSError:
+        return False
+    started = job_started_at(sweep_dir, num)
+    return not records or (started is not None and started >= stopped_at)
+
+
 def _stop_requested(sweep_dir: Path) -> int | None:
     try:
         return int(signal.Signals[(sweep_dir / STOP_FILE).read_text().strip()])
@@ -235,6 +291,15 @@ def end_after_launcher_failure(exc: BaseException, stopped: bool = False) -> boo
     say(f"the launcher failed: {type(exc).__name__}{': ' + first[:200] if first else ''}")
     callback.on_multirun_end(config, failed=True)
     return True
+
+
+def end_refused_sweep() -> None:
+    """A sweeper that refuses its settings or space (one line, exit 2) before it launches a job: Hydra calls no
+    on_multirun_end then, so the sweep ends here, leaving no sweep dir of its own making. One that launched jobs
+    keeps what they wrote."""
+    if _ACTIVE and not _launched(Path(_ACTIVE[0][1].hydra.sweep.dir)):
+        callback, config = _ACTIVE[0]
+        callback.on_multirun_end(config, refused=True)
 
 
 def sweep_processes(sweep_dir: Path, jobs_only: bool = False) -> list[int]:

@@ -4,7 +4,8 @@ The state lives on disk, in `<sweep dir>/.progress/`: the sweep's process writes
 (`sweep.json`), and each job, wherever it runs (this process, a joblib worker, a submitit or SLURM job on
 another node sharing the sweep dir), writes `job<num>.json` when it starts and again when it ends, with its
 status. `SweepProgress` in the sweep's process reads that folder once a second and shows it: a live line at the
-bottom of a terminal (rich), or, in a log or a pipe, one plain line each time a job finishes.
+bottom of a terminal (rich), or, in a log or a pipe, one plain line each time a job finishes. A job the launcher
+hands over after the sweep was asked to stop does not run: it counts as "not started", neither done nor failed.
 
 The ETA assumes every job takes as long as the finished ones did on average (d) and that as many run side by
 side as run now (c): (the running jobs' remaining d - age, plus d for each job not started) / c. None before the
@@ -32,6 +33,8 @@ from pipeline.runtime.progress_lines import LIVE_STATUS_ENV
 
 PROGRESS_DIR = ".progress"
 SWEEP_FILE = "sweep.json"
+# The status of a job the launcher handed over after the sweep was asked to stop: it did not run.
+NOT_STARTED = "not started"
 
 
 def progress_dir(sweep_dir: str | Path) -> Path:
@@ -79,6 +82,12 @@ def job_started(sweep_dir: str | Path, num: int, now: float | None = None) -> No
     _write(progress_dir(sweep_dir) / f"job{int(num)}.json", {"started": time.time() if now is None else now})
 
 
+def job_started_at(sweep_dir: str | Path, num: int) -> float | None:
+    """When job `num` started (None: not known)."""
+    started = (_read(progress_dir(sweep_dir) / f"job{int(num)}.json") or {}).get("started")
+    return None if started is None else float(started)
+
+
 def job_ended(sweep_dir: str | Path, num: int, status: str, now: float | None = None) -> None:
     """The job's end and status. One that finished ok in an earlier attempt of the sweep, ending ok again, was
     skipped (resume=true): it is written as skipped, with the time it took then."""
@@ -120,21 +129,28 @@ class Snapshot:
     durations_s: list[float] = field(default_factory=list)  # of the finished jobs
     running_ages_s: list[float] = field(default_factory=list)
     skipped: int = 0  # of the done jobs: finished ok in an earlier attempt of a resumed sweep
+    not_started: int = 0  # handed over after the sweep was asked to stop: not done, not failed
+
 
     @property
     def eta_s(self) -> float | None:
-        if not self.total or not self.durations_s or self.done >= self.total:
+        if not self.total or not self.durations_s or self.done >= self.total or self.not_started:
             return None
         d = sum(self.durations_s) / len(self.durations_s)
         pending = max(0, self.total - self.done - self.running)
         left = sum(max(0.0, d - age) for age in self.running_ages_s) + pending * d
         return left / max(1, self.running)
 
+    def shown(self) -> tuple:
+        """What a plain line says that is news when it changes (not the ETA)."""
+        return self.done, tuple(sorted(self.not_ok.items())), self.not_started
+
     def line(self) -> str:
         done = f"{self.done}/{self.total} done" if self.total else f"{self.done} done"
         parts = [done + (f" ({self.skipped} before the resume)" if self.skipped else ""), f"{self.running} running",
                  f"{self.not_ok.get('failed', 0)} failed"]
         parts += [f"{n} {status}" for status, n in sorted(self.not_ok.items()) if status != "failed"]
+        parts += [f"{self.not_started} {NOT_STARTED}"] if self.not_started else []
         if self.total and self.done >= self.total:
             parts.append(f"took {duration(self.elapsed_s)}")
         elif self.eta_s is not None:
@@ -159,6 +175,9 @@ def read_snapshot(sweep_dir: str | Path, now: float | None = None) -> Snapshot |
             snap.running += 1
             if started is not None:
                 snap.running_ages_s.append(max(0.0, now - float(started)))
+            continue
+        if job.get("status") == NOT_STARTED:
+            snap.not_started += 1
             continue
         snap.done += 1
         if job.get("skipped"):  # its time is the earlier attempt's (when known), not the skip's fraction of a second
@@ -250,12 +269,12 @@ class SweepProgress:
 
                 self._live.update(Text(snap.line(), style="bold"), refresh=True)
                 return
-            shown = (snap.done, tuple(sorted(snap.not_ok.items())))
+            shown = snap.shown()
             if snap.done and shown != self._last_shown:
                 self._last_shown = shown
                 print(snap.line(), flush=True)
 
-    def stop(self, sweep_ended: bool = True) -> None:
+    def stop(self, sweep_ended: bool = True, final_line: bool = True) -> None:
         self._stopped.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
@@ -265,8 +284,8 @@ class SweepProgress:
         snap = read_snapshot(self.sweep_dir)
         self._give_back_terminal()
         with self._lock:
-            if snap is not None and (snap.done, tuple(sorted(snap.not_ok.items()))) != self._last_shown:
-                self._last_shown = (snap.done, tuple(sorted(snap.not_ok.items())))
+            if final_line and snap is not None and snap.shown() != self._last_shown:
+                self._last_shown = snap.shown()
                 print(snap.line(), flush=True)
 
     def _give_back_terminal(self) -> None:

@@ -81,11 +81,17 @@ def test_bad_input_is_one_line(tmp_path):
         (["optimizer.lr=interval(1e-3, 1e-1)", "hydra.sweeper.storage=optuna.db"], "hydra.sweeper.storage=optuna.db: not a database URL"),
         (["optimizer.lr=interval(1e-3, 1e-1)", "hydra.sweeper.objective=auc"], "hydra.sweeper.objective=auc needs an RL task"),
     ]:
-        proc = run_cli("-m", *SMALL, *args, f"hydra.sweep.dir={tmp_path / 'sweep'}")
+        proc = run_cli("-m", *SMALL, *args, f"hydra.sweep.dir={tmp_path / 'out' / 'sweep'}")
         assert proc.returncode == 2, proc.stderr[-2000:]
         # One line: the message, and no traceback around it.
         assert [line for line in proc.stderr.splitlines() if line.strip()] == [f"error: {proc.stderr.split('error: ', 1)[1].strip()}"]
         assert message in proc.stderr, proc.stderr[-2000:]
+        assert not (tmp_path / "out").exists()  # no sweep dir (nor its progress folder, nor a dir above it)
+    # A dir that was there keeps what it held, and gets nothing.
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine")
+    proc = run_cli("-m", *SMALL, "optimizer.lrr=interval(1e-3, 1e-1)", f"hydra.sweep.dir={tmp_path / 'mine'}")
+    assert proc.returncode == 2 and sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["notes.txt"]
 
 
 def _worker(tmp_path, i, url):

@@ -26,5 +26,8 @@ class OptunaSweeper(Sweeper):
         try:
             return self._impl.sweep(arguments)
         except (TuneError, ConfigError) as exc:  # a set-up error is one line, not Hydra's traceback
+            from pipeline.sweep import end_refused_sweep
+
+            end_refused_sweep()  # no sweep dir is left by a sweep refused before its first job
             print(f"error: {exc}", file=sys.stderr, flush=True)
             sys.exit(2)
