@@ -1054,3 +1054,13 @@ def test_second_price_points_within_two_sds_of_the_estimated_top_are_shrunk_towa
     assert points[0] == pytest.approx(truths[0], abs=0.002) and points[1] == pytest.approx(truths[1], abs=0.002)
     assert 0.4 * truths[2] < points[2] < 0.8 * truths[2] and 0 < points[3] < 0.3 * truths[3] and points[4] == 0.0
     assert found.shrunk_reserves(reserves) == [0.97, 0.99, 1.0]
+
+
+def test_the_bounds_hold_the_plug_in_and_reach_down_to_a_shrunk_point():
+    """The same bids, r = 0.99 (shrunk to about 0.2 of its plug-in) with bounds: the upper bound holds the plug-in
+    (`plug_in`, the bounds' own point), the lower bound reaches down to the shrunk point."""
+    found = predict_counterfactuals(0.5 * _quantiles(4000), 2, ["second_price_r0.99"], [0.005], n_iters=5)
+    point, plug_in = found.table["cf/second_price_r0.99/point"], found.plug_in["cf/second_price_r0.99/point"]
+    assert 0 < point < 0.5 * plug_in and found.clamps == []
+    assert found.table["cf/second_price_r0.99/lower_eps0.005"] <= point
+    assert found.table["cf/second_price_r0.99/upper_eps0.005"] >= plug_in

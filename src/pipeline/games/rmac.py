@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -713,6 +713,7 @@ class Counterfactuals:
     tail_value: float = math.nan  # the value with `TAIL_SHARE` of the estimated values above it, data units
     lattice: float | None = None  # the bids' rounding step when it mattered (`effective_lattice`), data units
     value_top_sd: float = math.nan  # the sampling SD of ``value_top`` (`first_order_values`), data units
+    plug_in: dict[str, float] = field(default_factory=dict)  # each point before `top_shrink` (the bounds hold these)
 
     def top_reserves(self, reserves: Sequence[float]) -> list[float]:
         """The reserves whose point rests on the estimated top alone: at or above `tail_value`, where fewer than
@@ -805,6 +806,7 @@ def predict_counterfactuals(
     table: dict[str, float] = {}
     raw: dict[str, float] = {}
     clamps: list[str] = []
+    plug_ins: dict[str, float] = {}
     internal_eps = [e / unit for e in epsilons]
     for name in rules:
         rule = parse_rule(name)
@@ -821,6 +823,7 @@ def predict_counterfactuals(
         else:
             plug_in = point = start.value(statistic) * unit
         table[result_key(rule, "point", statistic)] = point
+        plug_ins[result_key(rule, "point", statistic)] = plug_in
         if not epsilons:
             continue
         lower, upper = solve_bounds([logged], start, inside, n_new, logged.actions, logged.types, internal_eps,
@@ -835,7 +838,7 @@ def predict_counterfactuals(
         clamps += lines
     tail = interp(cdf.new_tensor([1 - TAIL_SHARE]), cdf, values)
     return Counterfactuals(table, raw, clamps, scale, float(values[-1]) * unit, float(tail) * unit, lattice,
-                           top_sd * unit)
+                           top_sd * unit, plug_ins)
 
 
 def clamp_bounds(point: float, lower: Tensor, upper: Tensor) -> tuple[Tensor, Tensor]:
