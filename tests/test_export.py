@@ -169,7 +169,8 @@ def test_onnx_without_its_packages_is_one_line_before_loading(make_cfg, tmp_path
 
 
 @pytest.mark.parametrize(("argv", "message"), [
-    (["--format", "onnx"], "--format: options are key=value; e.g. format=..."),
+    (["--format", "onnx"], "--format: options are key=value, e.g. format=onnx"),
+    (["--out=m.onnx"], "--out=m.onnx: options are key=value, e.g. out=m.onnx"),
     (["format=tflite"], "format=tflite: format= takes torchscript or onnx"),
     (["weights=last"], "weights=last: weights= takes model or best"),
     (["color=red"], "color=red: unknown option"),

@@ -279,10 +279,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def parse_args(argv: list[str]) -> dict:
     """The command line as export()'s arguments; anything else is one line naming it."""
-    flag = next((a for a in argv if a.startswith("-")), None)
-    if flag is not None:
-        hint = f"; e.g. {flag.lstrip('-')}=..." if flag.startswith("--") and "=" not in flag else ""
-        raise EvalError(f"{flag}: options are key=value{hint}; {USAGE}")
+    flag = next((i for i, a in enumerate(argv) if a.startswith("-")), None)
+    if flag is not None:  # `--format onnx` or `--format=onnx`: say what it is written as here
+        key, _, value = argv[flag].lstrip("-").partition("=")
+        value = value or (argv[flag + 1] if flag + 1 < len(argv) and not argv[flag + 1].startswith("-") else "...")
+        raise EvalError(f"{argv[flag]}: options are key=value, e.g. {key}={value}; {USAGE}")
     paths = [a for a in argv if "=" not in a]
     if len(paths) != 1:
         raise EvalError(f"expected one run dir, got {len(paths)}; {USAGE}")
