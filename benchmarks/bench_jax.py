@@ -5,6 +5,7 @@
     make bench-jax ARGS="--parts solved --jax-budget 300000"   # PureJaxRL's budget given, no search
     make bench-jax ARGS="--compile"                   # the pipeline side also with device.compile=true
     PUREJAXRL_GIT=/path/to/a/clone make bench-jax     # no network: clone PureJaxRL from a local copy
+    .venv/bin/python benchmarks/bench_jax.py --print outputs/bench-jax/result.json   # the tables of a saved run
 
 Every run trains K agents in one process on one CPU core (`taskset -c <core>`, one thread: torch's
 `num_threads=1`, XLA's single-threaded Eigen); the two sides alternate (JAX, ours, JAX, ours, ...) and each pair
@@ -44,6 +45,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -128,8 +130,8 @@ def child(out: Path, overrides: list[str]) -> int:
 
     import_s, import_cpu_s = time.perf_counter() - t0, time.process_time() - c0
     torch.set_num_threads(1)
-    run_dir = out.with_suffix("")
-    wall, cpu, records = run_records(overrides, run_dir)
+    with tempfile.TemporaryDirectory() as run_dir:  # a fresh run dir each time (a finished one refuses a rerun)
+        wall, cpu, records = run_records(overrides, Path(run_dir) / "run")
     parts = records[0]["time_breakdown_s"]
     loop_share = sum(parts.get(p, 0.0) for p in LOOP_PARTS) / wall
     finals = [r["metrics"]["eval/return_mean"] for r in records]
@@ -152,7 +154,13 @@ def learning_work(algo: str, ours: dict) -> int:
     return int(ours["updates"]) * 128  # DQN_RECIPE: task.batch_size=128
 
 
-def recipe_rows(python: Path, src: Path, algo: str, ks: list[int], budget: int, args) -> list[dict]:
+def save(result: dict, out: Path) -> None:
+    """The results so far (after every pair: a stopped bench keeps what it measured; `--print` shows it)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1))
+
+
+def recipe_rows(python: Path, src: Path, algo: str, ks: list[int], budget: int, args, result: dict) -> list[dict]:
     recipe = PPO_RECIPE if algo == "ppo" else DQN_RECIPE
     variants = [("eager", [])] + ([("compiled", ["device.compile=true"])] if args.compile else [])
     rows = []
@@ -170,10 +178,12 @@ def recipe_rows(python: Path, src: Path, algo: str, ks: list[int], budget: int, 
                 rows.append({"algo": algo, "k": k, "seed": seed, "variant": name, "budget": budget, "purejaxrl": j, "pipeline": o,
                              "sample_ratio": round((o["loop_cpu_s"] / o["samples"]) / (j["loop_cpu_s"] / j["samples"]), 3),
                              "step_ratio": round((o["loop_cpu_s"] / o["env_steps"]) / (j["loop_cpu_s"] / j["env_steps"]), 3)})
+                result[f"{algo}_recipe_rows"] = rows
+                save(result, args.out)
     return rows
 
 
-def solved_rows(python: Path, src: Path, ks: list[int], args) -> list[dict]:
+def solved_rows(python: Path, src: Path, ks: list[int], args, result: dict) -> list[dict]:
     rows = []
     for k in ks:
         need = math.ceil(15 * k / 16)
@@ -195,6 +205,8 @@ def solved_rows(python: Path, src: Path, ks: list[int], args) -> list[dict]:
             rows.append({"k": k, "seed": seed, "jax_budget": j["env_steps_per_seed"], "search": tried, "purejaxrl": j, "pipeline": o,
                          "jax_cpu_per_solved_s": round(jc, 2), "ours_cpu_per_solved_s": round(oc, 2),
                          "ratio": round(oc / jc, 3) if math.isfinite(oc / jc) else None})
+            result["solved_rows"] = rows
+            save(result, args.out)
     return rows
 
 
@@ -227,10 +239,23 @@ def solved_table(rows: list[dict]) -> None:
               f"{o['solved']}/{k} | {round(o['env_steps'] / k):,} | {o['process_cpu_s']} | {r['ours_cpu_per_solved_s']} | {r['ratio']} |")
 
 
+def print_tables(result: dict, out: Path) -> None:
+    print(f"\nPureJaxRL {result['purejaxrl_commit'][:7]}, one CPU core (taskset -c {result['core']}); results: {out}")
+    for algo in ("ppo", "dqn"):
+        rows = result.get(f"{algo}_recipe_rows")
+        if rows:
+            recipe_table(rows, f"{algo.upper()}, identical recipe (PureJaxRL's config), {rows[0]['budget']:,} env steps a seed")
+    if result.get("solved_rows"):
+        solved_table(result["solved_rows"])
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--child"]:
         return child(Path(argv[1]), argv[3:])
+    if argv[:1] == ["--print"]:  # the tables of a saved result.json (a bench stopped early keeps its pairs)
+        print_tables(json.loads(Path(argv[1]).read_text()), Path(argv[1]))
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parts", nargs="+", choices=("recipe", "dqn", "solved"), default=["recipe", "dqn", "solved"])
     parser.add_argument("--k", type=int, nargs="+", default=[16, 64, 256], help="K for the identical PPO recipe")
@@ -254,20 +279,13 @@ def main(argv=None) -> int:
     result = {"purejaxrl_commit": commit, "packages": JAX_PACKAGES, "core": args.core, "ppo_recipe": PPO_RECIPE,
               "dqn_recipe": DQN_RECIPE}
     if "recipe" in args.parts:
-        result["ppo_recipe_rows"] = recipe_rows(python, src, "ppo", args.k, args.budget, args)
+        recipe_rows(python, src, "ppo", args.k, args.budget, args, result)
     if "dqn" in args.parts:
-        result["dqn_recipe_rows"] = recipe_rows(python, src, "dqn", args.dqn_k, args.dqn_budget, args)
+        recipe_rows(python, src, "dqn", args.dqn_k, args.dqn_budget, args, result)
     if "solved" in args.parts:
-        result["solved_rows"] = solved_rows(python, src, args.solved_k, args)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1))
-    print(f"\nPureJaxRL {commit[:7]}, one CPU core (taskset -c {args.core}); results: {args.out}")
-    if "ppo_recipe_rows" in result:
-        recipe_table(result["ppo_recipe_rows"], f"PPO, identical recipe (PureJaxRL's config), {args.budget:,} env steps a seed")
-    if "dqn_recipe_rows" in result:
-        recipe_table(result["dqn_recipe_rows"], f"DQN, identical recipe (PureJaxRL's config), {args.dqn_budget:,} env steps a seed")
-    if "solved_rows" in result:
-        solved_table(result["solved_rows"])
+        solved_rows(python, src, args.solved_k, args, result)
+    save(result, args.out)
+    print_tables(result, args.out)
     return 0
 
 

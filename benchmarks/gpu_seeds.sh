@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Many seeds on one CUDA GPU: K = 256 and K = 1024 CartPole agents and K = 16 Atari agents, one process
-# each; prints wall time, env steps/s over all agents, GPU memory peak and seeds solved per run.
-#   make setup && benchmarks/gpu_seeds.sh            (from the repository root; extra args go to the driver)
-#   benchmarks/gpu_seeds.sh --atari-k 0              (CartPole only)
+# Every preset on one CUDA GPU (device=cuda), many seeds per process, in one call: the identical-recipe PPO/DQN runs
+# (eager and device.compile=true), the CartPole, Acrobot, Pendulum, MuJoCo and Atari presets, CEM, supervised, GAN and
+# auction presets; prints per-sample throughput and cost per solved seed tables (benchmarks/gpu_seeds.py's docstring).
+#   make setup && benchmarks/gpu_seeds.sh                 (from the repository root; extra args go to the driver)
+#   benchmarks/gpu_seeds.sh --only ppo_recipe ppo_atari   (some runs)
+#   .venv/bin/python benchmarks/gpu_seeds.py --device cpu --smoke   (the code path on CPU, no GPU needed)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
