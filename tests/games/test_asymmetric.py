@@ -227,6 +227,7 @@ def test_table_from_logged_bids_matches_the_truth_and_the_logged_play():
         assert table["cfw/first_price_n2/point"] == pytest.approx(welfare_, abs=0.035)
 
 
+@pytest.mark.slow  # ~5 CPU s; test_bounds_hold_the_point_and_the_truth_and_widen keeps the per-bidder bounds fast
 def test_bounds_on_symmetric_data_match_the_pooled_bounds():
     """Both bidders U[0, 2] (5,000 auctions): the per-bidder bounds read like the symmetric path's pooled ones.
     Measured on seeds 0 and 1 with the one solver: within 0.012 at eps 0.001 and 0.069 at eps 0.02 (second
