@@ -10,8 +10,9 @@ value with the same start-up checks (a `ConfigError` before any run dir exists),
 would make (`outputs/<name>/<date>_<time>_seed<seed>/`, `.hydra/config.yaml` in it) and returns the records.
 
 `load` rebuilds a run's network from the run's own config and model.pt, as `python -m pipeline.eval` does:
-an RL run (DQN, PPO, CEM) becomes an `Agent` (its observation statistics included), a supervised or GAN run a
-`TrainedModel` whose `.model` is the plain network. A seed of a `seeds_per_process` run is `<run dir>/seed<n>`.
+an RL run (DQN, PPO, SAC, TD3, CEM) becomes an `Agent` (its observation statistics included), a supervised or
+GAN run a `TrainedModel` whose `.model` is the plain network. A seed of a `seeds_per_process` run is
+`<run dir>/seed<n>`; `load(run_dir, weights="best")` takes an RL run's best-evaluated weights (best.pt).
 
 Light to import: torch, Lightning and gymnasium are imported when a function is called.
 """
