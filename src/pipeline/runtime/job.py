@@ -68,7 +68,7 @@ def hydra_job(cfg: DictConfig) -> list[dict]:
         return run_in_child(cfg, ctx)
     from pipeline.runtime.run import run_job
 
-    records = run_job(cfg, ctx)
+    records = run_job(cfg, ctx, **tuner_hooks(cfg))
     if ctx.multirun:
         # A job trained in the sweep's own process (isolate_jobs=false) took the sweep's SIGINT/SIGTERM: it saved
         # and recorded `interrupted`; the sweep stops too, as it does for a job in a child process (it went on
@@ -251,7 +251,7 @@ def child_main(job_dir: str) -> int:
     from pipeline.runtime.rundir import RunDirBusy
 
     try:
-        records = run_job(cfg, ctx)
+        records = run_job(cfg, ctx, **tuner_hooks(cfg))
     except RunRefused as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return BUSY_EXIT if isinstance(exc.__context__, RunDirBusy) or "is in use by" in str(exc) else 2
@@ -271,6 +271,16 @@ def _log_to(path: Path) -> None:
     quiet_failing_log_handlers()
     for name in ("lightning.pytorch.utilities.rank_zero", "lightning.pytorch.accelerators.cuda"):
         logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def tuner_hooks(cfg: DictConfig) -> dict:
+    """For a job the tuner started (`cfg.trial` set): what makes its trial's reporter, handed to the lifecycle
+    (`run_job(..., trial_reporter=)`), which knows no tuner. Other jobs: nothing."""
+    if cfg.get("trial") is None:
+        return {}
+    from pipeline.tune.pruning import TrialReporter
+
+    return {"trial_reporter": TrialReporter.from_config}
 
 
 def rank_main(job_dir: str) -> int:

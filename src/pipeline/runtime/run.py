@@ -25,8 +25,10 @@ import signal
 import time
 import traceback
 import warnings
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import torch
@@ -227,8 +229,11 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> list[dict]:
     return run_job(cfg, ctx)
 
 
-def run_job(cfg: DictConfig, ctx: JobContext) -> list[dict]:
-    """Run one job (K agents) and write its records. Refusals raise RunRefused; every other failure is recorded."""
+def run_job(cfg: DictConfig, ctx: JobContext, trial_reporter: Callable[[Any], Any] | None = None) -> list[dict]:
+    """Run one job (K agents) and write its records. Refusals raise RunRefused; every other failure is recorded.
+
+    `trial_reporter`: what makes the tuner's reporter from `cfg.trial` (handed in by the entry that runs sweep jobs,
+    `runtime.job`; the lifecycle knows no tuner). None, or no `cfg.trial`: the task reports to no trial."""
     run_dir = Path(ctx.run_dir)
     raw_k = cfg.get("seeds_per_process") or 1
     k = int(raw_k) if isinstance(raw_k, int) else -1
@@ -250,13 +255,13 @@ def run_job(cfg: DictConfig, ctx: JobContext) -> list[dict]:
     quiet.install()
     quiet.quiet_failing_log_handlers()  # run.log on a disk that fills up: one line, not a traceback per log line
     try:
-        return _run_locked(cfg, ctx, run_dir, seeds, dirs)
+        return _run_locked(cfg, ctx, run_dir, seeds, dirs, trial_reporter)
     finally:
         torch.set_flush_denormal(flushing)
         lock.release()
 
 
-def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int], dirs: list[Path]) -> list[dict]:
+def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int], dirs: list[Path], trial_reporter) -> list[dict]:
     k = len(seeds)
     plan = plan_start(cfg, run_dir, dirs)
     if plan.nothing_to_do:
@@ -299,14 +304,14 @@ def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int
     ranks = RankProcesses(_rank_job_dir(cfg, ctx, ckpt)) if processes > 1 and slurm_rank() is None else None
     try:
         return _train(cfg, ctx, run_dir, dirs, seeds, task, datamodule, device, records, loggers, stop, ckpt,
-                      resume_step, curve_step, setup_s, t_start, ranks)
+                      resume_step, curve_step, setup_s, t_start, ranks, trial_reporter)
     finally:
         if ranks is not None:  # a failed run's other ranks hold nothing worth waiting for
             ranks.close(wait_s=0 if any(r.status == "failed" for r in records) else 60)
 
 
 def _train(cfg, ctx, run_dir, dirs, seeds, task, datamodule, device, records, loggers, stop, ckpt, resume_step,
-           curve_step, setup_s, t_start, ranks) -> list[dict]:
+           curve_step, setup_s, t_start, ranks, trial_reporter) -> list[dict]:
     k = len(seeds)
     ckpt_file = checkpoint_path(run_dir)
     curves: list[CurveLog] = []
@@ -322,7 +327,8 @@ def _train(cfg, ctx, run_dir, dirs, seeds, task, datamodule, device, records, lo
         else:
             trainer_loggers.insert(0, CurveLogger(curves[0]))
             loggers.insert(0, trainer_loggers[0])
-        _attach_trial(task, cfg)
+        if trial_reporter is not None and cfg.get("trial") is not None:
+            task.trial_reporter = trial_reporter(cfg.trial)
         from pipeline.runtime.replay import training_video_hook
 
         task.video_hook = training_video_hook(cfg, dirs, seeds, device.type, agent_loggers)  # called only if the task records
@@ -515,15 +521,6 @@ def _policy(cfg: DictConfig) -> CheckpointPolicy:
         every_s=None if spec.get("every_s") is None else float(spec.get("every_s")),
         every_steps=None if not spec.get("every_steps") else int(spec.get("every_steps")),
     )
-
-
-def _attach_trial(task: Task, cfg: DictConfig) -> None:
-    trial = cfg.get("trial")
-    if trial is None:
-        return
-    from pipeline.tune.pruning import TrialReporter
-
-    task.trial_reporter = TrialReporter.from_config(trial)
 
 
 EXTENDING = "result.extending.json"
