@@ -590,3 +590,25 @@ def test_the_narrow_form_passes_gradcheck(out_features, bias, x_grad):
     w = torch.randn(3, 4, out_features, dtype=torch.float64, generator=gen, requires_grad=True)
     b = torch.randn(3, 1, out_features, dtype=torch.float64, generator=gen, requires_grad=True) if bias else None
     assert torch.autograd.gradcheck(_NarrowLinear.apply, (x, w, b))
+
+
+@pytest.mark.parametrize(
+    ("factory", "fused"),
+    [
+        (functools.partial(torch.optim.Adam, lr=1e-3), True),  # torch's default (a loop on CPU) becomes fused
+        (functools.partial(torch.optim.AdamW, lr=1e-3, fused=None), True),
+        (functools.partial(torch.optim.Adam, lr=1e-3, fused=False), False),  # an explicit choice is kept
+        (functools.partial(torch.optim.Adam, lr=1e-3, foreach=True), None),
+    ],
+    ids=["adam-default", "adamw-null", "adam-false", "adam-foreach"],
+)
+def test_adam_over_stacked_weights_is_fused_unless_told_otherwise(factory, fused):
+    from pipeline.nets.ensemble import stacked_optimizer
+
+    net = make_ensemble(functools.partial(MLP, hidden=(4,)), [0, 1], (3,), 2)
+    opt = stacked_optimizer(factory, net.parameters())
+    assert type(opt) is factory.func
+    assert opt.param_groups[0]["fused"] is fused
+    assert opt.param_groups[0]["lr"] == 1e-3
+    sgd = stacked_optimizer(functools.partial(torch.optim.SGD, lr=0.1), net.parameters())
+    assert "fused" not in sgd.defaults or sgd.defaults["fused"] is None

@@ -21,8 +21,9 @@ name member i's tensors exactly as the ordinary network's `state_dict` does.
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 from torch import nn
@@ -580,3 +581,16 @@ def compile_over_members(fn: Callable, device: torch.device | str) -> Callable:
             return compiled(*args)
 
     return call
+
+
+def stacked_optimizer(factory: Callable[..., torch.optim.Optimizer], params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+    """The optimizer over an ensemble's stacked weights: `factory(params)`, except that Adam or AdamW left at torch's
+    default implementation (`fused=None`: a Python loop over the parameters on a CPU) on CPU or CUDA weights is made
+    fused (one kernel for every parameter; PPO's and DQN's K-agent iterations measured in docs/compiled_updates.md).
+    An explicit `optimizer.fused=false` is kept."""
+    params = list(params)
+    if (isinstance(factory, functools.partial) and factory.func in (torch.optim.Adam, torch.optim.AdamW)
+            and factory.keywords.get("fused", None) is None and not factory.keywords.get("foreach")
+            and params and all(p.device.type in ("cpu", "cuda") for p in params)):
+        return factory(params, fused=True)
+    return factory(params)

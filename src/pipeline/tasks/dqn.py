@@ -36,6 +36,7 @@ from pipeline.nets.ensemble import (
     compile_over_members,
     compiled_graphs,
     make_ensemble,
+    stacked_optimizer,
 )
 from pipeline.nets.td_grad import loss_derivative, relu_mlp_forward, relu_mlp_layers, td_grads_
 from pipeline.rl.replay import ReplayBuffer
@@ -155,7 +156,7 @@ class DQNTask(RLTask):
         return make_ensemble(net, self.agent_seeds, self.obs_shape, self.n_actions)
 
     def configure_optimizers(self):
-        optimizer = self.optimizer_factory(self.net.parameters())
+        optimizer = stacked_optimizer(self.optimizer_factory, self.net.parameters())
         if self.scheduler_factory is None:
             return optimizer
         # Stepped once per round (train_frequency env steps per agent).

@@ -50,6 +50,7 @@ from pipeline.nets.ensemble import (
     compile_over_members,
     compiled_graphs,
     make_ensemble,
+    stacked_optimizer,
 )
 from pipeline.rl.ppo import (
     RewardScaler,
@@ -173,7 +174,7 @@ class PPOTask(RLTask):
         return make_ensemble(factory, self.agent_seeds, self.obs_shape, n_out)
 
     def configure_optimizers(self):
-        optimizer = self.optimizer_factory(self.net.parameters())
+        optimizer = stacked_optimizer(self.optimizer_factory, self.net.parameters())
         self.base_lr = float(optimizer.param_groups[0]["lr"])
         return optimizer
 
