@@ -21,7 +21,7 @@ data's test split, or noise. Outputs must agree within a bound on float32 roundi
 from __future__ import annotations
 
 import contextlib
-import importlib.util
+import importlib
 import logging
 import sys
 import warnings
@@ -148,7 +148,13 @@ def float32_error_bound(module, values, inputs):
 
 
 def check_onnx_installed() -> None:
-    missing = [name for name in ONNX_PACKAGES if importlib.util.find_spec(name) is None]
+    """One line naming what format=onnx lacks (a package that is absent, or that does not import)."""
+    missing = []
+    for name in ONNX_PACKAGES:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
     if missing:
         raise EvalError(f"format=onnx needs {', '.join(missing)}, not installed: pip install -e '.[onnx]'")
 
