@@ -13,6 +13,7 @@ import copy
 
 import pipeline.runtime.run as run_module
 from pipeline.runtime.run import run
+from pipeline.store.curves import read_run_curve
 from pipeline.store.record import RunRecord, read_result
 
 DQN = ("experiment=dqn_cartpole", "env=cartpole_tensor", "task.stop_at_return=null", "trainer.enable_progress_bar=false",
@@ -22,8 +23,9 @@ SUPERVISED = ("experiment=supervised_digits", "trainer.max_epochs=3", "trainer.e
               "checkpoint.every_steps=1", "checkpoint.every_s=null")
 
 
-def _watch(monkeypatch, dirs):
-    """Read every agent's record at each stage the run passes; returns the list the readings go to."""
+def _watch(monkeypatch, dirs, curves: dict | None = None):
+    """Read every agent's record at each stage the run passes; returns the list the readings go to. With `curves`,
+    each agent's metrics.csv as it is on disk right after each checkpoint goes there too ({step: [curve per agent]})."""
     seen: list[tuple[str, list[dict | None]]] = []
     real_write = RunRecord.write
 
@@ -43,6 +45,8 @@ def _watch(monkeypatch, dirs):
         def noted(**saved):
             note_save(**saved)
             look(f"checkpoint {saved['step']}")
+            if curves is not None:
+                curves[saved["step"]] = [read_run_curve(d) for d in dirs]
 
         return noted
 
@@ -104,9 +108,19 @@ def _check_stages(seen, returned, dirs, checkpoints: int):
 
 def test_a_dqn_batchs_records_say_ok_only_after_the_run(make_cfg, tmp_path, monkeypatch):
     dirs = [tmp_path / "seed5", tmp_path / "seed6"]
-    seen = _watch(monkeypatch, dirs)
+    curves: dict[int, list] = {}
+    seen = _watch(monkeypatch, dirs, curves)
     returned = run(make_cfg(*DQN), tmp_path)
     _check_stages(seen, returned, dirs, checkpoints=3)
+    # What a resume from a checkpoint keeps (every curve row up to its step) is on disk when the checkpoint is: the
+    # finished curve's rows up to that step, with the values they had then (the curves flush with every checkpoint;
+    # the last step's row gains the final evaluation later).
+    final = [read_run_curve(d) for d in dirs]
+    assert any(s < step for step in curves for s in final[0]), (sorted(curves), sorted(final[0]))
+    for step, on_disk in curves.items():
+        for got, done in zip(on_disk, final, strict=True):
+            assert sorted(s for s in got if s <= step) == sorted(s for s in done if s <= step), step
+            assert all(got[s].items() <= done[s].items() for s in got if s <= step), step
 
 
 def test_a_supervised_runs_record_says_ok_only_after_the_run(make_cfg, tmp_path, monkeypatch):
