@@ -84,7 +84,7 @@ def run_pytest(clone: Path, selection: list[str], args: argparse.Namespace, jobs
     cmd += ["-n", str(jobs), "--dist", "loadgroup"] if jobs > 1 else ["-p", "no:xdist"]
     if args.suite == "fast":
         cmd += ["-m", "not slow"]
-    cmd += [f"--ignore={path}" for path in ignore] + selection
+    cmd += [f"--ignore={path}" for path in ignore] + [f"--deselect={node}" for node in args.deselect] + selection
     env = dict(os.environ, PYTHONPATH=str(clone / "src"), PYTHONDONTWRITEBYTECODE="1")
     # A session of its own: a stopped slip run takes its pytest workers with it.
     proc = subprocess.Popen(cmd, cwd=clone, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -142,6 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="1-based indices, comma separated")
     parser.add_argument("--jobs", type=int, default=2, help="pytest-xdist workers (default 2)")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--deselect", action="append", default=[], metavar="NODE",
+                        help="a test that fails without any slip (check first: a slip it 'catches' is not caught)")
+    parser.add_argument("--stages", default="named,package,rest",
+                        help="which stages to run (named,package: a quick first pass; a slip they miss is only provisionally missed)")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the module is restored on the way out
 
@@ -157,7 +161,10 @@ def main(argv: list[str] | None = None) -> int:
         start = time.monotonic()
         try:
             path.write_text(plant(original, slip))
+            rc, out = 0, ""
             for stage, selection, jobs, ignore in stages(clone, slip.module, args.jobs):
+                if stage not in args.stages.split(","):
+                    continue
                 print(f"    [{i}] {stage}: {' '.join(selection)}", flush=True)
                 rc, out = run_pytest(clone, selection, args, jobs, ignore)
                 if rc not in (0, 5):  # 5: nothing selected (every test there is slow)
@@ -167,13 +174,15 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             path.write_text(original)
         caught = rc in (1, 2)
+        if not caught and rc != -1:
+            stage = "whole suite" if "rest" in args.stages.split(",") else f"provisional: only {args.stages} run"
         entry = {"index": i, "module": slip.module, "what": slip.what, "caught": caught, "stage": stage,
                  "returncode": rc, "by": first_failure(out) if caught else None,
                  "seconds": round(time.monotonic() - start, 1)}
         if rc == -1:
             entry["error"] = out
         results.append(entry)
-        verdict = f"caught ({stage}) by {entry['by']}" if caught else ("NOT PLANTED: " + out if rc == -1 else "MISSED")
+        verdict = f"caught ({stage}) by {entry['by']}" if caught else ("NOT PLANTED: " + out if rc == -1 else f"MISSED ({stage})")
         print(f"[{i}] {slip.module}: {slip.what}: {verdict} ({entry['seconds']} s)", flush=True)
     planted = [r for r in results if r["returncode"] != -1]
     caught = sum(r["caught"] for r in planted)
