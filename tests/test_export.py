@@ -121,16 +121,24 @@ class _SmallConvNet(nn.Module):
         return self.body(x)
 
 
+def _batch_normed():
+    net = nn.Sequential(nn.Linear(7, 64), nn.BatchNorm1d(64), nn.LeakyReLU(0.2), nn.Linear(64, 3))
+    with torch.no_grad():  # statistics far from the layer's own: (x - mean) cancels
+        net[1].running_mean.copy_(torch.randn(64) * 5)
+        net[1].running_var.copy_(torch.rand(64) * 0.1 + 0.01)
+    return net
+
+
 @pytest.mark.parametrize("make", [lambda: nn.Sequential(nn.Linear(7, 256), nn.Tanh(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 3)),
-                                  _SmallConvNet], ids=["mlp", "cnn"])
+                                  _SmallConvNet, _batch_normed], ids=["mlp", "cnn", "batchnorm"])
 def test_the_rounding_bound_holds_for_a_float64_reference_and_is_not_vacuous(make):
     torch.manual_seed(0)
     net = make().eval()
-    x = torch.randn(64, 7) * 3 if isinstance(net, nn.Sequential) else torch.randn(64, 2, 8, 8)
+    x = torch.randn(64, 2, 8, 8) if isinstance(net, _SmallConvNet) else torch.randn(64, 7) * 3
     values, bound = float32_error_bound(net, net, x)
     with torch.no_grad():
         exact = make().double().eval()
-        exact.load_state_dict({k: v.double() for k, v in net.state_dict().items()})
+        exact.load_state_dict({k: v.double() if v.is_floating_point() else v for k, v in net.state_dict().items()})
         reference = exact(x.double())
     error = (values.double() - reference).abs()
     # One float32 evaluation is within half the bound (which covers two) of the exact value ...
