@@ -17,7 +17,7 @@ help: ## list the targets
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet "$(TORCH)"
-	$(PY) -m pip install --quiet -e ".[dev,mujoco]"
+	$(PY) -m pip install --quiet -e ".[dev,mujoco,onnx]"
 	touch $(STAMP)
 
 setup: $(STAMP) ## create .venv and install the project (once; again when pyproject.toml changes)

@@ -165,8 +165,10 @@ def _load_agent(cfg, run_dir: Path, seed: int, device: str, state: dict | None =
     env.close()
     continuous = isinstance(action_space, gym.spaces.Box)
     stats = load_obs_stats(cfg, run_dir)
+    from pipeline.store.layout import best_path
+
     model = load_network(cfg, run_dir, observation_space.shape, int(action_space.shape[0] if continuous else action_space.n),
-                         continuous, state).to(device).eval()
+                         continuous, state, source=None if state is None else best_path(run_dir)).to(device).eval()
     net = model if stats is None else obs_normalized(model, stats)
     kind = _POLICY_OF_TASK.get(str(OmegaConf.select(cfg, "task._target_", default="")).rsplit(".", 1)[-1])
     epsilon = OmegaConf.select(cfg, "task.eps_end", default=None) if kind == "q_values" else None

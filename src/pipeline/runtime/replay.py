@@ -113,9 +113,9 @@ def load_obs_stats(cfg: DictConfig, run_dir: Path, files: dict | None = None) ->
 
 
 def load_network(cfg: DictConfig, run_dir: Path, obs_shape: tuple, n_actions: int, continuous: bool = False,
-                 state_dict: dict | None = None):
-    """The plain network the run's `model:` config describes, sized for the env, with model.pt's (or `state_dict`'s)
-    weights; observation statistics are not applied here (`load_policy` does)."""
+                 state_dict: dict | None = None, source: Path | None = None):
+    """The plain network the run's `model:` config describes, sized for the env, with model.pt's (or `state_dict`'s,
+    read from `source`) weights; observation statistics are not applied here (`load_policy` does)."""
     import functools
 
     from hydra.utils import instantiate
@@ -131,7 +131,7 @@ def load_network(cfg: DictConfig, run_dir: Path, obs_shape: tuple, n_actions: in
         raise EvalError(str(exc)) from None
     except RuntimeError as exc:
         first = str(exc).strip().splitlines()[0]
-        raise EvalError(f"{model_path(run_dir)} does not fit the run's model config ({cfg.model._target_}): {first}") from None
+        raise EvalError(f"{source or model_path(run_dir)} does not fit the run's model config ({cfg.model._target_}): {first}") from None
     return net
 
 

@@ -51,6 +51,8 @@ def is_own_entry(name: str) -> bool:
     """Whether a run dir's entry `name` is one the pipeline (or Hydra, or a logger it runs) writes."""
     if name in OWN_ENTRIES or name.endswith(".tmp"):
         return True
+    if name.startswith(("policy.", "model.")) and name.endswith((".torchscript.pt", ".onnx")):  # python -m pipeline.export
+        return True
     if name.startswith("metrics.prev") and name.endswith(".csv"):
         return True
     return name.startswith("seed") and name[4:].isdigit()

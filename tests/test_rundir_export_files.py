@@ -1,0 +1,16 @@
+"""Files `python -m pipeline.export` writes into a run dir count as the pipeline's own (a rerun there is not refused)."""
+
+import pytest
+
+from pipeline.store.layout import is_own_entry
+
+
+@pytest.mark.parametrize("name", ["policy.onnx", "policy.best.onnx", "model.onnx", "policy.torchscript.pt",
+                                  "model.best.torchscript.pt"])
+def test_export_files_are_the_pipelines_own(name):
+    assert is_own_entry(name)
+
+
+@pytest.mark.parametrize("name", ["my_policy.onnx", "policy.onnx.bak", "notes.torchscript.pt", "model.pt.orig"])
+def test_a_users_files_with_similar_names_are_not(name):
+    assert not is_own_entry(name)
