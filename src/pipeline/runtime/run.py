@@ -262,110 +262,151 @@ def run_job(cfg: DictConfig, ctx: JobContext, trial_reporter: Callable[[Any], An
 
 
 def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int], dirs: list[Path], trial_reporter) -> list[dict]:
-    k = len(seeds)
     plan = plan_start(cfg, run_dir, dirs)
     if plan.nothing_to_do:
         return [p.to_dict() for p in plan.previous]
-    previous, ckpt, extending = plan.previous, plan.ckpt, plan.extending
-    if extending:
+    if plan.extending:
         log.info(f"{run_dir} finished ok; continuing it from its checkpoint ({RESULT} keeps the finished record until this ends ok)")
+    return _Lifecycle(cfg, ctx, run_dir, seeds, dirs, plan).run(trial_reporter)
 
-    t_start = time.perf_counter()
-    processes = config_checks.process_count(cfg)
-    # SLURM's SIGUSR2 (a sweep job's own process), and SIGUSR2 to any rank of a run on several processes.
-    signals = (*STOP_SIGNALS, signal.SIGUSR2) if ctx.isolated or processes > 1 else STOP_SIGNALS
-    stop = StopRequests(signals).install()
-    loggers: list = []
-    records: list[RunRecord] = []
-    curves: list[CurveLog] = []
-    task = None
-    try:
-        device, datamodule, task, resume_step, curve_step, setup_s = _build(cfg, ctx, k, run_dir, ckpt)
-    except Exception as exc:
-        if ckpt is not None:  # a failed resume leaves the earlier record and curve as they were
-            stop.uninstall()
+
+class _Lifecycle:
+    """One run's way: build -> attach -> fit -> save -> finish, and (in `run`) what each way of failing leaves."""
+
+    def __init__(self, cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int], dirs: list[Path], plan) -> None:
+        self.cfg, self.ctx, self.run_dir, self.seeds, self.dirs, self.plan = cfg, ctx, run_dir, seeds, dirs, plan
+        self.ckpt, self.ckpt_file = plan.ckpt, checkpoint_path(run_dir)
+        self.processes = config_checks.process_count(cfg)
+        self.t_start = time.perf_counter()
+        # SLURM's SIGUSR2 (a sweep job's own process), and SIGUSR2 to any rank of a run on several processes.
+        signals = (*STOP_SIGNALS, signal.SIGUSR2) if ctx.isolated or self.processes > 1 else STOP_SIGNALS
+        self.stop = StopRequests(signals).install()
+        self.loggers: list = []
+        self.records: list[RunRecord] = []
+        self.curves: list[CurveLog] = []
+        self.task: Task | None = None
+        self.ranks: RankProcesses | None = None
+        self.saves = {"count": 0, "seconds": 0.0}
+
+    def run(self, trial_reporter) -> list[dict]:
+        """The failure policy, in one place: a resume that cannot load its checkpoint is refused and leaves the earlier
+        record and curve as they were; more processes than batches is refused before any record; a stop request
+        records `interrupted` with the resume command; any other failure records `failed` (traceback in error.log,
+        a rank that ended named)."""
+        try:
+            self.build()
+        except RunRefused:
+            self.stop.uninstall()
+            raise
+        except Exception as exc:
+            return self.failed(exc)
+        try:
+            _check_batches(self.cfg, self.datamodule, self.processes)
+        except config_checks.ConfigError:
+            self.stop.uninstall()
+            raise
+        try:
+            self.start()
+            self.attach(trial_reporter)
+            self.save(self.fit())
+        except Interrupted as exc:
+            return _interrupted(self.records, exc, self.stop, self.ctx, self.t_start, self.loggers, self.curves, self.task)
+        except Exception as exc:  # every failure becomes a record; the traceback goes to error.log
+            return self.failed(exc)
+        finally:
+            if self.ranks is not None:  # a failed run's other ranks hold nothing worth waiting for
+                self.ranks.close(wait_s=0 if any(r.status == "failed" for r in self.records) else 60)
+        return _finish(self.records, self.t_start, self.stop, self.loggers, self.curves, self.cfg, self.dirs,
+                       self.task.agent_loggers, videos=self.task.capture_video)
+
+    def failed(self, exc: Exception) -> list[dict]:
+        if not self.records:
+            self.records = _start_records(self.cfg, self.ctx, self.dirs, self.seeds, self.plan.previous, None)
+        cause = exc if self.ranks is None else self.ranks.failure(exc)
+        return _fail(self.records, cause, self.run_dir, self.t_start, self.stop, self.loggers, self.curves, self.task)
+
+    def build(self) -> None:
+        """Device, data, task and the checkpoint's state; a resume that cannot load it is RunRefused."""
+        try:
+            built = _build(self.cfg, self.ctx, len(self.seeds), self.run_dir, self.ckpt)
+        except Exception as exc:
+            if self.ckpt is None:
+                raise
             if isinstance(exc, DamagedCheckpoint):
-                raise RunRefused(damaged_line(exc, ckpt)) from None
-            raise RunRefused(f"cannot resume {run_dir} from {ckpt}: {one_line(exc)}; the earlier record is kept") from None
-        records = _start_records(cfg, ctx, dirs, seeds, previous, None)
-        return _fail(records, exc, run_dir, t_start, stop, loggers, curves)
+                raise RunRefused(damaged_line(exc, self.ckpt)) from None
+            raise RunRefused(f"cannot resume {self.run_dir} from {self.ckpt}: {one_line(exc)}; the earlier record is kept") from None
+        self.device, self.datamodule, self.task, self.resume_step, self.curve_step, self.setup_s = built
 
-    try:
-        _check_batches(cfg, datamodule, processes)
-    except config_checks.ConfigError:
-        stop.uninstall()
-        raise
-    records = _start_records(cfg, ctx, dirs, seeds, previous, resume_step, EXTENDING if extending else None)
-    for r in records:
-        r.update(task=type(task).__name__, primary_metric=task.primary_metric, primary_curve=task.primary_curve,
-                 higher_is_better=task.higher_is_better, device=str(device), **_process_fields(datamodule, processes))
-        r.write()
-    # Ranks 1..N-1 of a run on several processes on this machine start with the fit (SLURM starts its own tasks).
-    ranks = RankProcesses(_rank_job_dir(cfg, ctx, ckpt)) if processes > 1 and slurm_rank() is None else None
-    try:
-        return _train(cfg, ctx, run_dir, dirs, seeds, task, datamodule, device, records, loggers, stop, ckpt,
-                      resume_step, curve_step, setup_s, t_start, ranks, trial_reporter)
-    finally:
-        if ranks is not None:  # a failed run's other ranks hold nothing worth waiting for
-            ranks.close(wait_s=0 if any(r.status == "failed" for r in records) else 60)
+    def start(self) -> None:
+        """The records say the run has started (a resumed one carries its segments); the other local ranks start."""
+        task, side = self.task, EXTENDING if self.plan.extending else None
+        self.records = _start_records(self.cfg, self.ctx, self.dirs, self.seeds, self.plan.previous, self.resume_step, side)
+        for r in self.records:
+            r.update(task=type(task).__name__, primary_metric=task.primary_metric, primary_curve=task.primary_curve,
+                     higher_is_better=task.higher_is_better, device=str(self.device),
+                     **_process_fields(self.datamodule, self.processes))
+            r.write()
+        # Ranks 1..N-1 of a run on several processes on this machine start with the fit (SLURM starts its own tasks).
+        if self.processes > 1 and slurm_rank() is None:
+            self.ranks = RankProcesses(_rank_job_dir(self.cfg, self.ctx, self.ckpt))
 
-
-def _train(cfg, ctx, run_dir, dirs, seeds, task, datamodule, device, records, loggers, stop, ckpt, resume_step,
-           curve_step, setup_s, t_start, ranks, trial_reporter) -> list[dict]:
-    k = len(seeds)
-    ckpt_file = checkpoint_path(run_dir)
-    curves: list[CurveLog] = []
-    try:
-        curves = [CurveLog(metrics_path(d), resume_step=curve_step) for d in dirs]
+    def attach(self, trial_reporter) -> None:
+        """Curves, loggers, the tuner's reporter, the video hook and checkpointing to the task; the trainer."""
+        cfg, task, k = self.cfg, self.task, len(self.seeds)
+        self.curves = [CurveLog(metrics_path(d), resume_step=self.curve_step) for d in self.dirs]
         resolved = OmegaConf.to_container(cfg, resolve=True)
-        agent_loggers = _build_agent_loggers(cfg, resolved, records, loggers)
+        agent_loggers = _build_agent_loggers(cfg, resolved, self.records, self.loggers)
         trainer_loggers = list(agent_loggers[0]) if k == 1 else []  # K > 1: each seed's loggers are the task's to feed
         task.agent_loggers = agent_loggers
         task.compile_updates = bool(OmegaConf.select(cfg, "device.compile", default=False))
         if task.writes_curves:
-            task.curves = curves
+            task.curves = self.curves
         else:
-            trainer_loggers.insert(0, CurveLogger(curves[0]))
-            loggers.insert(0, trainer_loggers[0])
+            trainer_loggers.insert(0, CurveLogger(self.curves[0]))
+            self.loggers.insert(0, trainer_loggers[0])
         if trial_reporter is not None and cfg.get("trial") is not None:
             task.trial_reporter = trial_reporter(cfg.trial)
         from pipeline.runtime.replay import training_video_hook
 
-        task.video_hook = training_video_hook(cfg, dirs, seeds, device.type, agent_loggers)  # called only if the task records
+        task.video_hook = training_video_hook(cfg, self.dirs, self.seeds, self.device.type, agent_loggers)  # if it records
         policy = _policy(cfg)
-        saves = {"count": 0, "seconds": 0.0}
-
-        def note_save(step: int, seconds: float, size: int, replay_saved: bool | None = None) -> None:
-            saves["count"] += 1
-            saves["seconds"] += seconds
-            info = {"path": str(ckpt_file), "step": step, "saved_at": _now(), "size_bytes": size,
-                    "saves": saves["count"], "save_seconds": round(saves["seconds"], 3)}
-            if replay_saved is not None:
-                info["replay_saved"] = replay_saved
-            for r in records:
-                r.checkpoint = info
-                # A segment killed later still counts the time up to its last checkpoint.
-                r.segments[-1].update(wall_time_s=round(time.perf_counter() - t_start, 3), to_step=step)
-                # What a reader of a killed run's record needs: how far the checkpoint got and how to go on.
-                r.error = f"run did not finish (killed, or still running); its checkpoint holds step {step}: continue with ckpt_path=last"
-                r.wall_time_s = round(sum(float(seg.get("wall_time_s") or 0.0) for seg in r.segments), 3)
-                r.write()
-            for c in curves:
-                c.flush()
-
-        callbacks: list = [ValidationTimer()]
-        epochs = None
+        self.timer, self.epochs = ValidationTimer(), None
+        callbacks: list = [self.timer]
         if task.checkpointing == "state":
-            task.checkpoint_hook = state_checkpointer(task, ckpt_file, policy, stop, note_save)
+            task.checkpoint_hook = state_checkpointer(task, self.ckpt_file, policy, self.stop, self.note_save)
         else:
-            epochs = EpochCheckpointer(ckpt_file, policy, stop, note_save, saved_epoch=resume_step,
-                                       curve_step=lambda: max((c.last_step() for c in curves if c.rows), default=None))
-            callbacks.append(epochs)
-        policy.start(resume_step or 0)
-        trainer = make_trainer(cfg, device.type, run_dir, trainer_loggers, callbacks, ranks, task)
-        lightning_ckpt = str(ckpt) if ckpt is not None and task.checkpointing == "lightning" else None
+            self.epochs = EpochCheckpointer(self.ckpt_file, policy, self.stop, self.note_save, saved_epoch=self.resume_step,
+                                            curve_step=lambda: max((c.last_step() for c in self.curves if c.rows), default=None))
+            callbacks.append(self.epochs)
+        policy.start(self.resume_step or 0)
+        self.trainer = make_trainer(cfg, self.device.type, self.run_dir, trainer_loggers, callbacks, self.ranks, task)
+
+    def note_save(self, step: int, seconds: float, size: int, replay_saved: bool | None = None) -> None:
+        """A checkpoint was saved: the records say where it is, what it holds and how to go on from it."""
+        self.saves["count"] += 1
+        self.saves["seconds"] += seconds
+        info = {"path": str(self.ckpt_file), "step": step, "saved_at": _now(), "size_bytes": size,
+                "saves": self.saves["count"], "save_seconds": round(self.saves["seconds"], 3)}
+        if replay_saved is not None:
+            info["replay_saved"] = replay_saved
+        for r in self.records:
+            r.checkpoint = info
+            # A segment killed later still counts the time up to its last checkpoint.
+            r.segments[-1].update(wall_time_s=round(time.perf_counter() - self.t_start, 3), to_step=step)
+            # What a reader of a killed run's record needs: how far the checkpoint got and how to go on.
+            r.error = f"run did not finish (killed, or still running); its checkpoint holds step {step}: continue with ckpt_path=last"
+            r.wall_time_s = round(sum(float(seg.get("wall_time_s") or 0.0) for seg in r.segments), 3)
+            r.write()
+        for c in self.curves:
+            c.flush()
+
+    def fit(self) -> list[dict[str, float]]:
+        """The task's fit and final evaluation; a stop request ends it at a safe point with one checkpoint."""
+        task, stop, epochs = self.task, self.stop, self.epochs
+        lightning_ckpt = str(self.ckpt) if self.ckpt is not None and task.checkpointing == "lightning" else None
+        per_agent = None
         try:
-            per_agent = task.fit_and_evaluate(trainer, datamodule, lightning_ckpt)
+            per_agent = task.fit_and_evaluate(self.trainer, self.datamodule, lightning_ckpt)
         except SystemExit:
             # Lightning handles SIGTERM too (its handler chains to ours) and ends the fit with SIGTERMException,
             # a SystemExit with no code, at points of its own between our safe points (after a batch's last
@@ -378,8 +419,13 @@ def _train(cfg, ctx, run_dir, dirs, seeds, task, datamodule, device, records, lo
             if epochs is not None:
                 epochs.save_last_finished_epoch()
             raise Interrupted(task.resume_step if epochs is None else epochs.saved_epoch)
-        stopped = early_stop_of(trainer)  # a configured EarlyStopping ended the fit: when and why
-        for i, (r, d) in enumerate(zip(records, dirs)):
+        return per_agent
+
+    def save(self, per_agent: list[dict[str, float]]) -> None:
+        """Each agent's model.pt and its record's final metrics and time breakdown."""
+        task = self.task
+        stopped = early_stop_of(self.trainer)  # a configured EarlyStopping ended the fit: when and why
+        for i, (r, d) in enumerate(zip(self.records, self.dirs)):
             save_model(task.agent_state_dict(i), d, task.agent_files(i))
             extras = task.agent_record(i)
             if stopped is not None and extras.get("early_stop") is None:  # the tuner's pruning, when both, is what it reads
@@ -387,21 +433,16 @@ def _train(cfg, ctx, run_dir, dirs, seeds, task, datamodule, device, records, lo
             r.update(status="ok", error=None, metrics=per_agent[i], **extras)
             if r.primary_metric not in per_agent[i]:
                 raise RuntimeError(f"task did not report its primary metric {r.primary_metric!r}")
-        breakdown = {"setup": setup_s, **task.time_breakdown_s}
-        val = callbacks[0].seconds
+        breakdown = {"setup": self.setup_s, **task.time_breakdown_s}
+        val = self.timer.seconds
         if "fit" in breakdown and val:
             breakdown["fit"] -= val
             breakdown = {("train" if key == "fit" else key): v for key, v in breakdown.items()}
             breakdown["val"] = val
-        if saves["count"]:
-            breakdown["checkpoint"] = saves["seconds"]
-        for r in records:
+        if self.saves["count"]:
+            breakdown["checkpoint"] = self.saves["seconds"]
+        for r in self.records:
             r.time_breakdown_s = {key: round(v, 4) for key, v in breakdown.items()}
-    except Interrupted as exc:
-        return _interrupted(records, exc, stop, ctx, t_start, loggers, curves, task)
-    except Exception as exc:  # every failure becomes a record; the traceback goes to error.log
-        return _fail(records, exc if ranks is None else ranks.failure(exc), run_dir, t_start, stop, loggers, curves, task)
-    return _finish(records, t_start, stop, loggers, curves, cfg, dirs, task.agent_loggers, videos=task.capture_video)
 
 
 def _build(cfg: DictConfig, ctx: JobContext, k: int, run_dir: Path, ckpt: Path | None):
