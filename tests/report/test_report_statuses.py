@@ -121,16 +121,6 @@ def test_a_finished_report_is_not_partial(tmp_path):
     assert "Partial report" not in (tmp_path / "out" / "report.md").read_text()
 
 
-def test_a_lock_taken_after_its_pid_was_reused_is_not_a_live_owner(tmp_path):
-    """A lock names pid P since time t; a process P started after t is another process: the run is not running."""
-    from pipeline.report.collect import owner_alive
-
-    me = {"pid": os.getpid(), "host": socket.gethostname()}
-    assert owner_alive({**me, "since": time.time()}) is True
-    assert owner_alive({**me, "since": time.time() - 10 * 365 * 86400}) is False  # taken years before we started
-    assert owner_alive({**me, "host": "another-host.invalid", "since": time.time()}) is None  # cannot be checked
-
-
 def test_a_record_that_says_running_is_running(tmp_path):
     """A record written with status running (no lock to check) counts as running, and the report is partial."""
     write_run(tmp_path / "0", seed=0, group=GROUP, value=1.0)
