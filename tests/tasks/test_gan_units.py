@@ -178,8 +178,9 @@ def trainer(batches=1, epochs=1, loggers=None, **kwargs):
 
 
 def attach(task, loggers=(), **values):
-    """A stand-in trainer for the methods that only read the trainer's loggers, epoch and directory."""
-    fields = dict(loggers=list(loggers), current_epoch=0, max_epochs=1, lr_scheduler_configs=[], default_root_dir="/nowhere")
+    """A stand-in trainer for the methods that only read the trainer's loggers, epoch, directory and process count."""
+    fields = dict(loggers=list(loggers), current_epoch=0, max_epochs=1, lr_scheduler_configs=[], default_root_dir="/nowhere",
+                  world_size=1, global_rank=0)
     fields.update(values)
     task._trainer = SimpleNamespace(**fields)
     return task
@@ -883,6 +884,7 @@ class FakeFit:
 
     def __init__(self, booked, loggers=()):
         self.loggers, self.current_epoch, self.calls, self.booked = list(loggers), 0, [], booked
+        self.world_size, self.global_rank = 1, 0  # one process
 
     def fit(self, task, datamodule, ckpt_path):
         self.calls.append((task, datamodule, ckpt_path))
