@@ -227,7 +227,7 @@ def test_closed_groups_refuse_unknown_keys_and_trainer_owned_keys():
     assert refused(checks._check_closed_groups, cfg(trainer={"accelerator": "gpu"}), {}) == (
         "trainer.accelerator is set by the pipeline; use device=cpu|cuda|mps|auto (device.accelerator) instead")
     # Every key the pipeline sets from its own groups is refused here, before Lightning loads (not only in trainer_kwargs).
-    # trainer.devices is trainer=ddp's process count (tests/test_ddp_checks.py); alone it is refused by _check_processes.
+    # trainer.devices is trainer=ddp's process count (tests/test_ddp.py); alone it is refused by _check_processes.
     checks._check_closed_groups(cfg(trainer={"devices": 2, "ddp_timeout_s": 5}), {})
     assert refused(checks._check_processes, cfg(trainer={"devices": 2})).startswith(
         "trainer.devices=2 without trainer.strategy=ddp: choose trainer=ddp")
