@@ -147,7 +147,7 @@ def test_k_agents_with_a_tensor_env_and_envs_per_agent(make_cfg, tmp_path):
 
 
 def test_other_tasks_refuse_several_seeds_per_process_once_before_any_record(tmp_path):
-    proc = run_cli("experiment=cem_cartpole", "seeds_per_process=2", f"hydra.run.dir={tmp_path}")
+    proc = run_cli("experiment=gan_digits", "seeds_per_process=2", f"hydra.run.dir={tmp_path}")
     assert proc.returncode == 2
     assert (proc.stdout + proc.stderr).count("trains one seed per process") == 1
     assert not list(tmp_path.rglob("result.json"))  # refused before any work: no failed records

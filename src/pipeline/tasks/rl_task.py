@@ -52,7 +52,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from pipeline.nets.ensemble import keep_optimizer_members_
+from pipeline.nets.ensemble import keep_optimizer_members_, stacked_optimizer
 from pipeline.rl.envs import env_threshold, make_env
 from pipeline.rl.targets import freeze
 from pipeline.rl.vector import evaluate_agents, make_vector_env
@@ -260,7 +260,7 @@ class RLTask(Task):
 
     # ---- Lightning plumbing ----------------------------------------------------------------------------
     def configure_optimizers(self):
-        return self.optimizer_factory(self.net.parameters())
+        return stacked_optimizer(self.optimizer_factory, self.net.parameters())
 
     def train_dataloader(self) -> DataLoader:
         # Each item is one iteration; the data itself comes from the environment.
