@@ -27,7 +27,7 @@ NOTES = {
     "device": "`auto` picks cuda, then mps, then cpu and prints it; `device.num_threads` (default 1)",
     "seeding": "`seed=<int>` is a top-level key (see below)",
     "logger": "combine: `logger=[csv,wandb]`; `metrics.csv` is always written",
-    "trainer": "Lightning `Trainer` arguments; `debug` = a run of seconds (see above)",
+    "trainer": "Lightning `Trainer` arguments; `debug` = a run of seconds (see above); `ddp` = one run on several processes (docs/cluster.md)",
     "callbacks": "Lightning callbacks added to the pipeline's own; combine: `callbacks=[default,early_stopping]`",
     "data": "LightningDataModules (and logged bids); `atari_frames` plays an ALE game once and caches the frames",
     "env": "environments for RL tasks: gymnasium ids, or `*_tensor` batched tensor versions",
