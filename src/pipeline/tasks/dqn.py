@@ -95,19 +95,6 @@ def hand_td_grads(net: nn.Module, beta: float, obs: torch.Tensor, actions: torch
     return td_grads_(relu_mlp_layers(net), obs, actions, target, beta)
 
 
-class GreedyPolicy(nn.Module):
-    """The greedy actions of a Q-network (argmax over its last axis); its train/eval mode is the network's."""
-
-    def __init__(self, q_net: nn.Module):
-        super().__init__()
-        self.q_net = q_net
-        self.train(q_net.training)
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.q_net(obs).argmax(-1)
-
-
-
 @dataclass
 class DQNProgress(RLProgress):
     """DQN's own counters beside RLTask's."""
@@ -193,11 +180,6 @@ class DQNTask(RLTask):
             scheduler = self.lr_schedulers()
             if scheduler is not None:
                 scheduler.step()
-
-    def evaluation_policy(self, net: nn.Module, agents: torch.Tensor | None) -> nn.Module:
-        # A Module, so evaluate_agents runs the net in eval mode (noisy nets on their mean weights, no dropout)
-        # under inference_mode, and puts it back in the mode it was in.
-        return GreedyPolicy(net)
 
     def keep_agents_(self, keep: torch.Tensor, keep_slots: list[int], training: bool) -> None:
         self.target_net.keep_members_(keep)
