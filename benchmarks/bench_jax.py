@@ -142,6 +142,7 @@ def child(out: Path, overrides: list[str]) -> int:
         "time_breakdown_s": parts, "env_steps": sum(int(r["env_steps"]) for r in records), "updates": updates,
         "final_returns": [round(f, 1) for f in finals], "solved": sum(f >= SOLVED for f in finals),
         "stop_env_steps": [(r.get("early_stop") or {}).get("env_step") for r in records],
+        "git_commit": records[0].get("git_commit"),
     }
     out.write_text(json.dumps(result, indent=1))
     return 0
@@ -217,7 +218,9 @@ def recipe_table(rows: list[dict], title: str) -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         j, o = r["purejaxrl"], r["pipeline"]
-        print(f"| {r['k']} | {r['seed']} | {r['variant']} | {j['compile_cpu_s']} | {j['run_cpu_s']} | {o['import_cpu_s']} | "
+        compiled = o["time_breakdown_s"].get("compile")
+        variant = f"{r['variant']} (compile {compiled:.1f} s wall)" if compiled else r["variant"]
+        print(f"| {r['k']} | {r['seed']} | {variant} | {j['compile_cpu_s']} | {j['run_cpu_s']} | {o['import_cpu_s']} | "
               f"{o['run_cpu_s']} ({o['loop_cpu_s']}) | {per_cpu_s(j['env_steps'], j['loop_cpu_s']):,} | "
               f"{per_cpu_s(o['env_steps'], o['loop_cpu_s']):,} | {per_cpu_s(j['samples'], j['loop_cpu_s']):,} | "
               f"{per_cpu_s(o['samples'], o['loop_cpu_s']):,} | {r['step_ratio']} | {r['sample_ratio']} |")
