@@ -42,7 +42,7 @@ mutate: $(STAMP) ## mutation score of the 21 core modules (~24 min on 2 cores; A
 bench: $(STAMP) ## speed benchmarks, as ratios against a reference run in the same invocation
 	$(PY) benchmarks/run.py $(ARGS)
 
-bench-jax: $(STAMP) ## PPO CartPole, K=16 and 64 seeds on one core: the pipeline against PureJaxRL (own .venv-jax)
+bench-jax: $(STAMP) ## PPO and DQN CartPole against PureJaxRL, one core each: identical recipe (K=16/64/256, CPU s per env step and per backpropagated sample, compile apart) and per solved seed (own .venv-jax)
 	$(PY) benchmarks/bench_jax.py $(ARGS)
 
 bench-cleanrl: $(STAMP) ## PPO Pendulum, 16 seeds x 1M steps: the pipeline against CleanRL's ppo_continuous_action.py (own .venv-cleanrl; ~2.5 h on one core)
