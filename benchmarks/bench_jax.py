@@ -63,11 +63,9 @@ JAX_PACKAGES = ["jax==0.10.2", "jaxlib==0.10.2", "flax==0.12.8", "optax==0.2.8",
 PUREJAXRL_GIT = os.environ.get("PUREJAXRL_GIT", "https://github.com/luchris429/purejaxrl")
 SOLVED = 475.0
 XLA_ENV = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"}
-# PureJaxRL's ppo.py config on our side: task=ppo's defaults are its numbers; Adam's lr and eps are the optimizer
-# group's. CartPole in float32 tensors (gymnax's dtype); evaluation only at the end, no checkpoints.
-PPO_RECIPE = ["task=ppo", "model=actor_critic", "loss=none", "optimizer=adam", "optimizer.lr=0.00025", "optimizer.eps=1e-05",
-              "scheduler=none", "env=cartpole_tensor", "env.dtype=float32", "data=none", "trainer=rl",
-              "task.stop_at_return=null", "checkpoint.enabled=false"]
+# PureJaxRL's ppo.py config on our side: the preset ppo_cartpole_purejaxrl (task=ppo's defaults, its Adam, float32
+# CartPole as gymnax); no stop, no checkpoints.
+PPO_RECIPE = ["experiment=ppo_cartpole_purejaxrl", "task.stop_at_return=null", "checkpoint.enabled=false"]
 # PureJaxRL's dqn.py config: 10 envs a seed, buffer 10,000, batch 128, learning from 10,000 env steps, one update
 # per vector step (train_frequency = 10 env steps), hard target copy every 500 env steps, epsilon 1 -> 0.05
 # over 250k, Adam 2.5e-4, MSE, no gradient clipping, 120-84 ReLU.
