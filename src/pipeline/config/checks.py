@@ -146,9 +146,6 @@ TRAINER_OWNED = {
 # The trainer keys that make one run span several processes (trainer=ddp), and the pipeline's own key beside them.
 PROCESS_KEYS = ("strategy", "devices", "num_nodes")
 PIPELINE_TRAINER_KEYS = ("ddp_timeout_s",)
-# Tasks whose Lightning loop shards its batches over processes. A task's typed Config declares it with a class
-# variable `data_parallel = True`; these shipped ones are named here until their Configs do.
-DATA_PARALLEL_TARGETS = ("pipeline.tasks.supervised.SupervisedTask", "pipeline.tasks.gan.GANTask")
 
 
 def process_count(cfg: DictConfig) -> int:
@@ -182,8 +179,8 @@ def _check_processes(cfg: DictConfig) -> None:
         return
     target = str(OmegaConf.select(cfg, "task._target_", default=""))
     config = config_class(target)
-    declared = getattr(config, "data_parallel", None) if config is not None else None
-    if not (declared if declared is not None else target in DATA_PARALLEL_TARGETS):
+    # A task whose Lightning loop shards its batches over processes says so in its typed Config (`data_parallel = True`).
+    if not getattr(config, "data_parallel", False):
         name = target.rsplit(".", 1)[-1] or "this task"
         raise ConfigError(f"trainer=ddp shards a data loader over processes, which {name} does not train from (task=supervised "
                           "and task=gan do); run its seeds side by side in one process with seeds_per_process=N, or as a "

@@ -227,6 +227,9 @@ class CEMConfig(RLBatchConfig):
 class SupervisedConfig:
     """The supervised task's hyperparameters: the keys of conf/task/supervised.yaml."""
 
+    #: trainer=ddp shards this task's data loader over processes (config.checks reads it).
+    data_parallel: ClassVar[bool] = True
+
     _target_: str = "pipeline.tasks.supervised.SupervisedTask"
 
     scheduler_interval: str = one_of("epoch", "step")  # when the scheduler steps
@@ -259,6 +262,9 @@ class FrameFeatureSettings:
 @dataclass
 class GANConfig:
     """The GAN task's hyperparameters: the keys of conf/task/gan.yaml (which says what each one does)."""
+
+    #: trainer=ddp shards this task's data loader over processes (config.checks reads it).
+    data_parallel: ClassVar[bool] = True
 
     _target_: str = "pipeline.tasks.gan.GANTask"
 
