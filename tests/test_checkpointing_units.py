@@ -129,7 +129,10 @@ def test_validation_time_adds_up_over_the_validations(clock):
 
 # ---- EpochCheckpointer ----------------------------------------------------------------------------------
 class Trainer:
-    """What EpochCheckpointer reads from Lightning's trainer: the epoch, max_epochs and the checkpoint dict."""
+    """What EpochCheckpointer reads from Lightning's trainer: the epoch, max_epochs, the checkpoint dict and the
+    number of processes (one: the run's own)."""
+
+    world_size = 1
 
     def __init__(self, max_epochs) -> None:
         self.current_epoch = 0
