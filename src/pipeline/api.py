@@ -116,10 +116,11 @@ def load(run_dir: str | os.PathLike, device: str = "cpu", weights: str = "model"
     from omegaconf import OmegaConf
 
     from pipeline.runtime.replay import EvalError, find_config, has_env
+    from pipeline.store.layout import BEST, MODEL
 
     if weights not in ("model", "best"):
-        raise EvalError(f"weights={weights!r}: choose 'model' (model.pt, the weights at the end of training) or 'best' "
-                        "(best.pt, an RL run's best-evaluated weights)")
+        raise EvalError(f"weights={weights!r}: choose 'model' ({MODEL}, the weights at the end of training) or 'best' "
+                        f"({BEST}, an RL run's best-evaluated weights)")
     run_dir = Path(run_dir)
     cfg, seed = find_config(run_dir)
     state = _best_weights(cfg, run_dir) if weights == "best" else None
