@@ -211,7 +211,6 @@ def test_first_price_solver_with_a_reserve_matches_backward_shooting(tops, reser
     assert first_price_from_cdfs([_uniform(w) for w in tops], reserve).revenue == pytest.approx(shooting, abs=1e-3)
 
 
-@pytest.mark.slow  # ~4 CPU s; test_asymmetric_units keeps the table keys and the logged play fast
 def test_table_from_logged_bids_matches_the_truth_and_the_logged_play():
     """Seeds 0-4, 5,000 auctions of U[0, 1] x U[0, 2]. first_price_n2 is the logged game: its revenue
     measured within 0.0025 of each log's mean highest bid (sampling error about 0.002) and within 0.0075
@@ -266,7 +265,6 @@ def test_bounds_hold_the_point_and_the_truth_and_widen():
             assert low[1] <= value <= high[1], (prefix, rule)
 
 
-@pytest.mark.slow  # ~3 CPU s; test_bounds_hold_the_point_and_the_truth_and_widen keeps the asymmetric path fast
 def test_three_symmetric_bidders_through_the_asymmetric_path():
     """Three U[0, 1] bidders bidding 2v/3 (5,000 auctions), each inverted against the higher of the other two:
     the symmetric closed forms. Measured on seeds 0-4: second price within 0.005 at r = 0 and 0.5, 0.011 at

@@ -269,7 +269,6 @@ def test_asymmetric_bidders_are_inverted_one_by_one(caplog):
     assert logger.metrics == [({k: v for k, v in metrics.items() if k != "data/odd"}, 0)]
 
 
-@pytest.mark.slow  # ~4 CPU s; test_asymmetric_bidders_are_inverted_one_by_one keeps the asymmetric route fast
 def test_a_known_value_top_reaches_the_asymmetric_estimators():
     RULES = ["second_price_r0.2", "first_price_n2"]
     bids = by_bidder(200)
