@@ -1086,3 +1086,20 @@ def test_an_algorithm_state_that_reuses_the_checkpoints_keys_is_refused(monkeypa
     monkeypatch.setattr(PPOTask, "algorithm_state", lambda self: {"slots": [], "extra": 1})
     with pytest.raises(TypeError, match=r"^PPOTask.algorithm_state\(\) uses the checkpoint's own keys \['slots'\]: rename them$"):
         task.checkpoint_state()
+
+
+def test_a_stop_keeps_each_remaining_agents_own_train_metrics():
+    """After agent 1 of 3 stops, the train rows logged before the next update still carry each remaining agent's own
+    losses (agent 2 now sits at slot 1): the algorithm's per-slot state is remapped by the slots kept."""
+    task = make(k=3, hidden=(8,))
+    start(task)
+    task.iterate()
+    before = {agent: task.train_metrics(slot, agent) for slot, agent in enumerate(task.slots)}
+    assert before[0] != before[2]  # agents that differ, so a wrong mapping shows
+    task.stop_agents({1: "test"})
+    assert task.slots == [0, 2]
+    task.log_progress()
+    for agent in (0, 2):
+        step, row = task.curves[agent].rows[-1]
+        assert {k: row[k] for k in before[agent]} == before[agent]
+    assert not task.curves[1].rows  # a stopped agent gets no train row
