@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -114,7 +115,9 @@ def main(argv=None) -> int:
                     cwd.mkdir(exist_ok=True)
                     cmd = cleanrl_cmd(python, args.script, args.game, task, steps)
                 else:
-                    cwd, cmd = ROOT, ours_cmd(args.game, k, steps, OUT / "ours" / tag)
+                    run_dir = OUT / "ours" / tag
+                    shutil.rmtree(run_dir, ignore_errors=True)  # a finished run there would be refused
+                    cwd, cmd = ROOT, ours_cmd(args.game, k, steps, run_dir)
                 cpu[name] = cpu_seconds(pin + cmd, logs / f"{tag}.log", cwd, env)
             steps = {name: k * n for name, n in budgets.items()}
             marginal = (steps["long"] - steps["start"]) / (cpu["long"] - cpu["start"])
