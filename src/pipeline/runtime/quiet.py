@@ -23,6 +23,9 @@ HARMLESS = (
     # (runtime.run.make_trainer: one process, one device; the project's SIGUSR2 handler owns requeue), but
     # Lightning still probes SLURMEnvironment.detect() when it picks a checkpoint path, and that warns.
     r"The `srun` command is available on your system but is not used",
+    # trainer=ddp: the supervised task's val/test loaders hold one item and every rank scores the whole split, so
+    # no sample is counted twice (test/acc equals one process's: tests/test_ddp.py).
+    r"Using `DistributedSampler` with the dataloaders\. During `trainer\.test\(\)`",
 )
 
 
