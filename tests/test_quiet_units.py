@@ -14,11 +14,14 @@ HARMLESS = [
     "Set a lower value for log_every_n_steps if you want to see logs for the training epoch.",
     "The `srun` command is available on your system but is not used. HINT: If your intention is to run Lightning "
     "on SLURM, prepend your python command with `srun` like so: srun python train.py",
+    "Using `DistributedSampler` with the dataloaders. During `trainer.test()`, it is recommended to use "
+    "`Trainer(devices=1, num_nodes=1)` to ensure each sample/batch gets evaluated exactly once.",
 ]
 STILL_SHOWN = [
     "You passed in a `val_dataloader` but have no `validation_step`!",
     "The number of training batches (three) is smaller than the logging interval",
     "The `sbatch` command is available on your system but is not used",
+    "Using `DistributedSampler` with the dataloaders during training",
     "Something else went wrong",
 ]
 
@@ -47,7 +50,7 @@ def test_install_leaves_one_filter_per_harmless_message_and_nothing_else():
         warnings.resetwarnings()
         quiet.install()
         filters = list(warnings.filters)
-    assert len(filters) == 3
+    assert len(filters) == 4
     assert all(f[0] == "ignore" for f in filters)
 
 
