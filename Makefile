@@ -9,7 +9,7 @@ TORCH := torch==2.13.0
 EXPERIMENT ?= dqn_cartpole
 ARGS ?=
 
-.PHONY: help setup run test test-fast mutate bench bench-jax bench-ddp bench-cleanrl bench-offpolicy-cleanrl bench-tune lint clean cluster-up cluster-down
+.PHONY: help setup run test test-fast mutate bench bench-jax bench-ddp bench-atari-cleanrl bench-cleanrl bench-offpolicy-cleanrl bench-tune lint clean cluster-up cluster-down
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -47,6 +47,9 @@ bench-jax: $(STAMP) ## PPO and DQN CartPole against PureJaxRL, one core each: id
 
 bench-ddp: $(STAMP) ## one run on 1 and 2 processes (trainer=ddp, gloo on CPU): wall time per epoch, as a ratio
 	$(PY) benchmarks/bench_ddp.py --repeats 3 $(ARGS)
+
+bench-atari-cleanrl: $(STAMP) ## PPO Atari (Pong), K=1 and K=4 against CleanRL's ppo_atari_envpool.py: env steps per CPU second, one core (own venv under outputs/; ~10 min)
+	$(PY) benchmarks/bench_atari_cleanrl.py $(ARGS)
 
 bench-cleanrl: $(STAMP) ## PPO Pendulum, 16 seeds x 1M steps: the pipeline against CleanRL's ppo_continuous_action.py (own .venv-cleanrl; ~2.5 h on one core)
 	$(PY) benchmarks/bench_cleanrl.py $(ARGS)
