@@ -22,11 +22,14 @@ import tempfile
 import time
 from pathlib import Path
 
-LAYOUTS = {
-    "1 process, 1 thread": ("data.batch_size=128", "device.num_threads=1"),
-    "1 process, 2 threads": ("data.batch_size=128", "device.num_threads=2"),
-    "2 processes, 1 thread each": ("trainer=ddp", "data.batch_size=64", "device.num_threads=1"),
-}
+
+def layouts(batch: int) -> dict[str, tuple[str, ...]]:
+    """The same global batch three ways: one process on one thread, one on two threads, two processes of half."""
+    return {
+        "1 process, 1 thread": (f"data.batch_size={batch}", "device.num_threads=1"),
+        "1 process, 2 threads": (f"data.batch_size={batch}", "device.num_threads=2"),
+        "2 processes, 1 thread each": ("trainer=ddp", f"data.batch_size={batch // 2}", "device.num_threads=1"),
+    }
 
 
 def fit_seconds(extra: tuple[str, ...], epochs: int, width: int, out: Path) -> float:
@@ -46,7 +49,10 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, nargs=2, default=[2, 10])
     parser.add_argument("--width", type=int, default=1024)
     parser.add_argument("--repeats", type=int, default=1)
+    # A step's gradient arithmetic grows with the batch, the all-reduce of the gradient does not.
+    parser.add_argument("--batch", type=int, default=128, help="the global batch (even)")
     args = parser.parse_args()
+    LAYOUTS = layouts(args.batch)
     times: dict[str, list[float]] = {name: [] for name in LAYOUTS}
     with tempfile.TemporaryDirectory(prefix="bench-ddp-") as tmp:
         for _ in range(args.repeats):
@@ -54,7 +60,7 @@ def main() -> None:
                 short, long = (fit_seconds(extra, e, args.width, Path(tmp)) for e in args.epochs)
                 times[name].append((long - short) / (args.epochs[1] - args.epochs[0]))
     reference = statistics.median(times["1 process, 1 thread"])
-    print(f"supervised_digits, MLP [{args.width}, {args.width}], global batch 128, epochs {args.epochs[0]} vs {args.epochs[1]}, "
+    print(f"supervised_digits, MLP [{args.width}, {args.width}], global batch {args.batch}, epochs {args.epochs[0]} vs {args.epochs[1]}, "
           f"median of {args.repeats}; {os.cpu_count()} CPUs")
     for name, values in times.items():
         per_epoch = statistics.median(values)
