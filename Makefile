@@ -36,7 +36,7 @@ test: $(STAMP) ## run the test suite (JOBS=2 workers)
 test-fast: $(STAMP) ## the suite without the tests marked slow (each over ~5 s)
 	$(PY) -m pytest -q -m "not slow" $(XDIST) $(ARGS)
 
-mutate: $(STAMP) ## mutation score of the 21 core modules (~24 min on 2 cores; ARGS="rl/replay.py", "--stable" or "--all": hours)
+mutate: $(STAMP) ## mutation score of the 21 core modules (~15 min on 2 cores; ARGS="rl/replay.py", "--stable" or "--all": hours)
 	$(PY) tools/mutate.py $(ARGS)
 
 bench: $(STAMP) ## speed benchmarks, as ratios against a reference run in the same invocation

@@ -1,6 +1,6 @@
 """Mutation score of the core modules: mutmut 3.8.1, one module at a time, each against its own fast tests.
 
-    python tools/mutate.py                     # the modules in DEFAULT (~24 min on 2 cores)
+    python tools/mutate.py                     # the modules in DEFAULT (~15 min on 2 cores)
     python tools/mutate.py rl/schedules.py     # named modules (keys of MODULES)
     python tools/mutate.py --stable            # every module whose score has been measured (hours)
     python tools/mutate.py --all               # every module in MODULES
@@ -153,9 +153,8 @@ MODULES: dict[str, list[str]] = {
     # cli (2026-12-05, fifth)
     "cli.py": ["tests/test_cli_units.py"],
 }
-# `make mutate`: the core modules, sized to finish within 30 minutes on 2 cores at 2 children. Their times in one
-# run of the older default set (docs/development.md) add up to 20 min; rl/replay.py took 101 CPU-s on 2026-12-06
-# (50 s of wall at 2 children on 2 cores) against 41 s of wall there, so about 24 min now.
+# `make mutate`: the core modules, sized to finish within 30 minutes on 2 cores at 2 children: 14 min 37 s from
+# scratch on 2 quiet cores (docs/development.md).
 DEFAULT = [
     "rl/schedules.py",
     "rl/targets.py",
