@@ -213,7 +213,7 @@ def test_a_good_single_run_passes_holds_the_dirs_lock_and_leaves_nothing_once_re
     monkeypatch.chdir(tmp_path)
     for argv, run_dir in ([["experiment=supervised_digits", f"hydra.run.dir={tmp_path / 'a' / 'run'}"], tmp_path / "a" / "run"],
                           [["experiment=supervised_digits"], None]):  # Hydra's default dir under ./outputs
-        lock, created = cli._check_single_run_first(argv)
+        lock, created, _ = cli._check_single_run_first(argv)
         assert lock.path.is_file() and (run_dir is None or lock.path.parent == run_dir)
         assert argv[-1].startswith("hydra.run.dir=")  # Hydra runs in the dir that was locked, whatever the clock says
         lock.release()

@@ -66,10 +66,16 @@ def test_an_rl_task_is_refused_in_one_line_before_any_run_dir(tmp_path):
 
 @pytest.mark.slow
 def test_more_processes_than_batches_is_one_line_before_any_record(tmp_path):
-    proc = run_cli(*SHORT, "trainer=ddp", "trainer.devices=3", "data.batch_size=1000", f"hydra.run.dir={tmp_path}")
+    run_dir = tmp_path / "new" / "run"
+    proc = run_cli(*SHORT, "trainer=ddp", "trainer.devices=3", "data.batch_size=1000", f"hydra.run.dir={run_dir}")
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "error: 3 processes (trainer.devices x trainer.num_nodes) but 2 training batch(es) of data.batch_size=1000" in proc.stderr
-    assert not (tmp_path / "result.json").exists()
+    assert not (tmp_path / "new").exists()  # what Hydra wrote there (.hydra/, run.log) went with the refusal
+    # An empty dir that was there before stays, empty.
+    (tmp_path / "empty").mkdir()
+    again = run_cli(*SHORT, "trainer=ddp", "trainer.devices=3", "data.batch_size=1000", f"hydra.run.dir={tmp_path / 'empty'}")
+    assert again.returncode == 2
+    assert list((tmp_path / "empty").iterdir()) == []
 
 
 @pytest.mark.slow

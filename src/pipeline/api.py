@@ -237,6 +237,7 @@ def run(experiment: str | None = None, overrides: list[str] | tuple[str, ...] = 
         cli._check_override_grammar(argv)
         checks.check_group_overrides(argv)
         held = cli._check_single_run_first(argv)  # also takes the run dir's lock, and pins hydra.run.dir in argv
+    refused = False
     try:
         try:
             with initialize_config_module(config_module="pipeline.conf", version_base="1.3"):
@@ -248,10 +249,15 @@ def run(experiment: str | None = None, overrides: list[str] | tuple[str, ...] = 
         with open_dict(cfg):
             del cfg["hydra"]
         return _run_in(cfg, run_dir, argv, choices)
+    except ConfigError:
+        refused = True
+        raise
     finally:
         if held is not None:
-            lock, created = held
+            lock, created, empty_before = held
             lock.release()
+            if refused and empty_before:  # refused before any record: what Hydra wrote goes too
+                cli._remove_hydra_files(Path(lock.path.parent))
             cli._remove_if_empty(Path(lock.path.parent), created)
 
 

@@ -7,6 +7,7 @@ import errno
 import logging
 import os
 import re
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -183,6 +184,7 @@ def _check_single_run_first(argv: list[str]) -> tuple[RunDirLock, Path | None] |
     _check_name_lengths(run_dir, "hydra.run.dir")
     _check_writable(run_dir)
     created = _first_missing(run_dir)
+    empty_before = created is not None or not any(run_dir.iterdir())
     lock = RunDirLock(run_dir)
     try:
         preflight(cfg, run_dir)
@@ -196,7 +198,7 @@ def _check_single_run_first(argv: list[str]) -> tuple[RunDirLock, Path | None] |
     if not any(a.split("=", 1)[0].lstrip("+") == "hydra.run.dir" for a in argv):
         # The dir Hydra composes again from `${now:...}` could be a second later: it runs in the one locked.
         argv.append(f"hydra.run.dir={hydra_quoted(str(run_dir))}")
-    return lock, created
+    return lock, created, empty_before
 
 
 def _first_missing(run_dir: Path) -> Path | None:
@@ -220,6 +222,18 @@ def _remove_if_empty(run_dir: Path, created: Path | None) -> None:
             return
         if path == created:
             return
+
+
+def _remove_hydra_files(run_dir: Path) -> None:
+    """A run refused before its record leaves no run dir: what Hydra wrote into a dir that was new or empty
+    (`.hydra/`, `run.log`) goes, and only when nothing else is there."""
+    if not run_dir.is_dir():
+        return
+    hydra_files = {".hydra", "run.log"}
+    if not {p.name for p in run_dir.iterdir()} <= hydra_files:
+        return
+    shutil.rmtree(run_dir / ".hydra", ignore_errors=True)
+    (run_dir / "run.log").unlink(missing_ok=True)
 
 
 def _check_writable(run_dir: Path) -> None:
@@ -396,7 +410,9 @@ def _main(argv: list[str] | None) -> None:
         hydra_entry()
     finally:
         if held is not None:
-            lock, created = held
+            lock, created, empty_before = held
             lock.release()
+            if exit_status.code == 2 and empty_before:  # refused before any record (e.g. more DDP processes than batches)
+                _remove_hydra_files(Path(lock.path.parent))
             _remove_if_empty(Path(lock.path.parent), created)
     sys.exit(exit_status.code)
