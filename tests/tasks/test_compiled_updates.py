@@ -10,6 +10,7 @@ gradient (|d step| <= lr / eps * |d grad|): over U updates a weight moves at mos
 the bound asserted (with plain Adam's eps = 1e-8 a gradient that rounds to about zero could flip a step's sign).
 """
 
+import copy
 import functools
 from types import SimpleNamespace
 
@@ -131,3 +132,96 @@ def test_dqn_compiled_updates_equal_eager_and_survive_a_shrink_without_recompili
                      {a: compiled.recent[a]["loss"] for a in compiled.slots})
     assert compiled_graphs() == graphs, "the compiled update recompiled when the batch shrank"
     assert compiled.compile_s > 0.0
+
+
+# ---- the compiled rollout step (policy, sampling, tensor env step, episode returns: one graph per step) ----------------
+# Tolerance: the compiled graph sums the 16-wide layers in another order than eager's bmm: each of a value's or a
+# logit's 3 layers moves by at most a few float32 roundings of its terms (|terms| summed <= ~4 here), so outputs agree to
+# ROLL_ATOL = 3 layers x 16 terms x 4 x 2^-24 ~ 1.2e-5; the float64 env to float64 rounding, its float32 observations
+# to one float32 rounding. An action is the argmax of logits - log(-log u): it is the same on both sides wherever the
+# top two perturbed logits are further apart than twice that bound, which the test checks for its seeds first.
+ROLL_ATOL = 1.2e-5
+
+
+def ppo_pair(env=CART, k=4, seed=11):
+    def make():
+        return PPOTask.create(net=functools.partial(ActorCritic, hidden=(16, 16)), optimizer=adam(), env=env, n_agents=k,
+                              seed=seed, total_steps=10**6, envs_per_agent=2, num_steps=24, num_minibatches=2,
+                              update_epochs=1, eval_every=NEVER, log_every=NEVER, eval_episodes=1, final_eval_episodes=1)
+
+    return start(make(), False), start(make(), True)
+
+
+def noise_margin(task, rollout, seed):
+    """The smallest gap between the top two Gumbel-perturbed logits of the rollout's draws (the global generator's,
+    re-drawn from `seed` in the rollout's order: one [K, E, A] uniform per step)."""
+    torch.manual_seed(seed)
+    T, K, E = rollout.actions.shape
+    u = torch.stack([torch.rand(K, E, 2) for _ in range(T)])
+    logits = torch.stack([task.net(rollout.obs[t])[0] for t in range(T)]).detach()
+    top2 = (logits - torch.log(-torch.log(u))).topk(2, -1).values
+    return float((top2[..., 0] - top2[..., 1]).min())
+
+
+def rollout_mismatch(eager, compiled, a, b) -> str | None:
+    """Where two rollouts of one state and one seed differ beyond the derived tolerance (None: they agree)."""
+    for name in ("actions", "terminated", "truncated"):
+        if not torch.equal(getattr(a, name), getattr(b, name)):
+            return name
+    for name in ("obs", "log_probs", "values", "rewards", "final_values", "last_values"):
+        x, y = getattr(a, name), getattr(b, name)
+        if not torch.allclose(x, y, rtol=2**-23, atol=ROLL_ATOL):
+            return f"{name}: {(x - y).abs().max():.3g}"
+    ea, ca = eager.env.env, compiled.env.env
+    if not (torch.equal(ea.elapsed, ca.elapsed) and torch.equal(ea.episodes, ca.episodes) and torch.allclose(ea.rows, ca.rows, rtol=1e-12, atol=1e-12)):
+        return "env clock"
+    if not torch.allclose(eager.episode_return, compiled.episode_return, rtol=0, atol=ROLL_ATOL) or eager.episode_returns != compiled.episode_returns:
+        return "episode returns"
+    return None
+
+
+def stale_rollout(task, old_net, seed):
+    """The rollout a stale compiled step would give after the batch shrank: the step still reading the members the
+    parameters had before (the first K rows of the old stack), the rest of the iteration as it is. The task's state
+    is put back afterwards."""
+    env = task.env.env
+    clock, obs, ret, returns, steps = env.clock(), task.obs, task.episode_return, [list(r) for r in task.episode_returns], task.env_steps
+    live = task.rollout_step()
+    stale = copy.deepcopy(task.net)
+    with torch.no_grad():
+        for p, q in zip(stale.parameters(), old_net.parameters()):
+            p.copy_(q[: p.shape[0]])
+    task.rollout_step = lambda: lambda net, *args: live(stale, *args)
+    try:
+        torch.manual_seed(seed)
+        return task.rollout()
+    finally:
+        del task.rollout_step
+        env.set_clock(clock)
+        task.obs, task.episode_return, task.episode_returns, task.env_steps = obs, ret, returns, steps
+
+
+def test_ppo_compiled_rollout_equals_eager_and_survives_a_shrink_without_recompiling():
+    torch._dynamo.reset()
+    eager, compiled = ppo_pair(env={**CART, "kwargs": {"max_episode_steps": 20}})
+    graphs = None
+    for it, seed in enumerate((0, 1, 2)):
+        before = copy.deepcopy(compiled.net)
+        if it in (1, 2):  # agent 1 stops, then agent 3 (of the original four): K goes 4 -> 3 -> 2
+            for task in (eager, compiled):
+                task.keep_slots_([0, 2, 3] if it == 1 else [0, 1])
+        torch.manual_seed(seed)
+        a = eager.rollout()
+        if it == 1:  # the check below catches a compiled step that kept reading the members it had before the shrink
+            assert rollout_mismatch(eager, compiled, a, stale_rollout(compiled, before, seed)) is not None
+        torch.manual_seed(seed)
+        b = compiled.rollout()
+        if it == 0:
+            graphs = compiled_graphs()
+            assert compiled.compile_s > 0.0 and compiled.time_breakdown_s["compile"] == pytest.approx(compiled.compile_s)
+        assert noise_margin(eager, a, seed) > 4 * ROLL_ATOL  # the seeds leave no action to rounding
+        # Episodes end (terminated, and truncated at the 20-step limit: bootstrapped from V(final obs)) and restart.
+        assert a.terminated.any() and a.truncated.any() and (a.final_values != 0).any()
+        assert rollout_mismatch(eager, compiled, a, b) is None, (it, rollout_mismatch(eager, compiled, a, b))
+    assert compiled.slots == [0, 2]
+    assert compiled_graphs() == graphs, "the compiled rollout step recompiled when the batch shrank"

@@ -109,9 +109,13 @@ class ActorCritic(nn.Module):
 
 def categorical_sample(logits: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """Actions [...] drawn from softmax(logits [..., A]) by the Gumbel-max trick (one uniform per logit)."""
-    u = torch.rand(logits.shape, generator=generator, device=logits.device, dtype=logits.dtype)
+    return categorical_sample_given(logits, torch.rand(logits.shape, generator=generator, device=logits.device, dtype=logits.dtype))
+
+
+def categorical_sample_given(logits: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """`categorical_sample` with its uniforms [..., A] on [0, 1) drawn by the caller (a compiled step takes them as input)."""
     # -log(-log u) is a standard Gumbel; u = 0 would give -inf, which argmax simply never picks.
-    return (logits - torch.log(-torch.log(u))).argmax(-1)
+    return (logits - torch.log(-torch.log(uniforms))).argmax(-1)
 
 
 def categorical_log_prob(logits: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
@@ -137,7 +141,11 @@ def _entropy_of(log_p: torch.Tensor) -> torch.Tensor:
 
 def gaussian_sample(mean: torch.Tensor, log_std: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """Actions [..., D] drawn from N(mean, exp(log_std)^2) per dimension (log_std broadcasts against mean)."""
-    noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
+    return gaussian_sample_given(mean, log_std, torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype))
+
+
+def gaussian_sample_given(mean: torch.Tensor, log_std: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """`gaussian_sample` with its standard normals [..., D] drawn by the caller (a compiled step takes them as input)."""
     return mean + torch.exp(log_std) * noise
 
 

@@ -553,27 +553,30 @@ def compiled_graphs() -> int:
     return int(counters["stats"]["unique_graphs"])
 
 
-def compile_over_members(fn: Callable, device: torch.device | str) -> Callable:
+def compile_over_members(fn: Callable, device: torch.device | str, member_axes: dict[int, int] | None = None,
+                         cuda_graphs: bool = True) -> Callable:
     """`fn` (tensors and ensembles in, tensors out) through `torch.compile`, with the member axis K symbolic.
 
-    Every tensor argument's first axis and every parameter's are left dynamic, so one graph serves each K >= 2: a
-    batch that shrinks as agents stop reuses it instead of recompiling (K = 1 gets a graph of its own, torch
-    specialises sizes 0 and 1). The graph reads the ensemble's parameters on every call, so members dropped by
-    `keep_members_` are gone from the next call on. Inductor on CPU; CUDA graphs on CUDA (mode="reduce-overhead",
-    each call a new step).
+    Every tensor argument's first axis (or the axis `member_axes` names for positional argument i: e.g. an env state
+    stored [state_size, B]) and every parameter's are left dynamic, so one graph serves each K >= 2: a batch that
+    shrinks as agents stop reuses it instead of recompiling (K = 1 gets a graph of its own, torch specialises sizes 0
+    and 1). The graph reads the ensemble's parameters on every call, so members dropped by `keep_members_` are gone
+    from the next call on. Inductor on CPU; on CUDA also CUDA graphs (mode="reduce-overhead", each call a new step)
+    unless `cuda_graphs=False`, which a caller keeping outputs across calls needs (a replay overwrites the last one's).
     """
     from torch.fx.experimental import _config as fx_config
 
     cuda = torch.device(device).type == "cuda"
-    compiled = torch.compile(fn, mode="reduce-overhead" if cuda else None)
+    compiled = torch.compile(fn, mode="reduce-overhead" if cuda and cuda_graphs else None)
+    axes = member_axes or {}
 
     def call(*args):
-        for arg in args:
+        for i, arg in enumerate(args):
             tensors = [*arg.parameters(), *arg.buffers()] if isinstance(arg, nn.Module) else [arg]
             for tensor in tensors:
                 if isinstance(tensor, torch.Tensor) and tensor.dim() > 0:
-                    torch._dynamo.maybe_mark_dynamic(tensor, 0)
-        if cuda:
+                    torch._dynamo.maybe_mark_dynamic(tensor, axes.get(i, 0) if tensor is arg else 0)
+        if cuda and cuda_graphs:
             torch.compiler.cudagraph_mark_step_begin()
         # Parameters are static shapes to dynamo by default (a dropped member would recompile the graph), and sizes that
         # happen to be equal share one symbol (K = 4 agents on CartPole's 4 features would pin K to 4).

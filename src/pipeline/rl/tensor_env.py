@@ -73,6 +73,15 @@ class TensorStep(NamedTuple):
     done: torch.Tensor  # terminated | truncated: the envs that were reset
 
 
+class TensorClock(NamedTuple):
+    """What a step of B rows advances: states [state_size, B], steps into the episode, episode numbers, stream keys."""
+
+    rows: torch.Tensor
+    elapsed: torch.Tensor
+    episodes: torch.Tensor
+    keys: torch.Tensor
+
+
 class TensorEnv(ABC):
     """B independent copies of a gymnasium env as tensors, with per-env seeds and auto-reset.
 
@@ -119,7 +128,7 @@ class TensorEnv(ABC):
         self._needs_reset = True
         # A host sync is free on CPU, so there a step skips the hash when no env finished;
         # on an accelerator the hash always runs rather than waiting for the device.
-        self._gate_resets = self.device.type == "cpu"
+        self.gate_resets = self.device.type == "cpu"
 
     # ---- what a subclass defines -------------------------------------------------------------
     @abstractmethod
@@ -184,22 +193,39 @@ class TensorEnv(ABC):
     def step(self, actions: torch.Tensor) -> TensorStep:
         if self._needs_reset:
             raise RuntimeError("call reset(seeds) before step()")
-        rows, terminated = self.physics(self.rows, actions)
-        reward = self.step_reward(self.rows, actions, terminated)
-        self.elapsed = self.elapsed + 1
+        clock, out = self.transition(self.clock(), actions, self.gate_resets)
+        self.set_clock(clock)
+        return out
+
+    def clock(self) -> TensorClock:
+        """The state a step advances (`transition`'s input)."""
+        return TensorClock(self.rows, self.elapsed, self.episodes, self.keys)
+
+    def set_clock(self, clock: TensorClock) -> None:
+        """Continue from `clock` (a `transition`'s output for this env's B rows)."""
+        self.rows, self.elapsed, self.episodes = clock.rows, clock.elapsed, clock.episodes
+
+    def transition(self, clock: TensorClock, actions: torch.Tensor, gate_resets: bool = False) -> tuple[TensorClock, TensorStep]:
+        """One step of every row from `clock` under `actions`, with auto-reset: (the next clock, the step). A pure
+        function of its tensors (this env's constants aside), so that torch.compile can fuse it into a caller's graph.
+
+        `gate_resets`: skip the start-state hash when no row finished (a host sync: worth it eagerly on CPU); without it
+        the step is branch-free, with the same results."""
+        rows, terminated = self.physics(clock.rows, actions)
+        reward = self.step_reward(clock.rows, actions, terminated)
+        elapsed, episodes = clock.elapsed + 1, clock.episodes
         # The TimeLimit wrapper's rule: truncated once the limit is reached, even on a terminating step.
-        truncated = self.elapsed >= self.max_episode_steps
+        truncated = elapsed >= self.max_episode_steps
         final_obs = self.observation_of(rows)
         done = terminated | truncated
-        if self.auto_reset and (not self._gate_resets or bool(done.any())):
-            self.episodes = self.episodes + done
-            rows = torch.where(done, self.initial_rows(self.keys, self.episodes), rows)
-            self.elapsed = self.elapsed.masked_fill(done, 0)
+        if self.auto_reset and (not gate_resets or bool(done.any())):
+            episodes = episodes + done
+            rows = torch.where(done, self.initial_rows(clock.keys, episodes), rows)
+            elapsed = elapsed.masked_fill(done, 0)
             obs = self.observation_of(rows)
         else:
             obs = final_obs
-        self.rows = rows
-        return TensorStep(obs, reward, terminated, truncated, final_obs, done)
+        return TensorClock(rows, elapsed, episodes, clock.keys), TensorStep(obs, reward, terminated, truncated, final_obs, done)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Everything a resumed run needs to continue in distribution and bitwise: states, clocks, streams."""

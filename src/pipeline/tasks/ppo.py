@@ -39,10 +39,10 @@ from pipeline.nets.actor_critic import (
     ActorCritic,
     categorical_log_prob,
     categorical_log_prob_and_entropy,
-    categorical_sample,
+    categorical_sample_given,
     gaussian_entropy,
     gaussian_log_prob,
-    gaussian_sample,
+    gaussian_sample_given,
 )
 from pipeline.nets.actor_critic_cnn import ActorCriticCNN, EnsembleActorCriticCNN
 from pipeline.nets.ensemble import (
@@ -65,6 +65,8 @@ from pipeline.rl.ppo import (
     ratio_diagnostics,
     value_loss,
 )
+from pipeline.rl.tensor_env import TensorClock, TensorEnv
+from pipeline.rl.vector import TensorVectorEnv
 from pipeline.store.layout import OBS_NORM
 from pipeline.tasks.base import TaskParts, check_finite
 from pipeline.tasks.configs import PPOConfig
@@ -112,6 +114,39 @@ def minibatch_losses(
     return ppo_loss(pg, vl, ent, hp.vf_coef, hp.ent_coef), pg, vl, ent, new_log_probs
 
 
+def act(net: nn.Module, continuous: bool, obs: torch.Tensor, noise: torch.Tensor,
+        bounds: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[torch.Tensor, ...]:
+    """A rollout step's policy for K agents: (actions [K, E(, D)] as sampled, their log-probabilities [K, E], values
+    [K, E], what the env is sent). `noise`: the draws to sample from (`PPOTask.action_noise`): actions are
+    `categorical_sample_given(logits, noise)` or `gaussian_sample_given(mean, log_std, noise)`, a Gaussian's clipped to
+    `bounds` (low, high) for the env (its log-probability stays the sample's)."""
+    params, values = net(obs)
+    if continuous:
+        log_std = net.log_std.value
+        actions = gaussian_sample_given(params, log_std, noise)
+        low, high = bounds
+        return actions, gaussian_log_prob(params, log_std, actions), values, torch.maximum(torch.minimum(actions, high), low)
+    actions = categorical_sample_given(params, noise)
+    return actions, categorical_log_prob(params, actions), values, actions
+
+
+def lockstep(
+    net: nn.Module, env: TensorEnv, continuous: bool, obs: torch.Tensor, noise: torch.Tensor,
+    bounds: tuple[torch.Tensor, torch.Tensor] | None,
+    episode_return: torch.Tensor, rows: torch.Tensor, elapsed: torch.Tensor, episodes: torch.Tensor, keys: torch.Tensor,
+    gate_resets: bool = False,
+) -> tuple:
+    """One rollout step on a tensor env, as one function of tensors: `act`, the env's `transition` from the clock
+    (rows, elapsed, episodes, keys) with auto-reset, and the running episode returns [K * E] (float64). Returns
+    (actions, log_probs, values, the next clock, the env's step, the returns as they stand after the step, the running
+    returns with finished episodes restarted). Branch-free unless `gate_resets` (eager only), so torch.compile makes
+    it one graph."""
+    actions, log_probs, values, env_actions = act(net, continuous, obs, noise, bounds)
+    clock, step = env.transition(TensorClock(rows, elapsed, episodes, keys), env_actions.reshape(rows.shape[1], *actions.shape[2:]), gate_resets)
+    returns = episode_return + step.reward
+    return actions, log_probs, values, clock, step, returns, returns.masked_fill(step.done, 0.0)
+
+
 class Rollout(NamedTuple):
     """One rollout of the learning agents, time-major [T, K, E, ...] (K: the agents learning, E: envs per agent)."""
 
@@ -153,6 +188,7 @@ class PPOTask(RLTask):
         self.base_lr: float | None = None
         self.compiled_losses = None  # `minibatch_losses` through torch.compile (device.compile=true), made on first use
         self.compile_s = 0.0  # seconds spent compiling the update so far
+        self.compiled_rollout_step = None  # `lockstep` through torch.compile (device.compile=true, tensor envs)
 
     # ---- RLTask's hooks ---------------------------------------------------------------------------
     def build_net(self, parts: TaskParts) -> nn.Module:
@@ -237,15 +273,12 @@ class PPOTask(RLTask):
         obs = obs.float()
         return obs if self.obs_stats is None else self.obs_stats.normalize(obs, self.config.obs_clip, agents=agents)
 
-    def sample(self, params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Actions drawn from the policy with parameters `params` [K, N, A], and their log-probabilities [K, N]."""
+    def action_noise(self, K: int, E: int) -> torch.Tensor:
+        """The draws one rollout step samples its actions from (`act`): a uniform per logit, or a standard normal per
+        action dimension, [K, E, A], from the process's global generator."""
         if self.continuous:
-            log_std = self.net.log_std.value
-            actions = gaussian_sample(params, log_std)
-            return actions, gaussian_log_prob(params, log_std, actions)
-        actions = categorical_sample(params)
-        return actions, categorical_log_prob(params, actions)
-
+            return torch.randn(K, E, *self.action_shape, device=self.device)
+        return torch.rand(K, E, int(self.action_space.n), device=self.device)
 
     def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
         """What the env is sent: a Gaussian's sample clipped to the action bounds (its log-probability stays the sample's)."""
@@ -261,10 +294,16 @@ class PPOTask(RLTask):
     # ---- the algorithm ---------------------------------------------------------------------
     @torch.no_grad()
     def rollout(self) -> Rollout:
-        """`num_steps` lockstep steps of every learning agent's envs; returns the rollout, time-major [T, K, E, ...]."""
+        """`num_steps` lockstep steps of every learning agent's envs; returns the rollout, time-major [T, K, E, ...].
+
+        On a tensor env a step is `lockstep` (policy, sampling and env step as one function of tensors): with
+        `device.compile=true` one compiled graph, called T times (the time limit's bootstrap value, observation and
+        reward normalisation and the episode bookkeeping stay eager)."""
         hp = self.config
         K, E, T = len(self.slots), hp.envs_per_agent, hp.num_steps
         agents = self.slot_index()
+        tensor_env = self.env.env if isinstance(self.env, TensorVectorEnv) else None
+        step_fn = self.rollout_step() if tensor_env is not None else None
         steps: list[tuple[torch.Tensor, ...]] = []  # a step's Rollout fields but the last
         finished_returns: list[torch.Tensor] = []
         finished: list[torch.Tensor] = []
@@ -272,11 +311,23 @@ class PPOTask(RLTask):
         for _ in range(T):
             t0 = time.perf_counter()
             obs = self.net_input(self.agent_view(self.obs), agents)
-            params, values = self.net(obs)
-            actions, log_probs = self.sample(params)
-            t1 = time.perf_counter()
-            step = self.env.step(self.env_actions(actions).reshape(K * E, *self.action_shape))
-            t2 = time.perf_counter()
+            noise = self.action_noise(K, E)
+            if step_fn is not None:
+                graphs = compiled_graphs() if self.compile_updates else 0
+                actions, log_probs, values, clock, step, returns, self.episode_return = step_fn(
+                    self.net, tensor_env, self.continuous, obs, noise, self.action_low_high(), self.episode_return, *tensor_env.clock())
+                tensor_env.set_clock(clock)
+                t1 = t2 = time.perf_counter()
+                if self.compile_updates and compiled_graphs() != graphs:  # this step compiled: its time is compile time
+                    self.compile_s += t1 - t0
+                    self.add_time("compile", t1 - t0)
+                    t0 = t1
+            else:
+                actions, log_probs, values, env_actions = act(self.net, self.continuous, obs, noise, self.action_low_high())
+                t1 = time.perf_counter()
+                step = self.env.step(env_actions.reshape(K * E, *self.action_shape))
+                t2 = time.perf_counter()
+                returns = self.add_rewards(step.reward, step.done)
             if self.obs_stats is not None:
                 self.obs_stats.update(self.agent_view(step.obs), agents)
             rewards = self.agent_view(step.reward)
@@ -286,7 +337,7 @@ class PPOTask(RLTask):
             if bool(truncated.any()):
                 # Where the time limit cut an episode, its last step is worth V(where it really got to).
                 _, final_values = self.net(self.net_input(self.agent_view(step.final_obs), agents))
-            finished_returns.append(self.add_rewards(step.reward, step.done))
+            finished_returns.append(returns)
             finished.append(step.done)
             steps.append((obs, actions, log_probs, values, learn_rewards, self.agent_view(step.terminated), truncated, final_values))
             self.obs = step.obs
@@ -298,6 +349,19 @@ class PPOTask(RLTask):
         self.add_time("env", t_env)
         _, last_values = self.net(self.net_input(self.agent_view(self.obs), agents))
         return Rollout(*(torch.stack(field) for field in zip(*steps)), last_values=last_values)
+
+    def action_low_high(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        return (self.action_low, self.action_high) if self.continuous else None
+
+    def rollout_step(self):
+        """`lockstep` with the tensor env's reset gate (eager), or through torch.compile with `device.compile=true`
+        (compiled once, on first use; the member axis symbolic: no new graph as agents stop)."""
+        if not self.compile_updates:
+            return functools.partial(lockstep, gate_resets=self.env.env.gate_resets)
+        if self.compiled_rollout_step is None:
+            # The clock's rows are [state_size, B]: their batch axis is the second.
+            self.compiled_rollout_step = compile_over_members(lockstep, self.device, member_axes={7: 1}, cuda_graphs=False)
+        return self.compiled_rollout_step
 
     def advantages(self, rollout: Rollout) -> tuple[torch.Tensor, torch.Tensor]:
         """GAE advantages and value targets of a rollout, [T, K, E] each."""
