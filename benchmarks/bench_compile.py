@@ -15,7 +15,9 @@ process CPU time), and the compile cost apart: the first iteration's CPU time mi
 steady one's (inductor's caches are off, so each compiled variant compiles cold).
 
 Variants: `eager` (the recipe's Adam: torch's default for-loop implementation on CPU), `eager-foreach`, `eager-fused`
-(`fused=True`: one kernel for every parameter), `compiled-fused` (device.compile=true with the fused Adam).
+(`fused=True`: one kernel for every parameter), `compiled-update` (the update through torch.compile, the rollout
+eager, fused Adam), `compiled-rollout` (device.compile=true as a run has it: the update and PPO's tensor-env rollout
+step compiled; DQN has no compiled rollout, so it is PPO's only).
 """
 
 from __future__ import annotations
@@ -38,11 +40,12 @@ from pipeline.tasks.dqn import DQNTask  # noqa: E402
 from pipeline.tasks.ppo import PPOTask  # noqa: E402
 
 CART = {"id": "CartPole-v1", "backend": "tensor", "dtype": "float32"}
-VARIANTS = {  # name: (device.compile, Adam's implementation keyword)
-    "eager": (False, {"fused": False}),
-    "eager-foreach": (False, {"foreach": True}),
-    "eager-fused": (False, {"fused": True}),
-    "compiled-fused": (True, {"fused": True}),
+VARIANTS = {  # name: (device.compile, Adam's implementation keyword, PPO's tensor-env rollout step compiled too)
+    "eager": (False, {"fused": False}, False),
+    "eager-foreach": (False, {"foreach": True}, False),
+    "eager-fused": (False, {"fused": True}, False),
+    "compiled-update": (True, {"fused": True}, False),
+    "compiled-rollout": (True, {"fused": True}, True),
 }
 NEVER = 10**9
 
@@ -65,9 +68,10 @@ def dqn_task(k: int, adam: dict) -> DQNTask:
     )
 
 
-def start(task, compiled: bool):
+def start(task, compiled: bool, rollout: bool = True):
     """What a fit does before its first step, without Lightning's trainer."""
     task.compile_updates = compiled
+    task.compile_rollout = rollout
     opt = task.configure_optimizers()
     opt = opt["optimizer"] if isinstance(opt, dict) else opt
     task.optimizers = lambda: SimpleNamespace(optimizer=opt)
@@ -78,9 +82,9 @@ def start(task, compiled: bool):
 
 
 def measure(algo: str, k: int, variant: str, iterations: int) -> dict:
-    compiled, adam = VARIANTS[variant]
+    compiled, adam, rollout = VARIANTS[variant]
     torch._dynamo.reset()
-    task = start((ppo_task if algo == "ppo" else dqn_task)(k, adam), compiled)
+    task = start((ppo_task if algo == "ppo" else dqn_task)(k, adam), compiled, rollout)
     if algo == "dqn":  # fill to learning_starts first (not timed): rounds from then on act and learn
         while len(task.buffer) < task.config.learning_starts:
             task.collect(1)
@@ -100,16 +104,17 @@ def measure(algo: str, k: int, variant: str, iterations: int) -> dict:
     }
 
 
-def profile(k: int, iterations: int = 2) -> None:
+def profile(k: int, variant: str, iterations: int = 2) -> None:
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
-    task = start(ppo_task(k, {"fused": True}), True)
+    compiled, adam, rollout = VARIANTS[variant]
+    task = start(ppo_task(k, adam), compiled, rollout)
     task.iterate()  # compiles
     with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(iterations):
             task.iterate()
-    print(f"\nPPO K = {k}, compiled, fused Adam: {iterations} iterations; phases (s): "
+    print(f"\nPPO K = {k}, {variant}: {iterations} iterations; phases (s): "
           + ", ".join(f"{p} {v:.2f}" for p, v in task.time_breakdown_s.items()))
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=20))
 
@@ -123,14 +128,19 @@ def main() -> None:
     parser.add_argument("--dqn-rounds", type=int, default=300, help="timed DQN rounds per variant (after the first)")
     parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--profile", type=int, default=None, metavar="K", help="also profile a compiled PPO iteration at K")
+    parser.add_argument("--profile-variant", default="compiled-rollout", choices=list(VARIANTS))
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.set_flush_denormal(True)
     cases = [("ppo", k, args.ppo_iterations) for k in args.ppo_k] + [("dqn", k, args.dqn_rounds) for k in args.dqn_k]
     results: dict[tuple, list[dict]] = {}
+
+    def variants(algo: str) -> list[str]:  # DQN has no compiled rollout: its compiled-rollout would be compiled-update
+        return [v for v in args.variants if algo == "ppo" or v != "compiled-rollout"]
+
     for r in range(args.rounds):
         for algo, k, n in cases:
-            for variant in args.variants:
+            for variant in variants(algo):
                 row = measure(algo, k, variant, n)
                 results.setdefault((algo, k, variant), []).append(row)
                 print(f"round {r + 1} {algo} K={k} {variant}: " + ", ".join(f"{key} {v:,.2f}" for key, v in row.items()), flush=True)
@@ -146,13 +156,13 @@ def main() -> None:
         return f"{statistics.median(a['samples_per_cpu_s'] / b['samples_per_cpu_s'] for a, b in zip(rows, against)):.2f}x"
 
     for algo, k, _ in cases:
-        for variant in args.variants:
+        for variant in variants(algo):
             rows = results[(algo, k, variant)]
             med = {key: statistics.median(row[key] for row in rows) for key in rows[0]}
             print(f"| {algo} | {k} | {variant} | {med['env_steps_per_cpu_s']:,.0f} | {med['samples_per_cpu_s']:,.0f} | "
                   f"{ratio(rows, 'eager', algo, k)} | {ratio(rows, 'eager-fused', algo, k)} | {med['compile_cpu_s']:.1f} |")
     if args.profile:
-        profile(args.profile)
+        profile(args.profile, args.profile_variant)
 
 
 if __name__ == "__main__":

@@ -121,13 +121,21 @@ def act(net: nn.Module, continuous: bool, obs: torch.Tensor, noise: torch.Tensor
     `categorical_sample_given(logits, noise)` or `gaussian_sample_given(mean, log_std, noise)`, a Gaussian's clipped to
     `bounds` (low, high) for the env (its log-probability stays the sample's)."""
     params, values = net(obs)
+    actions, log_probs = sample_given(params, net.log_std.value if continuous else None, noise)
     if continuous:
-        log_std = net.log_std.value
-        actions = gaussian_sample_given(params, log_std, noise)
         low, high = bounds
-        return actions, gaussian_log_prob(params, log_std, actions), values, torch.maximum(torch.minimum(actions, high), low)
+        return actions, log_probs, values, torch.maximum(torch.minimum(actions, high), low)
+    return actions, log_probs, values, actions
+
+
+def sample_given(params: torch.Tensor, log_std: torch.Tensor | None, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Actions of the policy with parameters `params` [K, N, A] (a Gaussian's mean with `log_std`, or logits when
+    None) drawn from `noise`, and their log-probabilities [K, N]."""
+    if log_std is not None:
+        actions = gaussian_sample_given(params, log_std, noise)
+        return actions, gaussian_log_prob(params, log_std, actions)
     actions = categorical_sample_given(params, noise)
-    return actions, categorical_log_prob(params, actions), values, actions
+    return actions, categorical_log_prob(params, actions)
 
 
 def lockstep(
@@ -189,6 +197,7 @@ class PPOTask(RLTask):
         self.compiled_losses = None  # `minibatch_losses` through torch.compile (device.compile=true), made on first use
         self.compile_s = 0.0  # seconds spent compiling the update so far
         self.compiled_rollout_step = None  # `lockstep` through torch.compile (device.compile=true, tensor envs)
+        self.compile_rollout = True  # False: device.compile=true compiles the update only (benchmarks/bench_compile.py)
 
     # ---- RLTask's hooks ---------------------------------------------------------------------------
     def build_net(self, parts: TaskParts) -> nn.Module:
@@ -273,6 +282,11 @@ class PPOTask(RLTask):
         obs = obs.float()
         return obs if self.obs_stats is None else self.obs_stats.normalize(obs, self.config.obs_clip, agents=agents)
 
+    def sample(self, params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Actions drawn from the policy with parameters `params` [K, N, A], and their log-probabilities [K, N]."""
+        noise = (torch.randn if self.continuous else torch.rand)(params.shape, device=params.device, dtype=params.dtype)
+        return sample_given(params, self.net.log_std.value if self.continuous else None, noise)
+
     def action_noise(self, K: int, E: int) -> torch.Tensor:
         """The draws one rollout step samples its actions from (`act`): a uniform per logit, or a standard normal per
         action dimension, [K, E, A], from the process's global generator."""
@@ -356,7 +370,7 @@ class PPOTask(RLTask):
     def rollout_step(self):
         """`lockstep` with the tensor env's reset gate (eager), or through torch.compile with `device.compile=true`
         (compiled once, on first use; the member axis symbolic: no new graph as agents stop)."""
-        if not self.compile_updates:
+        if not (self.compile_updates and self.compile_rollout):
             return functools.partial(lockstep, gate_resets=self.env.env.gate_resets)
         if self.compiled_rollout_step is None:
             # The clock's rows are [state_size, B]: their batch axis is the second.
