@@ -3,6 +3,7 @@
     make bench-jax                                    # all three parts below, 2 interleaved pairs each
     make bench-jax ARGS="--parts recipe --k 16 64"    # one part, some K
     make bench-jax ARGS="--parts solved --jax-budget 300000"   # PureJaxRL's budget given, no search
+    make bench-jax ARGS="--parts solved --solved-k 16 --jax-budget 300000 --solved-seeds 9000 9100"  # chosen seed blocks
     make bench-jax ARGS="--compile"                   # the pipeline side also with device.compile=true
     PUREJAXRL_GIT=/path/to/a/clone make bench-jax     # no network: clone PureJaxRL from a local copy
     .venv/bin/python benchmarks/bench_jax.py --print outputs/bench-jax/result.json   # the tables of a saved run
@@ -30,7 +31,8 @@ Parts (`--parts`):
 - solved: cost per solved seed. Ours: `experiment=ppo_cartpole` (rl-zoo's recipe, each seed stops at its
   first confirmed 30-episode deterministic evaluation of 500); PureJaxRL: its published config at the
   smallest budget of `--jax-budgets` at which it solves >= 15/16 of its K seeds (searched on the first pair;
-  `--jax-budget` gives it). Solved: greedy mean >= 475 over fresh episodes (JAX 10, ours 20). Cost = the
+  `--jax-budget` gives it), one pair per first seed of `--solved-seeds` (default 5000, 6000, ... `--repeats` of them).
+  Solved: greedy mean >= 475 over fresh episodes (JAX 10, ours 20). Cost = the
   whole process's CPU seconds (JAX: import, compile, run, evaluation; ours: start-up, run, evaluation).
 Results: outputs/bench-jax/result.json and markdown tables on stdout.
 """
@@ -187,8 +189,7 @@ def solved_rows(python: Path, src: Path, ks: list[int], args, result: dict) -> l
     for k in ks:
         need = math.ceil(15 * k / 16)
         budget = args.jax_budget
-        for rep in range(args.repeats):
-            seed = 5000 + 1000 * rep
+        for seed in args.solved_seeds or [5000 + 1000 * rep for rep in range(args.repeats)]:
             tried = []
             for b in ([budget] if budget else args.jax_budgets):
                 j = run_jax(python, src, "ppo", k, seed, args.core, b, evaluate=True)
@@ -266,7 +267,9 @@ def main(argv=None) -> int:
     parser.add_argument("--dqn-budget", type=int, default=50_000, help="env steps a seed, identical DQN recipe")
     parser.add_argument("--jax-budget", type=int, default=None, help="PureJaxRL's budget for the solved part (no search)")
     parser.add_argument("--jax-budgets", type=int, nargs="+", default=[100_000, 200_000, 300_000, 500_000])
-    parser.add_argument("--repeats", type=int, default=2, help="interleaved pairs per K (seeds 0, 1000, ...)")
+    parser.add_argument("--repeats", type=int, default=2, help="interleaved pairs per K (seeds 0, 1000, ...; solved: 5000, 6000, ...)")
+    parser.add_argument("--solved-seeds", type=int, nargs="+", default=None,
+                        help="the solved part's first seeds, one pair each (seeds s..s+K-1 on both sides; default 5000, 6000, ...)")
     parser.add_argument("--core", type=int, default=0, help="the CPU core both sides are pinned to")
     parser.add_argument("--compile", action="store_true", help="the pipeline side also with device.compile=true")
     parser.add_argument("--out", type=Path, default=OUT / "result.json")
