@@ -566,22 +566,31 @@ def compile_over_members(fn: Callable, device: torch.device | str, member_axes: 
     """
     from torch.fx.experimental import _config as fx_config
 
+    # Parameters are static shapes to dynamo by default (a dropped member would recompile the graph), and sizes that
+    # happen to be equal share one symbol (K = 4 agents on CartPole's 4 features would pin K to 4). Set for the process
+    # rather than patched around each call: a patch costs ~75 us a call (dynamo re-hashes its config), more than a
+    # PPO rollout step's fused element-wise kernels at K = 64.
+    torch._dynamo.config.force_parameter_static_shapes = False
+    fx_config.use_duck_shape = False
     cuda = torch.device(device).type == "cuda"
     compiled = torch.compile(fn, mode="reduce-overhead" if cuda and cuda_graphs else None)
     axes = member_axes or {}
 
     def call(*args):
         for i, arg in enumerate(args):
-            tensors = [*arg.parameters(), *arg.buffers()] if isinstance(arg, nn.Module) else [arg]
+            if isinstance(arg, nn.Module):
+                first = next(arg.parameters(), None)
+                if first is not None and hasattr(first, "_dynamo_weak_dynamic_indices"):
+                    continue  # marked by an earlier call (`keep_members_` replaces every parameter at once)
+                tensors = [*arg.parameters(), *arg.buffers()]
+            else:
+                tensors = [arg]
             for tensor in tensors:
                 if isinstance(tensor, torch.Tensor) and tensor.dim() > 0:
                     torch._dynamo.maybe_mark_dynamic(tensor, axes.get(i, 0) if tensor is arg else 0)
         if cuda and cuda_graphs:
             torch.compiler.cudagraph_mark_step_begin()
-        # Parameters are static shapes to dynamo by default (a dropped member would recompile the graph), and sizes that
-        # happen to be equal share one symbol (K = 4 agents on CartPole's 4 features would pin K to 4).
-        with torch._dynamo.config.patch(force_parameter_static_shapes=False), fx_config.patch(use_duck_shape=False):
-            return compiled(*args)
+        return compiled(*args)
 
     return call
 
