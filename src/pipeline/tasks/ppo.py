@@ -97,21 +97,27 @@ def log_prob_and_entropy(net: nn.Module, continuous: bool, params: torch.Tensor,
 
 
 def minibatch_losses(
-    net: nn.Module, hp: PPOConfig, continuous: bool, obs: torch.Tensor, actions: torch.Tensor, old_log_probs: torch.Tensor,
-    advantages: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
+    net: nn.Module, hp: PPOConfig, continuous: bool, idx: torch.Tensor | None, obs: torch.Tensor, actions: torch.Tensor,
+    old_log_probs: torch.Tensor, advantages: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
 ) -> tuple[torch.Tensor, ...]:
-    """One minibatch [K, M, ...] through the K-agent `net`: (loss, policy loss, value loss, entropy) per agent, [K] each,
-    and the new log-probabilities [K, M]. The loss summed over agents gives each agent its own gradient.
+    """One minibatch through the K-agent `net`: (loss, policy loss, value loss, entropy) per agent, [K] each, the new
+    log-probabilities [K, M] and the old ones they are compared with. The loss summed over agents gives each agent its
+    own gradient. `idx` [K, M]: each agent's minibatch rows of the rollout [K, N, ...] (None: all of it in order),
+    gathered here so that a compiled update fuses the gathers.
 
     A plain function of its arguments (the networks among them), so that torch.compile sees the parameters as inputs
     whose member axis may shrink (`pipeline.nets.ensemble.compile_over_members`)."""
+    if idx is not None:
+        rows = torch.arange(idx.shape[0], device=idx.device).unsqueeze(1)
+        obs, actions, old_log_probs, advantages, old_values, returns = (
+            x[rows, idx] for x in (obs, actions, old_log_probs, advantages, old_values, returns))
     policy_params, new_values = net(obs)
     new_log_probs, entropy = log_prob_and_entropy(net, continuous, policy_params, actions)
     adv = normalize_advantages(advantages) if hp.norm_adv else advantages
     pg = clipped_surrogate_loss(new_log_probs, old_log_probs, adv, hp.clip_coef)
     vl = value_loss(new_values, old_values, returns, hp.clip_coef if hp.clip_value_loss else None)
     ent = entropy.mean(-1)
-    return ppo_loss(pg, vl, ent, hp.vf_coef, hp.ent_coef), pg, vl, ent, new_log_probs
+    return ppo_loss(pg, vl, ent, hp.vf_coef, hp.ent_coef), pg, vl, ent, new_log_probs, old_log_probs
 
 
 def act(net: nn.Module, continuous: bool, obs: torch.Tensor, noise: torch.Tensor,
@@ -410,24 +416,18 @@ class PPOTask(RLTask):
                 group["lr"] = annealed_lr(self.base_lr, self.updates, self.n_updates)
         params = list(self.net.parameters())
         clip = nn.utils.clip_grad_norm_ if K == 1 else clip_grad_norm_per_member_
-        rows = torch.arange(K, device=self.device).unsqueeze(1)
         stats = []
         # One minibatch is the whole rollout, in any order the same losses up to float rounding: it is not shuffled
         # (at K = 16 the 6 gathers and K permutations per update were ~3% of the learning time).
         whole = hp.num_minibatches == 1
-
-        def take(x: torch.Tensor, idx: torch.Tensor | None) -> torch.Tensor:
-            return x if idx is None else x[rows, idx]
 
         losses, timed = self.update_losses(), self.compile_updates
         for _ in range(hp.update_epochs):
             order = [None] if whole else minibatch_indices(self.generators, self.batch_per_agent, hp.num_minibatches).to(self.device)
             for idx in order:
                 graphs, t0 = (compiled_graphs(), time.perf_counter()) if timed else (0, 0.0)
-                mb_old_log_probs = take(old_log_probs, idx)
-                loss, pg, vl, ent, new_log_probs = losses(
-                    self.net, hp, self.continuous, take(obs, idx), take(actions, idx), mb_old_log_probs, take(advantages, idx), take(old_values, idx), take(returns, idx)
-                )
+                loss, pg, vl, ent, new_log_probs, mb_old_log_probs = losses(
+                    self.net, hp, self.continuous, idx, obs, actions, old_log_probs, advantages, old_values, returns)
                 check_finite(loss, self.env_steps)
                 opt.zero_grad(set_to_none=True)
                 loss.sum().backward()
