@@ -251,8 +251,9 @@ class PPOTask(RLTask):
             # collection later in the loop (~0.2 s once at K = 64).
             t1 = time.perf_counter()
             gc.collect()
-            self.compile_s += time.perf_counter() - t1
-            compiling += time.perf_counter() - t1
+            collecting = time.perf_counter() - t1
+            self.compile_s += collecting
+            compiling += collecting
         if compiling:
             self.add_time("compile", compiling)
 
