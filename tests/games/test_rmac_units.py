@@ -727,10 +727,11 @@ def test_the_rough_top_reads_the_density_within_a_silverman_bandwidth_of_the_top
 
 
 def test_the_value_scale_uses_the_bandwidth_given_in_data_units():
-    """F = v^2, 3 bidders, 300 quantile bids, 0.05 grid: the default bandwidth puts the top at 1.0, a
-    0.02 one at 1.05 (measured); in cents the same bandwidth x 100 gives the same top."""
+    """F = v^2, 3 bidders, 300 quantile bids, 0.05 grid, the local inversion (a bandwidth given): the default
+    bandwidth puts the top at 1.0, a 0.02 one at 1.05 (measured); in cents the same bandwidth x 100 gives the same
+    top."""
     bids = 0.8 * _quantiles(300).sqrt()
-    assert choose_value_scale(bids, 3, 0.05).top == pytest.approx(1.0)
+    assert choose_value_scale(bids, 3, 0.05, bandwidth=default_bandwidth(bids)).top == pytest.approx(1.0)
     assert choose_value_scale(bids, 3, 0.05, bandwidth=0.02).top == pytest.approx(1.05)
     cents = choose_value_scale(bids * 100, 3, 0.05, bandwidth=2.0)
     assert cents.unit == pytest.approx(100.0) and cents.top == pytest.approx(1.05)
@@ -913,9 +914,10 @@ def test_counterfactual_table_and_truth_table():
 
 def test_a_density_vanishing_at_the_top_is_capped_at_twice_the_rough_top():
     """Bids whose density falls linearly to 0 at the highest bid: the fitted f(b_max) is near 0 and the
-    inverted top runs away (measured 2.70 internal units), so the top is cut at twice the rough top (2.38)."""
+    inverted top runs away (measured 2.70 internal units), so the top is cut at twice the rough top (2.38). The local
+    inversion (its default bandwidth given); the value sieve reads a top of 0.76 on these bids (measured)."""
     bids = 0.5 * (1 - (1 - _quantiles(2000)).sqrt())
-    scale = choose_value_scale(bids, 2)
+    scale = choose_value_scale(bids, 2, bandwidth=default_bandwidth(bids))
     values, _ = inverted_value_cdf(bids / scale.unit, 2, 0.01)
     cap = 2 * scale.estimated_top_value / scale.unit
     assert values[-1].item() > cap + 0.1
@@ -1044,10 +1046,12 @@ def test_the_top_sd_is_the_seed_to_seed_sd_of_the_top_for_a_fixed_top_model(monk
 def test_second_price_points_within_two_sds_of_the_estimated_top_are_shrunk_toward_0():
     """U[0, 1], 2 bidders, bids v / 2 at 4,000 exact quantiles (revenue 1/3 + r^2 - 4/3 r^3): the top reads
     0.998 with SD 0.022. Reserves more than 2 SDs below it keep the plug-in (within 0.002 of the truth); those
-    within are shrunk by (top - r) / (2 SD), to 0 at the top, and listed."""
+    within are shrunk by (top - r) / (2 SD), to 0 at the top, and listed. The local inversion (its default bandwidth
+    given): the value sieve, whose top is read off the whole fit, shrinks nothing."""
     reserves = [0.9, 0.94, 0.97, 0.99, 1.0]
     rules = [parse_rule(f"second_price_r{r:g}").name for r in reserves]
-    found = predict_counterfactuals(0.5 * _quantiles(4000), 2, rules, [])
+    bids = 0.5 * _quantiles(4000)
+    found = predict_counterfactuals(bids, 2, rules, [], bandwidth=default_bandwidth(bids))
     assert found.value_top == pytest.approx(1.0, abs=0.005) and 0.015 < found.value_top_sd < 0.03
     truths = [1 / 3 + r**2 - 4 / 3 * r**3 for r in reserves]
     points = [found.table[f"cf/{rule}/point"] for rule in rules]
@@ -1059,7 +1063,9 @@ def test_second_price_points_within_two_sds_of_the_estimated_top_are_shrunk_towa
 def test_the_bounds_hold_the_plug_in_and_reach_down_to_a_shrunk_point():
     """The same bids, r = 0.99 (shrunk to about 0.2 of its plug-in) with bounds: the upper bound holds the plug-in
     (`plug_in`, the bounds' own point), the lower bound reaches down to the shrunk point."""
-    found = predict_counterfactuals(0.5 * _quantiles(4000), 2, ["second_price_r0.99"], [0.005], n_iters=5)
+    bids = 0.5 * _quantiles(4000)
+    found = predict_counterfactuals(bids, 2, ["second_price_r0.99"], [0.005], n_iters=5,
+                                    bandwidth=default_bandwidth(bids))
     point, plug_in = found.table["cf/second_price_r0.99/point"], found.plug_in["cf/second_price_r0.99/point"]
     assert 0 < point < 0.5 * plug_in and found.clamps == []
     assert found.table["cf/second_price_r0.99/lower_eps0.005"] <= point

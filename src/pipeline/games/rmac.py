@@ -59,6 +59,7 @@ from pipeline.games.solver import (
     solve_equilibrium,
     win_probability,
 )
+from pipeline.games.value_sieve import KS_GATE, MIN_BIDS, fit_value_sieve
 
 DEFAULT_EPSILONS = (0.001, 0.005, 0.02)
 MAX_GRID_POINTS = 2001
@@ -161,6 +162,23 @@ def inverted_value_cdf(
     (`inverted_value_curve` without the bids the points invert)."""
     _, values, cdf, _ = inverted_value_curve(bids, n_bidders, grid, bandwidth, lattice)
     return values, cdf
+
+
+def point_value_curve(
+    bids: Tensor, n_bidders: int, grid: float, bandwidth: float | None = None, lattice: float | None = None
+) -> tuple[Tensor, Tensor, Tensor, float]:
+    """The point estimate's value curve, as `inverted_value_curve` returns it (bids, values, CDF, top SD).
+
+    Unrounded bids with the default smoothing: the global sieve (`pipeline.games.value_sieve.fit_value_sieve`)
+    when the bid CDF it implies passes its check (`KS_GATE`; top SD 0 then: its top is read off the whole fit and
+    no point is shrunk toward it); otherwise, and for bids on a lattice or a given ``bandwidth``, the local
+    inversion `inverted_value_curve`."""
+    if bandwidth is None and lattice is None and bids.numel() >= MIN_BIDS:
+        sieve = fit_value_sieve(bids, n_bidders)
+        if sieve.misfit <= KS_GATE:
+            device = bids.device
+            return sieve.bids.to(device), sieve.values.to(device), sieve.cdf.to(device), 0.0
+    return inverted_value_curve(bids, n_bidders, grid, bandwidth, lattice)
 
 
 def inverted_value_curve(
@@ -656,8 +674,8 @@ def choose_value_scale(
     density = float((bids >= top_bid - h).sum()) / (bids.numel() * h)
     top_value = top_bid + 1.0 / ((n_bidders - 1) * density)
     unit = nice_step(grid * top_value) / grid
-    values, _ = inverted_value_cdf(bids / unit, n_bidders, grid, None if bandwidth is None else bandwidth / unit,
-                                   None if lattice is None else lattice / unit)
+    _, values, _, _ = point_value_curve(bids / unit, n_bidders, grid, None if bandwidth is None else bandwidth / unit,
+                                        None if lattice is None else lattice / unit)
     # A fitted density near 0 at the top would put the top anywhere: at most twice the rough one.
     largest = min(float(values[-1]), 2 * top_value / unit)
     top = max(math.ceil(largest / grid - 1e-9), round(top_bid / unit / grid) + 1) * grid
@@ -800,8 +818,8 @@ def predict_counterfactuals(
         raise ValueError(f"headroom={headroom}: the bounds' type space cannot be smaller than the point's (use >= 1)")
     top = math.ceil(scale.top * headroom / grid - 1e-9) * grid
     logged = fit_logged_auction(bids / unit, n_bidders, grid, device, internal_bandwidth, top=top)
-    points, values, cdf, top_sd = inverted_value_curve(bids.to(logged.actions.device) / unit, n_bidders, grid,
-                                               internal_bandwidth, internal_lattice)
+    points, values, cdf, top_sd = point_value_curve(bids.to(logged.actions.device) / unit, n_bidders, grid,
+                                                    internal_bandwidth, internal_lattice)
     point_mask = curve_point_mask(logged, values, points, scale.top)
     type_weights = value_type_weights(values, cdf, logged.actions, scale.top)
     table: dict[str, float] = {}
