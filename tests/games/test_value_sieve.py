@@ -74,6 +74,7 @@ def test_a_distribution_no_polynomial_holds_fails_the_check_and_falls_back():
     chosen = point_value_curve(bids, 3, 0.01)
     local = inverted_value_curve(bids, 3, 0.01)
     assert all(torch.equal(a, b) for a, b in zip(chosen[:3], local[:3])) and chosen[3] == local[3]
+    assert chosen[4].startswith("local inversion (the value sieve missed the bids by")
 
 
 def test_second_price_from_the_sieve_matches_the_closed_form():
@@ -82,6 +83,7 @@ def test_second_price_from_the_sieve_matches_the_closed_form():
     reserves = [0.0, 0.3, 0.6, 0.9]
     rules = [parse_rule(f"second_price_r{r:g}").name for r in reserves]
     found = predict_counterfactuals(0.8 * _quantiles(5000).sqrt(), 3, rules, [])
+    assert found.inversion.startswith("value sieve (degree 2,") and found.value_top_sd == 0.0
     for rule, r in zip(rules, reserves):
         assert found.table[f"cf/{rule}/point"] == pytest.approx(24 / 35 + 3 / 5 * r**5 - 9 / 7 * r**7, abs=1e-3)
 

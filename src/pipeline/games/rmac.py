@@ -3,9 +3,11 @@
 We observe bids from an ``n``-bidder first-price auction, not the values behind them, and ask what a
 statistic (expected revenue or welfare) would be under new rules once the bidders re-optimise.
 
-- Point estimate (epsilon = 0): invert the bids to the value distribution through the symmetric
+- Point estimate (epsilon = 0): the value distribution whose symmetric equilibrium bids best fit the logged
+  ones, a Bernstein-polynomial sieve (`pipeline.games.value_sieve`), when the bid CDF it implies passes a
+  Kolmogorov-Smirnov check; otherwise invert the bids through the symmetric
   first-order condition v = b + F(b) / ((n - 1) f(b)), F and f from a local quadratic fit to the
-  bid CDF (`inverted_value_cdf`: no first-order bias at the top of the bids, off the grid). Second
+  bid CDF (`inverted_value_cdf`: no first-order bias at the top of the bids, off the grid) (`point_value_curve`). Second
   price, where bidding the value is dominant, is then read off that distribution directly
   (`second_price_point`); first price solves the new game's symmetric equilibrium over the
   discrete grid by fictitious play (`pipeline.games.solver.solve_equilibrium`, one population of n).
@@ -166,8 +168,9 @@ def inverted_value_cdf(
 
 def point_value_curve(
     bids: Tensor, n_bidders: int, grid: float, bandwidth: float | None = None, lattice: float | None = None
-) -> tuple[Tensor, Tensor, Tensor, float]:
-    """The point estimate's value curve, as `inverted_value_curve` returns it (bids, values, CDF, top SD).
+) -> tuple[Tensor, Tensor, Tensor, float, str]:
+    """The point estimate's value curve, as `inverted_value_curve` returns it (bids, values, CDF, top SD), and which
+    inversion made it (one line).
 
     Unrounded bids with the default smoothing: the global sieve (`pipeline.games.value_sieve.fit_value_sieve`)
     when the bid CDF it implies passes its check (`KS_GATE`; top SD 0 then: its top is read off the whole fit and
@@ -177,8 +180,13 @@ def point_value_curve(
         sieve = fit_value_sieve(bids, n_bidders)
         if sieve.misfit <= KS_GATE:
             device = bids.device
-            return sieve.bids.to(device), sieve.values.to(device), sieve.cdf.to(device), 0.0
-    return inverted_value_curve(bids, n_bidders, grid, bandwidth, lattice)
+            method = f"value sieve (degree {sieve.degree}, misfit {sieve.misfit:.2f} <= {KS_GATE})"
+            return sieve.bids.to(device), sieve.values.to(device), sieve.cdf.to(device), 0.0, method
+        why = f"the value sieve missed the bids by {sieve.misfit:.2f} > {KS_GATE}"
+    else:
+        why = ("bids on a lattice" if lattice is not None else "a bandwidth given" if bandwidth is not None
+               else f"under {MIN_BIDS} bids")
+    return *inverted_value_curve(bids, n_bidders, grid, bandwidth, lattice), f"local inversion ({why})"
 
 
 def inverted_value_curve(
@@ -674,7 +682,7 @@ def choose_value_scale(
     density = float((bids >= top_bid - h).sum()) / (bids.numel() * h)
     top_value = top_bid + 1.0 / ((n_bidders - 1) * density)
     unit = nice_step(grid * top_value) / grid
-    _, values, _, _ = point_value_curve(bids / unit, n_bidders, grid, None if bandwidth is None else bandwidth / unit,
+    _, values, _, _, _ = point_value_curve(bids / unit, n_bidders, grid, None if bandwidth is None else bandwidth / unit,
                                         None if lattice is None else lattice / unit)
     # A fitted density near 0 at the top would put the top anywhere: at most twice the rough one.
     largest = min(float(values[-1]), 2 * top_value / unit)
@@ -732,6 +740,7 @@ class Counterfactuals:
     lattice: float | None = None  # the bids' rounding step when it mattered (`effective_lattice`), data units
     value_top_sd: float = math.nan  # the sampling SD of ``value_top`` (`first_order_values`), data units
     plug_in: dict[str, float] = field(default_factory=dict)  # each point before `top_shrink` (the bounds hold these)
+    inversion: str = ""  # which inversion gave the point's value curve, one line (`point_value_curve`)
 
     def top_reserves(self, reserves: Sequence[float]) -> list[float]:
         """The reserves whose point rests on the estimated top alone: at or above `tail_value`, where fewer than
@@ -818,7 +827,7 @@ def predict_counterfactuals(
         raise ValueError(f"headroom={headroom}: the bounds' type space cannot be smaller than the point's (use >= 1)")
     top = math.ceil(scale.top * headroom / grid - 1e-9) * grid
     logged = fit_logged_auction(bids / unit, n_bidders, grid, device, internal_bandwidth, top=top)
-    points, values, cdf, top_sd = point_value_curve(bids.to(logged.actions.device) / unit, n_bidders, grid,
+    points, values, cdf, top_sd, inversion = point_value_curve(bids.to(logged.actions.device) / unit, n_bidders, grid,
                                                     internal_bandwidth, internal_lattice)
     point_mask = curve_point_mask(logged, values, points, scale.top)
     type_weights = value_type_weights(values, cdf, logged.actions, scale.top)
@@ -857,7 +866,7 @@ def predict_counterfactuals(
         clamps += lines
     tail = interp(cdf.new_tensor([1 - TAIL_SHARE]), cdf, values)
     return Counterfactuals(table, raw, clamps, scale, float(values[-1]) * unit, float(tail) * unit, lattice,
-                           top_sd * unit, plug_ins)
+                           top_sd * unit, plug_ins, inversion)
 
 
 def clamp_bounds(point: float, lower: Tensor, upper: Tensor) -> tuple[Tensor, Tensor]:

@@ -158,11 +158,14 @@ class CounterfactualTask(Task):
         self.extras["value_top"] = {"estimated": found.value_top, "sd": found.value_top_sd,
                                     "tail_value": found.tail_value, "reserves_on_the_top_alone": top_alone,
                                     "reserves_shrunk_to_the_top": found.shrunk_reserves(reserves),
-                                    "from": "task.value_top" if self.value_top is not None else "estimated"}
+                                    "from": "task.value_top" if self.value_top is not None else "estimated",
+                                    "inversion": found.inversion}
+        log.info(f"point estimate: {found.inversion}")
         if top_alone and self.value_top is None:
             log.warning(f"second-price reserves {top_alone} are at or above {found.tail_value:.4g}, the value with 1% "
                         f"of the estimated values above it: their points rest on the estimated top of the values "
-                        f"({found.value_top:.4g}, SD {found.value_top_sd:.2g}) alone; pass task.value_top=<largest "
+                        f"({found.value_top:.4g}{f', SD {found.value_top_sd:.2g}' if found.value_top_sd > 0 else ''}) "
+                        "alone; pass task.value_top=<largest "
                         "value> if you know it")
 
     def _check_bids(self, logged) -> None:
