@@ -64,6 +64,22 @@ def test_a_value_density_vanishing_at_the_top_is_followed(n_quantiles):
     assert np.abs(bid_cdf - _quantiles(n_quantiles).numpy()).max() < 0.0016
 
 
+@pytest.mark.parametrize("step", [0.01, 0.05])
+def test_rounded_bids_are_read_as_censored_to_their_cells(step):
+    """The same Beta(2, 2) bids (15,000 quantiles) rounded to 0.01 and 0.05 (a sixtieth and a twelfth of their
+    range): the cells' probabilities are what rounding leaves exact, so the value CDF at 0.3-0.95 stays within the
+    unrounded bound, one likelihood bin's mass (measured 1e-4 and 2e-5), the top within 0.005 (measured 1.0000 and
+    0.998), and `predict_counterfactuals` takes this fit (the lattice found)."""
+    bids = torch.round(_beta22_bids(15000) / step) * step
+    found = fit_value_sieve(bids, 3, lattice=step)
+    at = np.array([0.3, 0.5, 0.7, 0.8, 0.9, 0.95])
+    estimate = np.interp(at, found.values.numpy(), found.cdf.numpy())
+    assert np.abs(estimate - _beta22_cdf(torch.from_numpy(at)).numpy()).max() < 0.0016
+    assert float(found.values[-1]) == pytest.approx(1.0, abs=0.005)
+    point = predict_counterfactuals(bids, 3, ["second_price_r0.5"], [])
+    assert point.lattice == pytest.approx(step) and point.inversion.startswith("value sieve (degree 3,")
+
+
 @pytest.mark.slow
 def test_a_distribution_no_polynomial_holds_fails_the_check_and_falls_back():
     """F = sqrt(v) (density infinite at 0), 3 bidders: equilibrium bids v / 2 at 15,000 exact quantiles. No

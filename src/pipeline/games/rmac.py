@@ -172,20 +172,19 @@ def point_value_curve(
     """The point estimate's value curve, as `inverted_value_curve` returns it (bids, values, CDF, top SD), and which
     inversion made it (one line).
 
-    Unrounded bids with the default smoothing: the global sieve (`pipeline.games.value_sieve.fit_value_sieve`)
-    when the bid CDF it implies passes its check (`KS_GATE`; top SD 0 then: its top is read off the whole fit and
-    no point is shrunk toward it); otherwise, and for bids on a lattice or a given ``bandwidth``, the local
-    inversion `inverted_value_curve`."""
-    if bandwidth is None and lattice is None and bids.numel() >= MIN_BIDS:
-        sieve = fit_value_sieve(bids, n_bidders)
+    With the default smoothing: the global sieve (`pipeline.games.value_sieve.fit_value_sieve`; bids on a
+    ``lattice`` censored to their cells) when the bid CDF it implies passes its check (`KS_GATE`; top SD 0 then: its
+    top is read off the whole fit and no point is shrunk toward it); otherwise, and for a given ``bandwidth``, the
+    local inversion `inverted_value_curve`."""
+    if bandwidth is None and bids.numel() >= MIN_BIDS:
+        sieve = fit_value_sieve(bids, n_bidders, lattice)
         if sieve.misfit <= KS_GATE:
             device = bids.device
             method = f"value sieve (degree {sieve.degree}, misfit {sieve.misfit:.2f} <= {KS_GATE})"
             return sieve.bids.to(device), sieve.values.to(device), sieve.cdf.to(device), 0.0, method
         why = f"the value sieve missed the bids by {sieve.misfit:.2f} > {KS_GATE}"
     else:
-        why = ("bids on a lattice" if lattice is not None else "a bandwidth given" if bandwidth is not None
-               else f"under {MIN_BIDS} bids")
+        why = "a bandwidth given" if bandwidth is not None else f"under {MIN_BIDS} bids"
     return *inverted_value_curve(bids, n_bidders, grid, bandwidth, lattice), f"local inversion ({why})"
 
 
@@ -820,6 +819,8 @@ def predict_counterfactuals(
     unit = scale.unit
     lattice = effective_lattice(bids, None if bandwidth is None else float(bandwidth))
     internal_lattice = None if lattice is None else lattice / unit
+    # The point reads a bandwidth only when one is given (the local inversion widens it to the cells by itself).
+    point_bandwidth = None if bandwidth is None else float(bandwidth) / unit
     if lattice is not None:  # the logged game's smoothing spans the rounding cells too
         bandwidth = max(default_bandwidth(bids) if bandwidth is None else float(bandwidth), LATTICE_CELLS * lattice)
     internal_bandwidth = None if bandwidth is None else bandwidth / unit
@@ -828,7 +829,7 @@ def predict_counterfactuals(
     top = math.ceil(scale.top * headroom / grid - 1e-9) * grid
     logged = fit_logged_auction(bids / unit, n_bidders, grid, device, internal_bandwidth, top=top)
     points, values, cdf, top_sd, inversion = point_value_curve(bids.to(logged.actions.device) / unit, n_bidders, grid,
-                                                    internal_bandwidth, internal_lattice)
+                                                               point_bandwidth, internal_lattice)
     point_mask = curve_point_mask(logged, values, points, scale.top)
     type_weights = value_type_weights(values, cdf, logged.actions, scale.top)
     table: dict[str, float] = {}

@@ -71,12 +71,20 @@ def _interp(x: Tensor, xp: Tensor, fp: Tensor) -> Tensor:
     return y0 + t * (y1 - y0)
 
 
-def _bid_cdf(params: Tensor, components: Tensor, x: Tensor, opponents: int, floor: float, edges: Tensor) -> Tensor:
-    """The bid CDF at ``edges`` (units of the highest bid) under the sieve's parameters: softmax weights
-    (params[:-1]) and the lower end L = floor * sigmoid(params[-1]) (``floor``: the lowest bid)."""
-    start = floor * torch.sigmoid(params[-1])
-    f, beta = equilibrium_shape(torch.softmax(params[:-1], 0), components, x, opponents)
-    scaled = start + (1 - start) * beta / beta[-1]  # the bids of the points x, in units of the highest bid
+def _ends(params: Tensor, floor: float, top_low: float) -> tuple[Tensor, Tensor]:
+    """(lowest, highest) equilibrium bid, units of ``high`` (`fit_value_sieve`): L = floor * sigmoid(params[-2]) and
+    top_low + (1 - top_low) * sigmoid(params[-1]) (1 when the highest bid is known, ``top_low`` = 1)."""
+    top = params.new_tensor(1.0) if top_low >= 1 else top_low + (1 - top_low) * torch.sigmoid(params[-1])
+    return floor * torch.sigmoid(params[-2]), top
+
+
+def _bid_cdf(params: Tensor, components: Tensor, x: Tensor, opponents: int, floor: float, top_low: float,
+             edges: Tensor) -> Tensor:
+    """The bid CDF at ``edges`` (units of ``high``) under the sieve's parameters: softmax weights (params[:-2]) and
+    the ends of the bids (`_ends`)."""
+    start, top = _ends(params, floor, top_low)
+    f, beta = equilibrium_shape(torch.softmax(params[:-2], 0), components, x, opponents)
+    scaled = start + (top - start) * beta / beta[-1]  # the bids of the points x
     cdf = _interp(edges, scaled, f)
     return torch.where(edges < start, torch.zeros_like(cdf), cdf)
 
@@ -111,27 +119,38 @@ def _maximise(params: Tensor, problem: tuple, counts: Tensor) -> float:
     return best
 
 
-def fit_value_sieve(bids: Tensor, n_bidders: int) -> ValueSieve:
+def fit_value_sieve(bids: Tensor, n_bidders: int, lattice: float | None = None) -> ValueSieve:
     """The value distribution of ``n_bidders`` alike bidders whose first-price equilibrium bids are ``bids`` (any
-    positive scale; at least `MIN_BIDS`, not all equal), by the Bernstein sieve of the module docstring."""
+    positive scale; at least `MIN_BIDS`, not all equal), by the Bernstein sieve of the module docstring.
+
+    ``lattice``: the bids are rounded to this step (`pipeline.games.bid_checks.bid_lattice`), each read as censored
+    to its rounding cell: the likelihood's bins are the cells, and the highest bid is a parameter inside the top
+    cell (interval-censored maximum likelihood)."""
     bids = torch.as_tensor(bids, dtype=torch.float64).flatten().cpu()
     if bids.numel() < MIN_BIDS or float(bids.max()) <= float(bids.min()) or float(bids.min()) < 0:
         raise ValueError(f"the value sieve needs at least {MIN_BIDS} nonnegative bids, not all equal "
                          f"({bids.numel()} given)")
-    high = float(bids.max())
-    cell = torch.clamp((bids / high * BINS).long(), max=BINS - 1)
-    counts = torch.zeros(BINS, dtype=torch.float64).index_add_(0, cell, torch.ones_like(bids))
-    edges = torch.linspace(0.0, 1.0, BINS + 1, dtype=torch.float64)
+    if lattice is None:
+        high, top_low, floor = float(bids.max()), 1.0, float(bids.min()) / float(bids.max())
+        cell = torch.clamp((bids / high * BINS).long(), max=BINS - 1)
+        counts = torch.zeros(BINS, dtype=torch.float64).index_add_(0, cell, torch.ones_like(bids))
+        edges = torch.linspace(0.0, 1.0, BINS + 1, dtype=torch.float64)
+    else:  # one bin per rounding cell [(k - 1/2) step, (k + 1/2) step), k = lowest .. highest bid / step
+        index = torch.round(bids / lattice).long()
+        lo, hi = int(index.min()), int(index.max())
+        high = (hi + 0.5) * lattice
+        counts = torch.zeros(hi - lo + 1, dtype=torch.float64).index_add_(0, index - lo, torch.ones_like(bids))
+        edges = ((torch.arange(lo, hi + 2, dtype=torch.float64) - 0.5) * lattice / high).clamp_min(0.0)
+        top_low, floor = float(edges[-2]), float(edges[1])
     x = torch.linspace(0.0, 1.0, POINTS, dtype=torch.float64)
-    floor = float(bids.min()) / high
     best, since_best = None, 0
     with torch.enable_grad():
         for degree in DEGREES:
             k = torch.arange(1, degree + 1, dtype=torch.float64)
             components = torch.from_numpy(special.betainc(k[:, None].numpy(), (degree - k + 1)[:, None].numpy(),
                                                           x[None, :].numpy()))
-            problem = (components, x, n_bidders - 1, floor, edges)
-            params = torch.zeros(degree + 1, dtype=torch.float64, requires_grad=True)
+            problem = (components, x, n_bidders - 1, floor, top_low, edges)
+            params = torch.zeros(degree + 2, dtype=torch.float64, requires_grad=True)
             aic = -2 * _maximise(params, problem, counts) + 2 * (degree + 1)
             if best is None or aic < best[0]:
                 best, since_best = (aic, params.detach(), degree, problem), 0
@@ -140,13 +159,12 @@ def fit_value_sieve(bids: Tensor, n_bidders: int) -> ValueSieve:
                 if since_best >= PATIENCE:
                     break
     _, params, degree, problem = best
-    components, x, opponents, floor, edges = problem
+    components, x, opponents, floor, top_low, edges = problem
     with torch.no_grad():
-        f, beta = equilibrium_shape(torch.softmax(params[:-1], 0), components, x, opponents)
-        start = floor * float(torch.sigmoid(params[-1]))
+        f, beta = equilibrium_shape(torch.softmax(params[:-2], 0), components, x, opponents)
+        start, top = (float(end) for end in _ends(params, floor, top_low))
         fitted = _bid_cdf(params, *problem)
     empirical = torch.cat([counts.new_zeros(1), counts.cumsum(0)]) / counts.sum()
     misfit = float((fitted - empirical).abs().max()) * math.sqrt(bids.numel())
-    width = (1 - start) / float(beta[-1])  # T - L in units of the highest bid
-    values = (start + width * x) * high
-    return ValueSieve(values, f, (start + (1 - start) * beta / beta[-1]) * high, degree, misfit)
+    values = (start + (top - start) / float(beta[-1]) * x) * high
+    return ValueSieve(values, f, (start + (top - start) * beta / beta[-1]) * high, degree, misfit)
