@@ -19,7 +19,7 @@ moves the top. So the fit is used only when the bid CDF it implies is within `KS
 empirical one everywhere (the 1% Kolmogorov-Smirnov critical value of a fully specified CDF; the fitted model
 sits closer than that on correct models). Measured (`benchmarks/auction_sieve.py`, 6 seeds, N = 5,000, 2, 3 and 5
 bidders): sqrt(v)'s fits miss by 4.2-6.1 and fall back; uniform, v^2, Beta(2, 2), Beta(3, 1.5) and a truncated
-normal miss by 0.45-0.8.
+normal miss by 0.3-0.9 (rounded logs included).
 """
 
 from __future__ import annotations
