@@ -28,8 +28,8 @@ Parts (`--parts`):
   K = `--k`. Env steps and backpropagated samples (epochs x env steps) per CPU second of the training loop.
 - dqn: the same for PureJaxRL's DQN config (DQN_RECIPE: 10 envs, one update of 128 per 10 env steps, ...),
   `--dqn-budget` env steps a seed, K = `--dqn-k`; backpropagated samples = updates x 128.
-- solved: cost per solved seed. Ours: `experiment=ppo_cartpole` (rl-zoo's recipe, each seed stops at its
-  first confirmed 30-episode deterministic evaluation of 500); PureJaxRL: its published config at the
+- solved: cost per solved seed. Ours: `experiment=ppo_cartpole` (rl-zoo's recipe with a quarter of its learning
+  work, each seed stops at its first confirmed 30-episode deterministic evaluation of 500); PureJaxRL: its published config at the
   smallest budget of `--jax-budgets` at which it solves >= 15/16 of its K seeds (searched on the first pair;
   `--jax-budget` gives it), one pair per first seed of `--solved-seeds` (default 5000, 6000, ... `--repeats` of them).
   Solved: greedy mean >= 475 over fresh episodes (JAX 10, ours 20). Cost = the
