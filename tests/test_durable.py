@@ -122,9 +122,10 @@ def test_kill_9_then_ckpt_path_last_continues_a_ppo_run_exactly(tmp_path, batch)
 def test_a_ppo_batch_resumed_after_an_agent_stopped_ends_where_it_would_have(tmp_path):
     """PPO agents that reached stop_at_return left the batch before the checkpoint; kill -9, then the resume rebuilds
     the smaller batch (weights, Adam moments, envs, generators) and ends bitwise where an uninterrupted run ends. The
-    bar comes from a run without one (the best evaluation by 7,680 env steps), so some agent stops by then on any CPU."""
+    bar comes from a run without one (the best evaluation by 7,680 env steps) and the stop needs no confirmation round,
+    so some agent stops by then on any CPU."""
     args = (*PPO_ARGS[:1], *PPO_ARGS[2:], "task.eval_every=2560", "task.eval_episodes=10", "task.total_steps=15360",
-            "checkpoint.every_steps=2560", "seeds_per_process=3")
+            "task.stop_confirm_episodes=0", "checkpoint.every_steps=2560", "seeds_per_process=3")
     free = run_cli(*args, "task.stop_at_return=null", f"hydra.run.dir={tmp_path / 'free'}")
     assert free.returncode == 0, free.stdout[-2000:]
     evaluations = [read_result(tmp_path / "free" / f"seed{s}")["evaluations"] for s in range(3)]
