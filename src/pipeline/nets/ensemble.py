@@ -553,6 +553,9 @@ def compiled_graphs() -> int:
     return int(counters["stats"]["unique_graphs"])
 
 
+_SCALARS = (bool, int, float, str)
+
+
 def compile_over_members(fn: Callable, device: torch.device | str, member_axes: dict[int, int] | None = None,
                          cuda_graphs: bool = True) -> Callable:
     """`fn` (tensors and ensembles in, tensors out) through `torch.compile`, with the member axis K symbolic.
@@ -565,8 +568,8 @@ def compile_over_members(fn: Callable, device: torch.device | str, member_axes: 
     unless `cuda_graphs=False`, which a caller keeping outputs across calls needs (a replay overwrites the last one's).
 
     Dynamo's guards (~40 us a call) and the dynamic marking run only on the first call of each signature (grad mode,
-    every tensor argument's shape, strides, dtype and requires_grad, every module's parameter shape, the identity of
-    every other argument); a repeat of a signature already checked runs with `skip_guard_eval_unsafe`, which still
+    every tensor argument's shape, strides, dtype and requires_grad, every module's parameter shape, every number's
+    value, the identity of every other argument); a repeat of a signature already checked runs with `skip_guard_eval_unsafe`, which still
     tells apart the graphs compiled so far. A batch that shrinks is a new signature: its first call is checked in
     full and may compile (K = 1).
     """
@@ -587,11 +590,12 @@ def compile_over_members(fn: Callable, device: torch.device | str, member_axes: 
 
     def call(*args):
         # What selects a graph: grad mode, each tensor's shape, strides, dtype and requires_grad, each module's first
-        # parameter's shape (`keep_members_` replaces every parameter at once) and the identity of any other argument.
+        # parameter's shape (`keep_members_` replaces every parameter at once), numbers by value, other arguments by id.
         key = (torch.is_grad_enabled(), *(
             (arg.shape, arg.stride(), arg.dtype, arg.requires_grad) if isinstance(arg, torch.Tensor)
             else (id(arg), getattr(next(arg.parameters(), None), "shape", None)) if isinstance(arg, nn.Module)
             else tuple((a.shape, a.dtype) if isinstance(a, torch.Tensor) else id(a) for a in arg) if isinstance(arg, tuple)
+            else arg if arg is None or type(arg) in _SCALARS  # by value: an equal number may be another object
             else id(arg)
             for arg in args))
         if cuda and cuda_graphs:
@@ -613,7 +617,8 @@ def compile_over_members(fn: Callable, device: torch.device | str, member_axes: 
                 if tensor.dim() > 0:
                     torch._dynamo.maybe_mark_dynamic(tensor, axes.get(i, 0) if tensor is arg else 0)
         out = compiled(*args)
-        checked.add(key)
+        if len(checked) < 64:  # bounded: a caller passing a new object each call gets full guards, not a growing set
+            checked.add(key)
         return out
 
     return call
