@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from pipeline.nets.actor_critic import ActorCritic
-from pipeline.nets.ensemble import compile_over_members, compiled_graphs
+from pipeline.nets.ensemble import compiled_graphs
 from pipeline.nets.mlp import MLP
 from pipeline.tasks.dqn import DQNTask
 from pipeline.tasks.ppo import PPOTask
@@ -241,30 +241,3 @@ def test_ppo_compiled_rollout_of_a_gaussian_policy_equals_eager():
         assert a.truncated.any() and (a.actions.abs() > 2).any()  # time limits hit; some actions sent clipped
         assert rollout_mismatch(eager, compiled, a, b) is None, (seed, rollout_mismatch(eager, compiled, a, b))
     assert compiled.compile_s > 0.0
-
-
-def test_compiled_call_skips_guards_only_on_a_signature_already_checked():
-    """A repeat call skips dynamo's guards; a batch of another size (K = 4 -> 2 -> 1 -> 4) is checked in full first, so
-    a graph specialised to the old K (here a branch on K) is never served for the new one."""
-    torch._dynamo.reset()
-
-    def by_k(x):
-        return x * 3.0 if x.shape[0] > 2 else x * 2.0
-
-    compiled = compile_over_members(by_k, "cpu")
-    for k in (4, 4, 2, 2, 1, 1, 4, 2):
-        assert torch.equal(compiled(torch.ones(k, 3)), by_k(torch.ones(k, 3))), k
-    # The slip the per-signature check prevents: skipping the guards on a size not seen yet (torch either refuses or
-    # serves the K = 4 graph, x3 instead of x2).
-    torch._dynamo.reset()
-    raw = torch.compile(by_k)
-    x4, x2 = torch.ones(4, 3), torch.ones(2, 3)
-    torch._dynamo.maybe_mark_dynamic(x4, 0)
-    torch._dynamo.maybe_mark_dynamic(x2, 0)
-    raw(x4)
-    with torch.compiler.set_stance("default", skip_guard_eval_unsafe=True):
-        try:
-            stale = not torch.equal(raw(x2), by_k(x2))
-        except RuntimeError:
-            stale = True
-    assert stale

@@ -553,9 +553,6 @@ def compiled_graphs() -> int:
     return int(counters["stats"]["unique_graphs"])
 
 
-_SCALARS = (bool, int, float, str)
-
-
 def compile_over_members(fn: Callable, device: torch.device | str, member_axes: dict[int, int] | None = None,
                          cuda_graphs: bool = True) -> Callable:
     """`fn` (tensors and ensembles in, tensors out) through `torch.compile`, with the member axis K symbolic.
@@ -566,17 +563,9 @@ def compile_over_members(fn: Callable, device: torch.device | str, member_axes: 
     and 1). The graph reads the ensemble's parameters on every call, so members dropped by `keep_members_` are gone
     from the next call on. Inductor on CPU; on CUDA also CUDA graphs (mode="reduce-overhead", each call a new step)
     unless `cuda_graphs=False`, which a caller keeping outputs across calls needs (a replay overwrites the last one's).
-
-    Dynamo's guards (~40 us a call) and the dynamic marking run only on the first call of each signature (grad mode,
-    every tensor argument's shape, strides, dtype and requires_grad, every module's parameter shape, every number's
-    value, the identity of every other argument); a repeat of a signature already checked runs with `skip_guard_eval_unsafe`, which still
-    tells apart the graphs compiled so far. A batch that shrinks is a new signature: its first call is checked in
-    full and may compile (K = 1).
     """
-    from torch._dynamo.eval_frame import DynamoStance, _set_stance
     from torch.fx.experimental import _config as fx_config
 
-    skip_guards = DynamoStance("default", skip_guard_eval_unsafe=True)
     # Parameters are static shapes to dynamo by default (a dropped member would recompile the graph), and sizes that
     # happen to be equal share one symbol (K = 4 agents on CartPole's 4 features would pin K to 4). Set for the process
     # rather than patched around each call: a patch costs ~75 us a call (dynamo re-hashes its config), more than a
@@ -586,40 +575,22 @@ def compile_over_members(fn: Callable, device: torch.device | str, member_axes: 
     cuda = torch.device(device).type == "cuda"
     compiled = torch.compile(fn, mode="reduce-overhead" if cuda and cuda_graphs else None)
     axes = member_axes or {}
-    checked: set[tuple] = set()
 
     def call(*args):
-        # What selects a graph: grad mode, each tensor's shape, strides, dtype and requires_grad, each module's first
-        # parameter's shape (`keep_members_` replaces every parameter at once), numbers by value, other arguments by id.
-        key = (torch.is_grad_enabled(), *(
-            (arg.shape, arg.stride(), arg.dtype, arg.requires_grad) if isinstance(arg, torch.Tensor)
-            else (id(arg), getattr(next(arg.parameters(), None), "shape", None)) if isinstance(arg, nn.Module)
-            else tuple((a.shape, a.dtype) if isinstance(a, torch.Tensor) else id(a) for a in arg) if isinstance(arg, tuple)
-            else arg if arg is None or type(arg) in _SCALARS  # by value: an equal number may be another object
-            else id(arg)
-            for arg in args))
+        for i, arg in enumerate(args):
+            if isinstance(arg, nn.Module):
+                first = next(arg.parameters(), None)
+                if first is not None and hasattr(first, "_dynamo_weak_dynamic_indices"):
+                    continue  # marked by an earlier call (`keep_members_` replaces every parameter at once)
+                tensors = [*arg.parameters(), *arg.buffers()]
+            else:
+                tensors = [arg]
+            for tensor in tensors:
+                if isinstance(tensor, torch.Tensor) and tensor.dim() > 0:
+                    torch._dynamo.maybe_mark_dynamic(tensor, axes.get(i, 0) if tensor is arg else 0)
         if cuda and cuda_graphs:
             torch.compiler.cudagraph_mark_step_begin()
-        if key in checked:  # a graph made and checked for this signature: no marking, guards skipped
-            prior = _set_stance(skip_guards)
-            try:
-                return compiled(*args)
-            finally:
-                _set_stance(prior)
-        for i, arg in enumerate(args):  # this call may compile: every member axis symbolic
-            if isinstance(arg, nn.Module):
-                tensors = [*arg.parameters(), *arg.buffers()]
-            elif isinstance(arg, torch.Tensor):
-                tensors = [arg]
-            else:
-                continue
-            for tensor in tensors:
-                if tensor.dim() > 0:
-                    torch._dynamo.maybe_mark_dynamic(tensor, axes.get(i, 0) if tensor is arg else 0)
-        out = compiled(*args)
-        if len(checked) < 64:  # bounded: a caller passing a new object each call gets full guards, not a growing set
-            checked.add(key)
-        return out
+        return compiled(*args)
 
     return call
 
