@@ -2,15 +2,63 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import os
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import nn
 
-# Tensors at least this large take tanh's sigmoid form on CPU (measured crossover ~16k-65k values, see Tanh);
-# without autograd (rollouts, evaluation) the form has no Function overhead and wins from ~4k values.
+# Where torch.tanh is slow (below), tensors at least this large take tanh's sigmoid form on CPU (measured crossover
+# ~16k-65k values with autograd, where the Function's overhead counts); without autograd (rollouts, evaluation) the
+# form is three plain ops and wins from ~4k values. Where torch.tanh is fast (Intel AVX-512) it is taken at any size.
 FAST_TANH_MIN_NUMEL = 32768
 FAST_TANH_NOGRAD_MIN_NUMEL = 8192
+
+# MKL_CBWR / MKL_ENABLE_INSTRUCTIONS values (before any ",STRICT"; MKL reads them case-sensitively) that keep MKL
+# below its AVX-512 code path.
+_MKL_BELOW_AVX512 = frozenset({"COMPATIBLE", "SSE2", "SSSE3", "SSE4_1", "SSE4_2", "AVX"})
+_MKL_BELOW_AVX512_PREFIXES = ("AVX2", "AVX512_MIC")
+_AVX512_FLAGS = frozenset({"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"})
+
+
+def mkl_tanh_is_vectorised(cpuinfo: str, has_mkl: bool, environ: Mapping[str, str]) -> bool:
+    """Whether torch's float32 CPU tanh runs MKL's AVX-512 kernel (VML `vsTanh`), from the machine and the build.
+
+    torch's CPU tanh calls MKL's vsTanh where torch is built with MKL. MKL picks its code path itself: the AVX-512
+    one only for a CPU whose CPUID vendor is "GenuineIntel" (MKL's own check) with AVX-512 (F, CD, BW, DQ, VL), and
+    only if MKL_CBWR / MKL_ENABLE_INSTRUCTIONS do not cap it lower; any other path (MKL's AVX2 one on Intel, its
+    generic one on AMD) is the slow tanh. `cpuinfo` is /proc/cpuinfo's text ("" where there is none).
+    """
+    if not has_mkl:
+        return False
+    for name in ("MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS"):
+        isa = environ.get(name, "").split(",")[0]
+        if isa in _MKL_BELOW_AVX512 or isa.startswith(_MKL_BELOW_AVX512_PREFIXES):
+            return False
+    vendor = flags = None
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "vendor_id" and vendor is None:
+            vendor = value.strip()
+        elif key == "flags" and flags is None:
+            flags = set(value.split())
+        if vendor is not None and flags is not None:
+            break
+    return vendor == "GenuineIntel" and flags is not None and _AVX512_FLAGS <= flags
+
+
+@functools.cache
+def eager_tanh_form() -> str:
+    """The form Tanh takes for large float32 CPU tensors outside torch.compile, decided once per process:
+    "tanh" (torch.tanh) where torch's tanh is MKL's AVX-512 kernel, "sigmoid" (2 sigmoid(2x) - 1) elsewhere."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            cpuinfo = f.read()
+    except OSError:
+        cpuinfo = ""
+    return "tanh" if mkl_tanh_is_vectorised(cpuinfo, torch.backends.mkl.is_available(), os.environ) else "sigmoid"
 
 
 class _SigmoidTanh(torch.autograd.Function):
@@ -29,19 +77,21 @@ class _SigmoidTanh(torch.autograd.Function):
 
 
 class Tanh(nn.Tanh):
-    """nn.Tanh, computed as 2 sigmoid(2x) - 1 for large float32 CPU tensors.
+    """nn.Tanh, computed as 2 sigmoid(2x) - 1 for large float32 CPU tensors where torch's tanh is slow.
 
-    This torch CPU build's float32 tanh is several times slower than its sigmoid (one thread, AVX-512; us per
-    call, forward [+ backward]: 65,536 values tanh 343 [552], sigmoid form 105 [189]; 4,096 values tanh 22 [63],
-    sigmoid form 20 [128]: the autograd Function's overhead wins below ~16k values). In K-seed PPO the
-    minibatch activations ([16, 128, 64] at K = 16) are where torch.tanh took ~27% of the update. Without
-    autograd the form is three plain ops (us per call, 4,096 values: tanh 12.1, form 12.0; 8,192: 22.4 / 14.2;
-    the rollout's [16, 8, 64] at K = 16). The two forms differ by at most ~2e-7 (float32 rounding of
-    2 sigmoid - 1 near 0); smaller tensors, other dtypes and other devices keep torch.tanh.
+    Where torch's float32 tanh is not MKL's AVX-512 kernel (`eager_tanh_form`; AMD, AVX2-only CPUs, builds without
+    MKL) it is several times slower than sigmoid: one thread, 65,536 values, 343 us against 105 us for the form on
+    an AMD EPYC. On Intel AVX-512 it is the faster one at every size (30 us against 61 us, 4,096 values 3 us against
+    15 us on a Sapphire Rapids Xeon) and is taken. Under torch.compile the form is traced as elsewhere (the compiler
+    fuses it). The two forms differ by at most ~2e-7 (float32 rounding of 2 sigmoid - 1 near 0); smaller tensors,
+    other dtypes and other devices keep torch.tanh. Measured with `benchmarks/bench_tanh.py` (docs/speed.md).
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype != torch.float32 or x.device.type != "cpu" or x.numel() < FAST_TANH_NOGRAD_MIN_NUMEL:
+            return torch.tanh(x)
+        # Not under torch.compile: the compiled graph keeps the size rule below whatever this machine's tanh is.
+        if not torch.compiler.is_compiling() and eager_tanh_form() == "tanh":
             return torch.tanh(x)
         if torch.is_grad_enabled() and x.requires_grad:
             return _SigmoidTanh.apply(x) if x.numel() >= FAST_TANH_MIN_NUMEL else torch.tanh(x)
