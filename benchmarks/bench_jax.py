@@ -16,9 +16,13 @@ is repeated (`--repeats`, seeds 0, 1000, ...). Costs are CPU seconds (the machin
   virtualenv (`.venv-jax`, never a dependency of the pipeline), cloned into outputs/bench-jax/ at run time.
   Compile time (`.lower().compile()`) is shown apart from the compiled run.
 - Ours: each run is its own process (`bench_jax.py --child`); its start-up and imports (torch, Lightning,
-  the pipeline) are shown apart from the run. The run's training loop = the run's CPU seconds times the share
-  of its wall time the record's time breakdown gives to acting, env, learning and logging (setup and the final
-  20-episode evaluation left out; JAX's greedy evaluation is left out the same way).
+  the pipeline) are shown apart from the run. The run's training loop = the CPU seconds of the process and its
+  finished children, read around each training iteration (the task's `iterate`: acting, env, learning) and each
+  log row (setup, evaluations and the final 20-episode evaluation left out; JAX's greedy evaluation is left out
+  the same way). With `device.compile=true` an iteration in which torch.compile made graphs is compile: its CPU
+  seconds minus the median of the steady iterations after the last compile are shown apart (like JAX's), the
+  rest stays in the loop. Inductor compiles in this process (TORCHINDUCTOR_COMPILE_THREADS=1: the C++
+  compiler runs as waited-for child processes, whose CPU counts) and cold (its caches off, as JAX's compile is).
 
 Parts (`--parts`):
 - recipe: the identical recipe. Both sides run PureJaxRL's PPO CartPole config (4 envs x 128 steps, 4 epochs
@@ -120,25 +124,94 @@ def run_ours(name: str, overrides: list[str], k: int, seed: int, core: int) -> d
     return r
 
 
+def cpu_s() -> float:
+    """CPU seconds of this process and its finished children (inductor's C++ compiler runs as child processes)."""
+    return time.process_time() + children_cpu_s()
+
+
+class LoopClock:
+    """CPU seconds of every training iteration (the task class's own `iterate`) and of every log row (`log_progress`),
+    read around each call (a call inside another counts once), with whether torch.compile made graphs during it."""
+
+    def __init__(self, compiled_graphs) -> None:
+        self.compiled_graphs = compiled_graphs
+        self.iterations: list[tuple[float, int]] = []  # (CPU seconds, graphs made)
+        self.log_cpu_s = 0.0
+        self.depth = 0
+
+    def wrap(self, cls: type, name: str) -> None:
+        method = vars(cls)[name]
+
+        def timed(task, *args, **kwargs):
+            if self.depth:
+                return method(task, *args, **kwargs)
+            self.depth += 1
+            graphs, c0 = self.compiled_graphs(), cpu_s()
+            try:
+                return method(task, *args, **kwargs)
+            finally:
+                spent = cpu_s() - c0
+                self.depth -= 1
+                if name == "iterate":
+                    self.iterations.append((spent, self.compiled_graphs() - graphs))
+                else:
+                    self.log_cpu_s += spent
+
+        setattr(cls, name, timed)
+
+    def split(self) -> dict:
+        """The loop's CPU seconds and the compile's: an iteration that compiled counts the median steady iteration
+        (those after the last compile; none: all that did not compile) in the loop, the rest of its CPU as compile."""
+        compiled = [i for i, (_, c) in enumerate(self.iterations) if c]
+        after = [cpu for cpu, c in self.iterations[compiled[-1] + 1:]] if compiled else []
+        steady = after or [cpu for cpu, c in self.iterations if not c]
+        steady_s = statistics.median(steady) if steady else 0.0
+        compile_cpu_s = sum((max(0.0, self.iterations[i][0] - steady_s) for i in compiled), 0.0)
+        return {"loop_cpu_s": sum(cpu for cpu, _ in self.iterations) - compile_cpu_s + self.log_cpu_s,
+                "compile_cpu_s": compile_cpu_s, "iterations": len(self.iterations), "compiling_iterations": len(compiled),
+                "graphs": sum(g for _, g in self.iterations),
+                "steady_iteration_cpu_s": steady_s, "log_cpu_s": self.log_cpu_s}
+
+
 def child(out: Path, overrides: list[str]) -> int:
-    """In a fresh process: imports timed apart from the run, then the run (CPU seconds, records' breakdown)."""
+    """In a fresh process: imports timed apart from the run, then the run (CPU seconds of its iterations and log rows,
+    compile apart; the records' wall-time breakdown beside them)."""
+    os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"  # the compile's CPU in this process and its waited-for children
+    os.environ["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = "1"  # a cold compile each run, as JAX's
     t0, c0 = time.perf_counter(), time.process_time()
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import lightning  # noqa: F401  (the run would import it: its cost belongs to start-up)
     import torch
     from seed_batching import run_records
 
+    from pipeline.nets.ensemble import compiled_graphs
+    from pipeline.tasks.dqn import DQNTask
+    from pipeline.tasks.ppo import PPOTask
+    from pipeline.tasks.rl_task import RLTask
+
     import_s, import_cpu_s = time.perf_counter() - t0, time.process_time() - c0
     torch.set_num_threads(1)
+    clock = LoopClock(compiled_graphs)
+    for cls in (PPOTask, DQNTask):
+        clock.wrap(cls, "iterate")
+    clock.wrap(RLTask, "log_progress")
+    graphs, children0 = compiled_graphs(), children_cpu_s()
     with tempfile.TemporaryDirectory() as run_dir:  # a fresh run dir each time (a finished one refuses a rerun)
         wall, cpu, records = run_records(overrides, Path(run_dir) / "run")
+    cpu += children_cpu_s() - children0
+    split = clock.split()
     parts = records[0]["time_breakdown_s"]
     loop_share = sum(parts.get(p, 0.0) for p in LOOP_PARTS) / wall
     finals = [r["metrics"]["eval/return_mean"] for r in records]
     updates = sum(r["metrics"].get("train/updates", 0.0) for r in records)
     result = {
         "side": "pipeline", "overrides": overrides, "import_s": round(import_s, 2), "import_cpu_s": round(import_cpu_s, 2),
-        "run_s": round(wall, 2), "run_cpu_s": round(cpu, 2), "loop_cpu_s": round(cpu * loop_share, 2),
+        "run_s": round(wall, 2), "run_cpu_s": round(cpu, 2), "loop_cpu_s": round(split["loop_cpu_s"], 2),
+        "compile_cpu_s": round(split["compile_cpu_s"], 2), "loop_method": "cpu per iteration",
+        "loop": {key: round(v, 4) if isinstance(v, float) else v for key, v in split.items()},
+        "graphs_outside_iterations": compiled_graphs() - graphs - split["graphs"],  # compiled outside the loop: not timed
+        # The estimate this bench used before (the run's CPU seconds times the loop's share of wall time), kept to compare.
+        "loop_cpu_s_by_wall_share": round(cpu * loop_share, 2),
         "time_breakdown_s": parts, "env_steps": sum(int(r["env_steps"]) for r in records), "updates": updates,
         "final_returns": [round(f, 1) for f in finals], "solved": sum(f >= SOLVED for f in finals),
         "stop_env_steps": [(r.get("early_stop") or {}).get("env_step") for r in records],
@@ -175,7 +248,8 @@ def recipe_rows(python: Path, src: Path, algo: str, ks: list[int], budget: int, 
                              k, seed, args.core)
                 o["samples"] = learning_work(algo, o)
                 print(f"  {algo} K={k} seed={seed} pipeline ({name}): import {o['import_cpu_s']} CPU s, run {o['run_cpu_s']} "
-                      f"CPU s (loop {o['loop_cpu_s']}), breakdown {json.dumps(o['time_breakdown_s'])}", flush=True)
+                      f"CPU s (loop {o['loop_cpu_s']}, compile {o['compile_cpu_s']}; loop by wall share "
+                      f"{o['loop_cpu_s_by_wall_share']}), breakdown {json.dumps(o['time_breakdown_s'])}", flush=True)
                 rows.append({"algo": algo, "k": k, "seed": seed, "variant": name, "budget": budget, "purejaxrl": j, "pipeline": o,
                              "sample_ratio": round((o["loop_cpu_s"] / o["samples"]) / (j["loop_cpu_s"] / j["samples"]), 3),
                              "step_ratio": round((o["loop_cpu_s"] / o["env_steps"]) / (j["loop_cpu_s"] / j["env_steps"]), 3)})
@@ -211,18 +285,25 @@ def solved_rows(python: Path, src: Path, ks: list[int], args, result: dict) -> l
 
 
 def recipe_table(rows: list[dict], title: str) -> None:
-    print(f"\n{title}: CPU seconds on one core; rates per CPU second of the training loop; ratio = our CPU per unit / JAX's")
-    print("| K | seed | variant | JAX compile CPU s | JAX run CPU s | ours start-up CPU s | ours run CPU s (loop) | "
-          "env steps/CPU s JAX | ours | samples/CPU s JAX | ours | ratio per env step | ratio per sample |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print(f"\n{title}: CPU seconds on one core (ours: the process's and its children's); rates per CPU second of the "
+          "training loop, compile apart; ratio = our CPU per unit / JAX's")
+    print("| K | seed | variant | JAX compile CPU s | ours compile CPU s | JAX run CPU s | ours start-up CPU s | "
+          "ours run CPU s (loop) | env steps/CPU s JAX | ours | samples/CPU s JAX | ours | ratio per env step | ratio per sample |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    older = False
     for r in rows:
         j, o = r["purejaxrl"], r["pipeline"]
-        compiled = o["time_breakdown_s"].get("compile")
-        variant = f"{r['variant']} (compile {compiled:.1f} s wall)" if compiled else r["variant"]
-        print(f"| {r['k']} | {r['seed']} | {variant} | {j['compile_cpu_s']} | {j['run_cpu_s']} | {o['import_cpu_s']} | "
+        variant, compile_cpu = r["variant"], o.get("compile_cpu_s") or "-"
+        if "loop_method" not in o:  # a record of the bench before its loop was timed per iteration
+            older, compiled = True, o["time_breakdown_s"].get("compile")
+            variant += f" (compile {compiled:.1f} s wall) *" if compiled else " *"
+        print(f"| {r['k']} | {r['seed']} | {variant} | {j['compile_cpu_s']} | {compile_cpu} | {j['run_cpu_s']} | {o['import_cpu_s']} | "
               f"{o['run_cpu_s']} ({o['loop_cpu_s']}) | {per_cpu_s(j['env_steps'], j['loop_cpu_s']):,} | "
               f"{per_cpu_s(o['env_steps'], o['loop_cpu_s']):,} | {per_cpu_s(j['samples'], j['loop_cpu_s']):,} | "
               f"{per_cpu_s(o['samples'], o['loop_cpu_s']):,} | {r['step_ratio']} | {r['sample_ratio']} |")
+    if older:
+        print("  * an older record: its loop is the run's own CPU seconds times the loop's share of wall time, which "
+              "leaves out the C++ compiler's CPU and flatters compiled rows; rerun for the loop's CPU per iteration")
     for key in sorted({(r["k"], r["variant"]) for r in rows}):
         ratios = [r["sample_ratio"] for r in rows if (r["k"], r["variant"]) == key]
         print(f"  K={key[0]} {key[1]}: ratio per sample median {statistics.median(ratios)} over {len(ratios)} pairs "
