@@ -553,30 +553,70 @@ def compiled_graphs() -> int:
     return int(counters["stats"]["unique_graphs"])
 
 
+def _member_count(args: tuple, axes: dict[int, int]) -> int | None:
+    """The size of a call's member axis: the first tensor argument's (at the axis `axes` names for it, else its
+    first), else the first parameter's of the first module argument; None if the call has neither."""
+    for i, arg in enumerate(args):
+        if isinstance(arg, torch.Tensor) and arg.dim() > 0:
+            return arg.shape[axes.get(i, 0)]
+    for arg in args:
+        if isinstance(arg, nn.Module):
+            first = next(arg.parameters(), None)
+            if first is not None:
+                return first.shape[0]
+    return None
+
+
+def _marked_dynamic(args: tuple) -> bool:
+    """Whether a tensor argument, or a parameter or buffer of a module argument, carries dynamo's marks of a symbolic
+    axis (left by `maybe_mark_dynamic` or stamped on a symbolic graph's outputs): a graph traced from it would have
+    that axis symbolic even under `dynamic=False`, as parameters are not forced static."""
+    marks = ("_dynamo_weak_dynamic_indices", "_dynamo_dynamic_indices", "_dynamo_propagated_dynamic_indices")
+    for arg in args:
+        tensors = [*arg.parameters(), *arg.buffers()] if isinstance(arg, nn.Module) else [arg]
+        if any(isinstance(t, torch.Tensor) and any(hasattr(t, m) for m in marks) for t in tensors):
+            return True
+    return False
+
+
 def compile_over_members(fn: Callable, device: torch.device | str, member_axes: dict[int, int] | None = None,
                          cuda_graphs: bool = True) -> Callable:
-    """`fn` (tensors and ensembles in, tensors out) through `torch.compile`, with the member axis K symbolic.
+    """`fn` (tensors and ensembles in, tensors out) through `torch.compile`: static shapes while the member count K
+    stays the one of the first call, then, from the first call with another K on, K symbolic.
 
-    Every tensor argument's first axis (or the axis `member_axes` names for positional argument i: e.g. an env state
-    stored [state_size, B]) and every parameter's are left dynamic, so one graph serves each K >= 2: a batch that
-    shrinks as agents stop reuses it instead of recompiling (K = 1 gets a graph of its own, torch specialises sizes 0
-    and 1). The graph reads the ensemble's parameters on every call, so members dropped by `keep_members_` are gone
-    from the next call on. Inductor on CPU; on CUDA also CUDA graphs (mode="reduce-overhead", each call a new step)
-    unless `cuda_graphs=False`, which a caller keeping outputs across calls needs (a replay overwrites the last one's).
+    A call's K is read from its first tensor argument's first axis (or the axis `member_axes` names for positional
+    argument i: e.g. an env state stored [state_size, B]), else from the first parameter of its first module argument.
+    Static phase: `torch.compile(fn, dynamic=False)`, nothing marked dynamic, so every size, K included, is a constant
+    of the graph (no symbolic guards or kernels). The first call with another K (agents stopped) switches for good to
+    a second compile of `fn` in which every tensor argument's member axis and every parameter's first axis are left
+    dynamic, so one graph serves each K >= 2 (K = 1 gets a graph of its own, torch specialises sizes 0 and 1); the
+    static one is never called again. So a wrapper makes at most three graphs (per piece, if `fn` graph-breaks):
+    the first K's, K >= 2's and K = 1's; a run whose K never changes runs its first, static, graph only. A first call
+    whose tensors already carry dynamo's dynamic marks (agents stopped under another wrapper of the same
+    ensemble) starts symbolic. Another size of a non-member axis in the static phase compiles another static graph.
+    The graph reads the ensemble's parameters on every call, so members dropped by `keep_members_` are gone from the
+    next call on. Inductor on CPU; on CUDA also CUDA graphs in both phases (mode="reduce-overhead", each call a new
+    step) unless `cuda_graphs=False`, which a caller keeping outputs across calls needs (a replay overwrites the last
+    one's).
     """
     from torch.fx.experimental import _config as fx_config
 
-    # Parameters are static shapes to dynamo by default (a dropped member would recompile the graph), and sizes that
-    # happen to be equal share one symbol (K = 4 agents on CartPole's 4 features would pin K to 4). Set for the process
-    # rather than patched around each call: a patch costs ~75 us a call (dynamo re-hashes its config), more than a
-    # PPO rollout step's fused element-wise kernels at K = 64.
+    # Parameters are static shapes to dynamo by default (a dropped member would recompile the symbolic graph), and
+    # sizes that happen to be equal share one symbol (K = 4 agents on CartPole's 4 features would pin K to 4). Set for
+    # the process rather than patched around each call: a patch costs ~75 us a call (dynamo re-hashes its config),
+    # more than a PPO rollout step's fused element-wise kernels at K = 64. The static phase's `dynamic=False` still
+    # makes unmarked parameters static (dynamo assumes static by default) and ignores the sizes a symbolic phase
+    # recorded for `fn` (no automatic dynamic shapes).
     torch._dynamo.config.force_parameter_static_shapes = False
     fx_config.use_duck_shape = False
     cuda = torch.device(device).type == "cuda"
-    compiled = torch.compile(fn, mode="reduce-overhead" if cuda and cuda_graphs else None)
+    mode = "reduce-overhead" if cuda and cuda_graphs else None
     axes = member_axes or {}
+    compiled = None
+    static = True  # until a call comes with another member count than the first's
+    static_k = None  # the first call's member count
 
-    def call(*args):
+    def mark_member_axes(args: tuple) -> None:
         for i, arg in enumerate(args):
             if isinstance(arg, nn.Module):
                 first = next(arg.parameters(), None)
@@ -588,6 +628,17 @@ def compile_over_members(fn: Callable, device: torch.device | str, member_axes: 
             for tensor in tensors:
                 if isinstance(tensor, torch.Tensor) and tensor.dim() > 0:
                     torch._dynamo.maybe_mark_dynamic(tensor, axes.get(i, 0) if tensor is arg else 0)
+
+    def call(*args):
+        nonlocal compiled, static, static_k
+        if compiled is None:  # the first call: static unless its inputs are marked dynamic already
+            static = not _marked_dynamic(args)
+            compiled = torch.compile(fn, mode=mode, dynamic=False if static else None)
+            static_k = _member_count(args, axes)
+        elif static and _member_count(args, axes) != static_k:
+            static, compiled = False, torch.compile(fn, mode=mode)  # agents stopped: symbolic for good
+        if not static:
+            mark_member_axes(args)
         if cuda and cuda_graphs:
             torch.compiler.cudagraph_mark_step_begin()
         return compiled(*args)
