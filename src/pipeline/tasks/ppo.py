@@ -145,23 +145,6 @@ def sample_given(params: torch.Tensor, log_std: torch.Tensor | None, noise: torc
     return actions, categorical_log_prob(params, actions)
 
 
-def lockstep(
-    net: nn.Module, env: TensorEnv, continuous: bool, obs: torch.Tensor, noise: torch.Tensor,
-    bounds: tuple[torch.Tensor, torch.Tensor] | None,
-    episode_return: torch.Tensor, rows: torch.Tensor, elapsed: torch.Tensor, episodes: torch.Tensor, keys: torch.Tensor,
-    gate_resets: bool = False,
-) -> tuple:
-    """One rollout step on a tensor env, as one function of tensors: `act`, the env's `transition` from the clock
-    (rows, elapsed, episodes, keys) with auto-reset, and the running episode returns [K * E] (float64). Returns
-    (actions, log_probs, values, the next clock, the env's step, the returns as they stand after the step, the running
-    returns with finished episodes restarted). Branch-free unless `gate_resets` (eager only), so torch.compile makes
-    it one graph."""
-    actions, log_probs, values, env_actions = act(net, continuous, obs, noise, bounds)
-    clock, step = env.transition(TensorClock(rows, elapsed, episodes, keys), env_actions.reshape(rows.shape[1], *actions.shape[2:]), gate_resets)
-    returns = episode_return + step.reward
-    return actions, log_probs, values, clock, step, returns, returns.masked_fill(step.done, 0.0)
-
-
 # Steps of a tensor-env rollout per `lockstep_chunk` call (the largest divisor of num_steps up to this): one compiled
 # call's fixed cost (guards, wrappers: ~150 us at K = 64) is paid once per chunk; PPO K = 64's compiled rollout step
 # measured 415 us a step one at a time, 263 us in chunks of 4, 261 in chunks of 8 (compile 3.5 / 8.5 / 15.7 CPU s).
@@ -174,17 +157,21 @@ def lockstep_chunk(
     episode_return: torch.Tensor, rows: torch.Tensor, elapsed: torch.Tensor, episodes: torch.Tensor, keys: torch.Tensor,
     gate_resets: bool = False,
 ) -> tuple:
-    """`noises.shape[0]` (S) successive `lockstep` steps from `obs` [K, E, ...] as one function (one compiled graph with
-    `device.compile=true`), step s sampling from `noises[s]`. Returns (the steps' fields stacked [S, ...]: the
-    observations the nets saw, actions, log_probs, values, and the env's reward, terminated, truncated, final_obs, done,
-    the returns as they stand after each step; the env's observations after the last step [K * E, ...]; the running
-    returns; the next clock). The observations are fed from one step to the next as the env gives them: a caller that
-    normalises observations calls it with S = 1."""
+    """`noises.shape[0]` (S) successive rollout steps from `obs` [K, E, ...] as one function of tensors (one compiled
+    graph with `device.compile=true`). A step: `act` on the draws `noises[s]`, the env's `transition` from the clock
+    (rows, elapsed, episodes, keys) with auto-reset, the running episode returns [K * E] (float64). Returns (the steps'
+    fields stacked [S, ...]: the observations the nets saw, actions, log_probs, values, and the env's reward, terminated,
+    truncated, final_obs, done, the returns as they stand after each step; the env's observations after the last step
+    [K * E, ...]; the running returns with finished episodes restarted; the next clock). Observations are fed from one
+    step to the next as the env gives them: a caller that normalises them calls it with S = 1. Branch-free unless
+    `gate_resets` (eager only), so torch.compile makes it one graph."""
     fields = []
     for s in range(noises.shape[0]):
-        actions, log_probs, values, clock, step, returns, episode_return = lockstep(
-            net, env, continuous, obs, noises[s], bounds, episode_return, rows, elapsed, episodes, keys, gate_resets)
+        actions, log_probs, values, env_actions = act(net, continuous, obs, noises[s], bounds)
+        clock, step = env.transition(TensorClock(rows, elapsed, episodes, keys), env_actions.reshape(rows.shape[1], *actions.shape[2:]), gate_resets)
         rows, elapsed, episodes = clock.rows, clock.elapsed, clock.episodes
+        returns = episode_return + step.reward
+        episode_return = returns.masked_fill(step.done, 0.0)
         fields.append((obs, actions, log_probs, values, step.reward, step.terminated, step.truncated, step.final_obs, step.done, returns))
         next_obs = step.obs
         obs = next_obs.reshape(obs.shape)
