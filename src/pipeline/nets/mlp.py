@@ -81,8 +81,8 @@ class Tanh(nn.Tanh):
 
     Where torch's float32 tanh is not MKL's AVX-512 kernel (`eager_tanh_form`; AMD, AVX2-only CPUs, builds without
     MKL) it is several times slower than sigmoid: one thread, 65,536 values, 343 us against 105 us for the form on
-    an AMD EPYC. On Intel AVX-512 it is the faster one at every size (30 us against 61 us, 4,096 values 3 us against
-    15 us on a Sapphire Rapids Xeon) and is taken. Under torch.compile the form is traced as elsewhere (the compiler
+    an AMD EPYC. On Intel AVX-512 it is the faster one at every size (20 us against 52 us, 4,096 values 2.4 us
+    against 12 us on a Sapphire Rapids Xeon) and is taken. Under torch.compile the form is traced as elsewhere (the compiler
     fuses it). The two forms differ by at most ~2e-7 (float32 rounding of 2 sigmoid - 1 near 0); smaller tensors,
     other dtypes and other devices keep torch.tanh. Measured with `benchmarks/bench_tanh.py` (docs/speed.md).
     """
