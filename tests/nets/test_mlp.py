@@ -227,12 +227,12 @@ def test_the_eager_form_is_decided_once_per_process_and_the_same_on_every_call(f
     first = eager_tanh_form()
     assert first in FORMS
     assert [eager_tanh_form() for _ in range(3)] == [first] * 3
-    # Decided once: a later change of the environment does not move it.
-    monkeypatch.setenv("MKL_ENABLE_INSTRUCTIONS", "AVX2")
-    assert eager_tanh_form() == first
-    # A fresh decision (a new process) reads the environment: MKL capped below AVX-512 is the sigmoid form anywhere.
-    eager_tanh_form.cache_clear()
-    assert eager_tanh_form() == "sigmoid"
-    monkeypatch.delenv("MKL_ENABLE_INSTRUCTIONS")
+    with monkeypatch.context() as env:
+        # Decided once: a later change of the environment does not move it.
+        env.setenv("MKL_ENABLE_INSTRUCTIONS", "AVX2")
+        assert eager_tanh_form() == first
+        # A fresh decision (a new process) reads the environment: MKL capped below AVX-512 is the sigmoid form anywhere.
+        eager_tanh_form.cache_clear()
+        assert eager_tanh_form() == "sigmoid"
     eager_tanh_form.cache_clear()
     assert eager_tanh_form() == first
