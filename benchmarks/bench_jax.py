@@ -303,7 +303,8 @@ def recipe_table(rows: list[dict], title: str) -> None:
               f"{per_cpu_s(o['samples'], o['loop_cpu_s']):,} | {r['step_ratio']} | {r['sample_ratio']} |")
     if older:
         print("  * an older record: its loop is the run's own CPU seconds times the loop's share of wall time, which "
-              "leaves out the C++ compiler's CPU and flatters compiled rows; rerun for the loop's CPU per iteration")
+              "leaves out the C++ compiler's CPU (flattering compiled rows) and an iteration's work outside its booked "
+              "phases (DQN's exploration draws: its loop came out ~1.2x too small); rerun for the loop's CPU per iteration")
     for key in sorted({(r["k"], r["variant"]) for r in rows}):
         ratios = [r["sample_ratio"] for r in rows if (r["k"], r["variant"]) == key]
         print(f"  K={key[0]} {key[1]}: ratio per sample median {statistics.median(ratios)} over {len(ratios)} pairs "
