@@ -259,6 +259,7 @@ class DQNTask(RLTask):
         if isinstance(self.env, GymVectorEnv) and self.env.num_envs == 1 and self.device.type == "cpu":
             return self._collect_one_env(n_steps)
         K, E = len(self.slots), self.envs_per_agent
+        t_start = time.perf_counter()  # the round's exploration draws are acting too (~16% of a K = 16 round's time)
         coins, random_actions = self.draw_exploration(n_steps)
         # A step's tensors are only appended here and stacked once per round: every torch op in this
         # loop costs microseconds of overhead, for every one of the run's env steps.
@@ -268,7 +269,7 @@ class DQNTask(RLTask):
         eps_at = [self.epsilon(self.env_steps + t * E) for t in range(n_steps)]
         eps_t = torch.tensor(eps_at, dtype=coins.dtype).to(coins.device)
         all_explore = (coins < eps_t.view(-1, 1)).all(1).tolist()
-        t_act = t_env = 0.0
+        t_act, t_env = time.perf_counter() - t_start, 0.0
         for t in range(n_steps):
             t0 = time.perf_counter()
             eps = eps_at[t]
