@@ -58,7 +58,7 @@ def assert_close(eager, compiled, updates, losses_eager, losses_compiled):
         assert losses_compiled[key] == pytest.approx(values, rel=1e-4, abs=1e-5), key
 
 
-def test_ppo_compiled_updates_equal_eager_and_survive_a_shrink_without_recompiling():
+def test_ppo_compiled_updates_equal_eager_and_compile_once_more_when_the_batch_first_shrinks():
     torch._dynamo.reset()
 
     def make():
@@ -69,10 +69,10 @@ def test_ppo_compiled_updates_equal_eager_and_survive_a_shrink_without_recompili
     eager, compiled = start(make(), False), start(make(), True)
     torch.manual_seed(0)
     updates = 0
+    graphs = []
     for it in range(4):
-        if it == 2:  # agent 1 stops, then agent 3 (of the original four) a step later: K goes 4 -> 3 -> 2
-            graphs = compiled_graphs()
-        if it in (2, 3):
+        if it in (2, 3):  # agent 1 stops, then agent 3 (of the original four) a step later: K goes 4 -> 3 -> 2
+            graphs.append(compiled_graphs())
             for task in (eager, compiled):
                 task.keep_slots_([0, 2, 3] if it == 2 else [0, 1])
         rollout = eager.rollout()  # both learn from the same rollout (the action noise is the process's)
@@ -82,7 +82,9 @@ def test_ppo_compiled_updates_equal_eager_and_survive_a_shrink_without_recompili
         assert eager.slots == compiled.slots
         assert_close(eager, compiled, updates, eager.recent, compiled.recent)
     assert compiled.slots == [0, 2]
-    assert compiled_graphs() == graphs, "the compiled update recompiled when the batch shrank"
+    # K = 4's graph was static; the first shrink compiled the one symbolic-K graph, the second compiled nothing.
+    assert compiled_graphs() - graphs[0] == 1, "the first shrink did not compile exactly one symbolic-K graph"
+    assert compiled_graphs() == graphs[1], "the compiled update recompiled when the batch shrank again"
     assert compiled.time_breakdown_s.get("compile", 0.0) == 0.0  # learn() alone: iterate() books it
     assert compiled.compile_s > 0.0
 
@@ -103,7 +105,7 @@ def test_ppo_iterate_books_compile_time_apart_from_learning():
 
 
 @pytest.mark.parametrize("hand_gradients", [True, False], ids=["hand-written", "autograd"])
-def test_dqn_compiled_updates_equal_eager_and_survive_a_shrink_without_recompiling(hand_gradients):
+def test_dqn_compiled_updates_equal_eager_and_compile_once_more_when_the_batch_first_shrinks(hand_gradients):
     torch._dynamo.reset()
 
     def make():
@@ -119,10 +121,10 @@ def test_dqn_compiled_updates_equal_eager_and_survive_a_shrink_without_recompili
         task.collect(32)
     assert torch.equal(eager.buffer.state_dict()["obs"], compiled.buffer.state_dict()["obs"])
     updates = 0
+    graphs = []
     for it in range(4):
-        if it == 2:
-            graphs = compiled_graphs()
         if it in (2, 3):
+            graphs.append(compiled_graphs())
             for task in (eager, compiled):
                 task.keep_slots_([0, 2, 3] if it == 2 else [0, 1])
         eager.learn()
@@ -130,7 +132,8 @@ def test_dqn_compiled_updates_equal_eager_and_survive_a_shrink_without_recompili
         updates += 3
         assert_close(eager, compiled, updates, {a: eager.recent[a]["loss"] for a in eager.slots},
                      {a: compiled.recent[a]["loss"] for a in compiled.slots})
-    assert compiled_graphs() == graphs, "the compiled update recompiled when the batch shrank"
+    assert compiled_graphs() - graphs[0] == 1, "the first shrink did not compile exactly one symbolic-K graph"
+    assert compiled_graphs() == graphs[1], "the compiled update recompiled when the batch shrank again"
     assert compiled.compile_s > 0.0
 
 
@@ -202,13 +205,14 @@ def stale_rollout(task, old_net, seed):
         task.obs, task.episode_return, task.episode_returns, task.env_steps = obs, ret, returns, steps
 
 
-def test_ppo_compiled_rollout_equals_eager_and_survives_a_shrink_without_recompiling():
+def test_ppo_compiled_rollout_equals_eager_and_compiles_once_more_when_the_batch_first_shrinks():
     torch._dynamo.reset()
     eager, compiled = ppo_pair(env={**CART, "kwargs": {"max_episode_steps": 20}})
-    graphs = None
+    graphs = []
     for it, seed in enumerate((0, 1, 2)):
         before = copy.deepcopy(compiled.net)
         if it in (1, 2):  # agent 1 stops, then agent 3 (of the original four): K goes 4 -> 3 -> 2
+            graphs.append(compiled_graphs())
             for task in (eager, compiled):
                 task.keep_slots_([0, 2, 3] if it == 1 else [0, 1])
         torch.manual_seed(seed)
@@ -218,14 +222,14 @@ def test_ppo_compiled_rollout_equals_eager_and_survives_a_shrink_without_recompi
         torch.manual_seed(seed)
         b = compiled.rollout()
         if it == 0:
-            graphs = compiled_graphs()
             assert compiled.compile_s > 0.0 and compiled.time_breakdown_s["compile"] == pytest.approx(compiled.compile_s)
         assert noise_margin(eager, a, seed) > 4 * ROLL_ATOL  # the seeds leave no action to rounding
         # Episodes end (terminated, and truncated at the 20-step limit: bootstrapped from V(final obs)) and restart.
         assert a.terminated.any() and a.truncated.any() and (a.final_values != 0).any()
         assert rollout_mismatch(eager, compiled, a, b) is None, (it, rollout_mismatch(eager, compiled, a, b))
     assert compiled.slots == [0, 2]
-    assert compiled_graphs() == graphs, "the compiled rollout step recompiled when the batch shrank"
+    assert compiled_graphs() - graphs[0] == 1, "the first shrink did not compile exactly one symbolic-K rollout graph"
+    assert compiled_graphs() == graphs[1], "the compiled rollout step recompiled when the batch shrank again"
 
 
 def test_ppo_compiled_rollout_of_a_gaussian_policy_equals_eager():
