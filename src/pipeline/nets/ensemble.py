@@ -581,23 +581,23 @@ def _marked_dynamic(args: tuple) -> bool:
 
 def compile_over_members(fn: Callable, device: torch.device | str, member_axes: dict[int, int] | None = None,
                          cuda_graphs: bool = True) -> Callable:
-    """`fn` (tensors and ensembles in, tensors out) through `torch.compile`: static shapes while the member count K
-    stays the one of the first call, then, from the first call with another K on, K symbolic.
+    """`fn` (tensors and ensembles in, tensors out) through `torch.compile`: all shapes static while the member count K
+    is the first call's, K symbolic from the first call with another K on.
 
-    A call's K is read from its first tensor argument's first axis (or the axis `member_axes` names for positional
-    argument i: e.g. an env state stored [state_size, B]), else from the first parameter of its first module argument.
-    Static phase: `torch.compile(fn, dynamic=False)`, nothing marked dynamic, so every size, K included, is a constant
-    of the graph (no symbolic guards or kernels). The first call with another K (agents stopped) switches for good to
-    a second compile of `fn` in which every tensor argument's member axis and every parameter's first axis are left
-    dynamic, so one graph serves each K >= 2 (K = 1 gets a graph of its own, torch specialises sizes 0 and 1); the
-    static one is never called again. So a wrapper makes at most three graphs (per piece, if `fn` graph-breaks):
-    the first K's, K >= 2's and K = 1's; a run whose K never changes runs its first, static, graph only. A first call
-    whose tensors already carry dynamo's dynamic marks (agents stopped under another wrapper of the same
-    ensemble) starts symbolic. Another size of a non-member axis in the static phase compiles another static graph.
-    The graph reads the ensemble's parameters on every call, so members dropped by `keep_members_` are gone from the
-    next call on. Inductor on CPU; on CUDA also CUDA graphs in both phases (mode="reduce-overhead", each call a new
-    step) unless `cuda_graphs=False`, which a caller keeping outputs across calls needs (a replay overwrites the last
-    one's).
+    A call's K is its first tensor argument's first axis (or the axis `member_axes` names for positional argument i:
+    e.g. an env state stored [state_size, B]), else its first module argument's first parameter's first axis.
+    - Static: `torch.compile(fn, dynamic=False)`, nothing marked dynamic: every size is a constant of the graph.
+    - Symbolic, for good, from the first call with another K (agents stopped) on; the static graph is never called
+      again. A second compile of `fn` in which every tensor argument's member axis and every parameter's first axis
+      are left dynamic: one graph serves each K >= 2, K = 1 gets one of its own (torch specialises sizes 0 and 1).
+      A first call whose tensors carry dynamo's dynamic marks already (agents stopped under another wrapper of the
+      same ensemble) starts here.
+    So a wrapper makes at most three graphs (per piece, if `fn` graph-breaks): the first K's, K >= 2's and K = 1's;
+    a run whose K never changes runs static graphs only. Another size of a non-member axis makes another graph of
+    the phase (static in the static phase). The graphs read the ensemble's parameters on every call, so members
+    dropped by `keep_members_` are gone from the next call on. Inductor on CPU; on CUDA also CUDA graphs in both
+    phases (mode="reduce-overhead", each call a new step) unless `cuda_graphs=False`, which a caller keeping outputs
+    across calls needs (a replay overwrites the last one's).
     """
     from torch.fx.experimental import _config as fx_config
 
