@@ -152,9 +152,15 @@ class EnsembleLinear(StackedLayer):
                 self.bias.uniform_(-bound, bound)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Not under torch.compile: the compiler fuses the plain form, and the size test would pin the member count.
-        if (self.out_features <= NARROW_MAX_OUT and not torch.compiler.is_compiling()
-                and x.shape[0] * x.shape[1] >= NARROW_MIN_ROWS and x.device.type == "cpu" and x.dtype == torch.float32):
+        if torch.compiler.is_compiling():
+            # The bias added after the bmm: inductor fuses it into the next element-wise kernel (the activation) and
+            # its gradient into a reduction, where `baddbmm` first copies it into the output. PPO's compiled iterations
+            # (PureJaxRL's CartPole recipe, one core, two tasks interleaved in one process): 0.93x, 0.90x, 0.96x the
+            # CPU of `baddbmm`'s at K = 16, 64, 256. (The narrow form below is eager's: its size test would pin K.)
+            y = torch.bmm(x, self.weight)
+            return y if self.bias is None else y + self.bias
+        if (self.out_features <= NARROW_MAX_OUT and x.shape[0] * x.shape[1] >= NARROW_MIN_ROWS
+                and x.device.type == "cpu" and x.dtype == torch.float32):
             return _NarrowLinear.apply(x, self.weight, self.bias)
         if self.bias is None:
             return torch.bmm(x, self.weight)
