@@ -446,7 +446,7 @@ class PPOTask(RLTask):
 
     def rollout_step(self):
         """`lockstep_chunk` with the tensor env's reset gate (eager), or through torch.compile with `device.compile=true`
-        (compiled once, on first use; the member axis symbolic: no new graph as agents stop)."""
+        (compiled on first use: static shapes until agents first stop, then one symbolic-K graph; `compile_over_members`)."""
         if not (self.compile_updates and self.compile_rollout):
             return functools.partial(lockstep_chunk, gate_resets=self.env.env.gate_resets)
         if self.compiled_rollout_step is None:
@@ -462,7 +462,8 @@ class PPOTask(RLTask):
         return gae(rollout.rewards, rollout.values, next_values, rollout.terminated, done, hp.gamma, hp.gae_lambda)
 
     def update_losses(self):
-        """`minibatch_losses`, or the same through torch.compile with `device.compile=true` (compiled once, on first use)."""
+        """`minibatch_losses`, or the same through torch.compile with `device.compile=true` (compiled on first use; see
+        `rollout_step`)."""
         if not self.compile_updates:
             return minibatch_losses
         if self.compiled_losses is None:
