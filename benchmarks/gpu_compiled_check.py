@@ -1,13 +1,13 @@
 """PPO's `device.compile=true` path on a GPU: equal to eager, and how fast, one invocation.
 
     python benchmarks/gpu_compiled_check.py --device cuda            # checks at K = 4, 64; timing at K = 64, 256, 1024
-    python benchmarks/gpu_compiled_check.py --device cpu --check-k 4 --time-k 4 --iterations 2   # a smoke run
+    python benchmarks/gpu_compiled_check.py --device cpu --check 4:float64 --time-k 4 --iterations 2   # a smoke run
 
 1. Equivalence: an eager and a compiled PPO task (bench_compile's PureJaxRL recipe, fused Adam, the update and the
    tensor-env rollout step compiled; CUDA graphs on the update) of the same seed, three iterations each: the same
    `torch.manual_seed(s)` before each side's `rollout()` (the action noise is the global generator's; on CUDA
    manual_seed seeds the CUDA generator too); the rollouts compared field by field (actions, terminated and truncated
-   exactly; floats within ROLL_ATOL); then both `learn()` from the eager rollout and their weights compared within
+   exactly; floats within ROLL_ATOL) on a float64 CartPole, reported only on the recipe's float32 one; then both `learn()` from the eager rollout and their weights compared within
    U * lr / adam_eps * GRAD_RTOL (tests/tasks/test_compiled_updates.py's bound). At the first K, agent 1 then stops
    (K 4 -> 3) for one more iteration: still equal, and exactly one new graph per compiled function.
 2. Timing: wall ms per whole iteration (rollout + learn, synchronized), median of --iterations after 2 warm-ups, for
@@ -18,9 +18,8 @@ the tables go to $OUT/gpu_compiled_check.md and the numbers to $OUT/gpu_compiled
 
 Tolerances (float32): a compiled graph sums a layer's terms in another order than eager's bmm, so each of a value's or
 logit's 3 layers (64 terms, |terms| summed <= ~8 here) moves by a few float32 roundings: ROLL_ATOL = 3 x 64 x 8 x 2^-24
-~ 9e-5. The float32 CartPole may round an FMA-fused step differently: observations are held to the same ROLL_ATOL
-plus a relative 2^-20 (an episode's chaos can grow a rounding; the max differences are printed either way). A
-gradient differs by ~1e-6 relative; Adam's step is Lipschitz in it with constant lr / eps.
+~ 9e-5, held for every float field (relative 2^-23 on top); the float64 CartPole's state moves by float64 roundings,
+far below it, even grown along an episode. A gradient differs by ~1e-6 relative; Adam's step is Lipschitz in it with constant lr / eps.
 """
 
 from __future__ import annotations
@@ -44,7 +43,6 @@ from bench_compile import VARIANTS, ppo_task, start  # noqa: E402
 from pipeline.nets.ensemble import compiled_graphs  # noqa: E402
 
 ROLL_ATOL = 3 * 64 * 8 * 2.0**-24
-OBS_RTOL = 2.0**-20
 GRAD_RTOL = 1e-6
 FIELDS = ("obs", "actions", "log_probs", "values", "rewards", "terminated", "truncated", "final_values", "last_values")
 failures: list[str] = []
@@ -58,9 +56,10 @@ def check(name: str, ok: bool, detail: str) -> None:
         failures.append(name)
 
 
-def make(k: int, variant: str, device: str):
+def make(k: int, variant: str, device: str, dtype: str = "float32"):
     compiled, adam, rollout = VARIANTS[variant]
     task = ppo_task(k, adam).to(device)
+    task.env_cfg = {**task.env_cfg, "dtype": dtype}  # read by on_fit_start, which builds the envs on task.device
     task = start(task, compiled, rollout)
     task.curves = [SimpleNamespace(log=lambda step, row: None) for _ in range(task.n_agents)]
     return task
@@ -82,8 +81,7 @@ def compare_rollouts(a, b) -> tuple[bool, str]:
             ok &= same
             continue
         d = float((x - y).abs().max())
-        rtol = OBS_RTOL if name == "obs" else 2.0**-23
-        close = torch.allclose(x, y, rtol=rtol, atol=ROLL_ATOL)
+        close = torch.allclose(x, y, rtol=2.0**-23, atol=ROLL_ATOL)
         parts.append(f"{name} {d:.2g}")
         ok &= close
     return ok, ", ".join(parts)
@@ -100,10 +98,15 @@ def compare_weights(eager, compiled, updates: int) -> tuple[bool, str]:
     return worst <= bound and losses_ok, f"max |dw| {worst:.2g} (bound {bound:.2g} after {updates} updates), losses {'agree' if losses_ok else 'DIFFER'}"
 
 
-def equivalence(k: int, device: str, shrink: bool) -> None:
+def equivalence(k: int, device: str, dtype: str, shrink: bool) -> None:
+    """Rollouts are asserted equal on a float64 CartPole only: a float32 one's unstable pole grows a one-rounding
+    difference along an episode (episodes run on across iterations) until an action or a termination flips (seen on
+    CPU at K = 64: obs 2e-5 apart after one iteration, 2e-2 after two, 1 action of 32,768 flipped in the third), so
+    there they are printed as INFO. Both sides learn from the eager rollout: the weights are asserted either way."""
     torch._dynamo.reset()
-    eager, compiled = make(k, "eager-fused", device), make(k, "compiled-rollout", device)
-    check(f"K={k} on {device}", str(compiled.device).startswith(device) and compiled.obs.device.type == torch.device(device).type
+    eager, compiled = make(k, "eager-fused", device, dtype), make(k, "compiled-rollout", device, dtype)
+    tag = f"{dtype} K"
+    check(f"{tag}={k} on {device}", str(compiled.device).startswith(device) and compiled.obs.device.type == torch.device(device).type
           and compiled.episode_return.device.type == torch.device(device).type,
           f"task.device {compiled.device}, obs {compiled.obs.device}, env obs {compiled.env.env.observation().device}")
     per_iteration = compiled.config.update_epochs * compiled.config.num_minibatches
@@ -120,17 +123,21 @@ def equivalence(k: int, device: str, shrink: bool) -> None:
         b = compiled.rollout()
         sync(device)
         ok, detail = compare_rollouts(a, b)
-        check(f"K={len(eager.slots)} it {it} rollout", ok, detail)
+        if dtype == "float64":
+            check(f"{tag}={len(eager.slots)} it {it} rollout", ok, detail)
+        else:
+            print(f"INFO {tag}={len(eager.slots)} it {it} rollout {'within' if ok else 'beyond'} ROLL_ATOL: {detail}", flush=True)
+            results["checks"].append({"name": f"{tag}={len(eager.slots)} it {it} rollout", "ok": None, "detail": detail})
         eager.learn(a)
         compiled.learn(a)
         sync(device)
         updates += per_iteration
         ok, detail = compare_weights(eager, compiled, updates)
-        check(f"K={len(eager.slots)} it {it} weights", ok, detail)
+        check(f"{tag}={len(eager.slots)} it {it} weights", ok, detail)
         if it == 3:
             new = compiled_graphs() - before
-            check(f"K={k}->{k - 1} graphs", new == 2, f"{new} new graphs at the first shrink (1 update + 1 rollout chunk expected)")
-    check(f"K={k} compile booked", compiled.compile_s > 0, f"compile_s {compiled.compile_s:.1f}")
+            check(f"{tag}={k}->{k - 1} graphs", new == 2, f"{new} new graphs at the first shrink (1 update + 1 rollout chunk expected)")
+    check(f"{tag}={k} compile booked", compiled.compile_s > 0, f"compile_s {compiled.compile_s:.1f}")
 
 
 def timing(k: int, variant: str, device: str, iterations: int) -> dict:
@@ -159,7 +166,8 @@ def timing(k: int, variant: str, device: str, iterations: int) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--check-k", type=int, nargs="*", default=[4, 64])
+    parser.add_argument("--check", nargs="*", default=["4:float64", "64:float64", "64:float32"],
+                        help="K:env dtype pairs; the first shrinks K by one for a fourth iteration")
     parser.add_argument("--time-k", type=int, nargs="*", default=[64, 256, 1024])
     parser.add_argument("--iterations", type=int, default=10, help="timed iterations per variant (after 2 warm-ups)")
     parser.add_argument("--budget-s", type=float, default=300.0, help="skip timing cases not started by then")
@@ -170,12 +178,13 @@ def main() -> int:
     gpu = torch.cuda.get_device_name() if args.device.startswith("cuda") else "-"
     results["env"] = {"torch": torch.__version__, "device": args.device, "gpu": gpu}
     print(f"torch {torch.__version__}, device {args.device} ({gpu})", flush=True)
-    for i, k in enumerate(args.check_k):
+    for i, case in enumerate(args.check):
+        k, dtype = int(case.split(":")[0]), case.split(":")[1]
         try:
-            equivalence(k, args.device, shrink=i == 0 and k >= 4)
+            equivalence(k, args.device, dtype, shrink=i == 0 and k >= 4)
         except Exception:
             traceback.print_exc()
-            check(f"K={k} equivalence ran", False, "raised (traceback above)")
+            check(f"{dtype} K={k} equivalence ran", False, "raised (traceback above)")
     print(f"checks done at {time.perf_counter() - t_start:.0f} s", flush=True)
     for k in args.time_k:
         for variant in ("eager-fused", "compiled-rollout"):
@@ -210,7 +219,7 @@ def write(args) -> None:
         return
     with open(os.path.join(out, "gpu_compiled_check.json"), "w") as f:
         json.dump(results, f, indent=1)
-    lines = [f"{'PASS' if c['ok'] else 'FAIL'} {c['name']}: {c['detail']}" for c in results["checks"]]
+    lines = [f"{({True: 'PASS', False: 'FAIL', None: 'INFO'})[c['ok']]} {c['name']}: {c['detail']}" for c in results["checks"]]
     with open(os.path.join(out, "gpu_compiled_check.md"), "w") as f:
         f.write("\n".join(lines + [""] + results.get("table", [])) + "\n")
 
