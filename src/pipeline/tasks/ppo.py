@@ -376,12 +376,17 @@ class PPOTask(RLTask):
             self.obs = step.obs
             t_act += t1 - t0
             t_env += t2 - t1 + time.perf_counter() - t2
-        self.env_steps += T * E
-        self.credit_episodes(torch.stack(finished), torch.stack(finished_returns))
+        return self.rollout_done(torch.stack(finished), torch.stack(finished_returns), [torch.stack(f) for f in zip(*steps)], t_act, t_env)
+
+    def rollout_done(self, ended: torch.Tensor, returns: torch.Tensor, fields: list[torch.Tensor], t_act: float, t_env: float) -> Rollout:
+        """A rollout's end: its env steps counted, finished episodes ([T, slots * E] flags and returns) credited, its
+        times booked; the Rollout of `fields` [T, K, E, ...] with V(observation after it)."""
+        self.env_steps += self.config.num_steps * self.config.envs_per_agent
+        self.credit_episodes(ended, returns)
         self.add_time("act", t_act)
         self.add_time("env", t_env)
-        _, last_values = self.net(self.net_input(self.agent_view(self.obs), agents))
-        return Rollout(*(torch.stack(field) for field in zip(*steps)), last_values=last_values)
+        _, last_values = self.net(self.net_input(self.agent_view(self.obs), self.slot_index()))
+        return Rollout(*fields, last_values=last_values)
 
     def action_low_high(self) -> tuple[torch.Tensor, torch.Tensor] | None:
         return (self.action_low, self.action_high) if self.continuous else None
@@ -430,12 +435,7 @@ class PPOTask(RLTask):
             chunks.append((seen, actions, log_probs, values, rewards, terminated.view(S, K, E), truncated, final_values))
             t_act += t1 - t0
             t_env += time.perf_counter() - t1
-        self.env_steps += T * E
-        self.credit_episodes(torch.cat(finished), torch.cat(finished_returns))
-        self.add_time("act", t_act)
-        self.add_time("env", t_env)
-        _, last_values = self.net(self.net_input(self.agent_view(self.obs), agents))
-        return Rollout(*(torch.cat(field) for field in zip(*chunks)), last_values=last_values)
+        return self.rollout_done(torch.cat(finished), torch.cat(finished_returns), [torch.cat(f) for f in zip(*chunks)], t_act, t_env)
 
     def steps_per_call(self) -> int:
         """Steps of a tensor-env rollout per `lockstep_chunk` call: the largest divisor of num_steps up to ROLLOUT_CHUNK,
