@@ -27,7 +27,9 @@ def test_a_run_on_two_slurm_tasks_writes_one_record_of_both(tmp_path, cluster, s
     assert [r.split(",")[0] for r in rows[1:]] == ["0", "1", "2"], rows  # one curve, one row per epoch, not one per rank
 
 
-EPOCHS = 60  # supervised_digits at batch 32 a task: a signal after two rows lands mid-run
+# supervised_digits at batch 32 a task, ~0.1 s an epoch: 60 epochs (~6 s) let a signal sent after two rows arrive
+# after the run's end on a loaded CI machine; 240 keep it mid-run.
+EPOCHS = 240
 
 
 def test_a_preempted_run_on_two_slurm_tasks_saves_once_is_requeued_once_and_finishes(tmp_path, cluster, start_cli):
