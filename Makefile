@@ -54,7 +54,7 @@ bench-atari-cleanrl: $(STAMP) ## PPO Atari (Pong), K=1 and K=4 against CleanRL's
 bench-cleanrl: $(STAMP) ## PPO Pendulum, 16 seeds x 1M steps: the pipeline against CleanRL's ppo_continuous_action.py (own .venv-cleanrl; ~2.5 h on one core)
 	$(PY) benchmarks/bench_cleanrl.py $(ARGS)
 
-bench-offpolicy-cleanrl: $(STAMP) ## SAC and TD3 on HalfCheetah, 4 seeds x 300k steps: the pipeline against CleanRL (own venv under outputs/; hours; ARGS="--smoke")
+bench-offpolicy-cleanrl: $(STAMP) ## SAC and TD3 on HalfCheetah and Hopper (v4), 4 seeds x 100k steps a side: the pipeline against CleanRL, each run appended to benchmarks/results/offpolicy_cleanrl.jsonl (own venv under outputs/; ~10 CPU hours; ARGS="--report", "--smoke")
 	$(PY) benchmarks/bench_offpolicy_cleanrl.py $(ARGS)
 
 bench-tune: $(STAMP) ## tune dqn_cartpole over seed distributions, then confirm on fresh seeds (~20 minutes on 2 cores)

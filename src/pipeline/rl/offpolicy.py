@@ -7,8 +7,9 @@ caller sums over agents before `backward()` and agent k gets exactly the gradien
   SAC's soft target when alpha and the next log-probabilities are given, TD3's plain one otherwise;
 - `twin_q_loss`: each critic's mean squared error to the target, summed over the two critics;
 - `sac_actor_loss`: E[alpha log pi(a|s) - min(Q1, Q2)(s, a)] over fresh reparameterised actions;
-- `temperature_loss`: the entropy temperature's loss -log(alpha) (log pi + target entropy), which raises
-  alpha while the policy's entropy is below the target and lowers it above (SB3's form);
+- `temperature_loss`: the entropy temperature's loss, which raises alpha while the policy's entropy is below the
+  target and lowers it above: -log(alpha) (log pi + target entropy) (SB3's form) or, `scaled`,
+  -alpha (log pi + target entropy) (CleanRL's: its steps shrink with alpha);
 - `smoothed_target_actions`: TD3's target policy smoothing, Gaussian noise clipped to +-noise_clip;
 - `exploration_actions`: TD3's Gaussian exploration noise, clipped to the action bounds;
 - `scale_to_bounds`: actions in [-1, 1] to an env's [low, high].
@@ -54,9 +55,11 @@ def sac_actor_loss(q1: torch.Tensor, q2: torch.Tensor, log_prob: torch.Tensor, a
     return (alpha * log_prob - torch.minimum(q1, q2)).mean(-1)
 
 
-def temperature_loss(log_alpha: torch.Tensor, log_prob: torch.Tensor, target_entropy: float) -> torch.Tensor:
-    """[K]: -log_alpha[k] * mean(log pi + target_entropy); its gradient pushes the entropy toward the target."""
-    return -(log_alpha * (log_prob.detach() + target_entropy).mean(-1))
+def temperature_loss(log_alpha: torch.Tensor, log_prob: torch.Tensor, target_entropy: float, scaled: bool = False) -> torch.Tensor:
+    """[K]: -log_alpha[k] * mean(log pi + target_entropy), or with `scaled` -exp(log_alpha[k]) * mean(...) (CleanRL's
+    form: the gradient in log_alpha is alpha times the unscaled one); either pushes the entropy toward the target."""
+    coefficient = log_alpha.exp() if scaled else log_alpha
+    return -(coefficient * (log_prob.detach() + target_entropy).mean(-1))
 
 
 def scale_to_bounds(actions: torch.Tensor, low: torch.Tensor, high: torch.Tensor) -> torch.Tensor:

@@ -171,8 +171,12 @@ class SACConfig(OffPolicyConfig):
     q_lr: float = positive(1e-3)
     policy_frequency: int = count(2)  # critic updates per actor update (the actor then steps this many times)
     target_network_frequency: int = count(1)  # critic updates per target update
-    alpha: float = number(0.2, low=0)  # the entropy coefficient (its start value when autotune)
+    alpha: float = number(0.2, low=0)  # the entropy coefficient when autotune=false
     autotune: bool = True  # tune alpha toward a target entropy of -dim(action)
+    alpha_start: float = positive(1.0)  # autotune's start value (CleanRL: log_alpha = 0, i.e. 1.0)
+    # autotune's loss: "cleanrl" -alpha (log pi + target) on a fresh draw after the actor step (CleanRL's);
+    # "log_alpha" -log_alpha (log pi + target) on the actor step's own draw (SB3's; alpha falls faster once small).
+    temperature_loss: str = one_of("cleanrl", "log_alpha")
     target_entropy: float | None = number(None, example=-1.0)  # autotune's target (null: -dim(action))
     critic_hidden: list[int] = items([256, 256], whole=True, low=1)  # each Q critic's hidden layers
     eval_every: int = count(5_000)

@@ -284,10 +284,9 @@ class SACTask(OffPolicyActorCriticTask):
     def build_net(self, parts: TaskParts) -> nn.Module:
         net = super().build_net(parts)
         hp = self.config
-        if hp.autotune and hp.alpha <= 0:
-            raise ValueError(f"task.alpha={hp.alpha} is autotune's start value and must be > 0; e.g. task.alpha=1.0")
-        # One temperature per agent; fixed when not tuned.
-        self.log_alpha = nn.Parameter(torch.full((self.n_agents,), math.log(hp.alpha) if hp.alpha > 0 else -math.inf),
+        # One temperature per agent: tuned from alpha_start (CleanRL's 1.0), or fixed at alpha.
+        start = hp.alpha_start if hp.autotune else hp.alpha
+        self.log_alpha = nn.Parameter(torch.full((self.n_agents,), math.log(start) if start > 0 else -math.inf),
                                       requires_grad=bool(hp.autotune))
         self.target_entropy = float(hp.target_entropy) if hp.target_entropy is not None else -float(self.action_dim)
         self.alpha_opt: torch.optim.Optimizer | None = None
@@ -320,8 +319,12 @@ class SACTask(OffPolicyActorCriticTask):
                     self.actor_step(sac_actor_loss(*self.critic(batch.obs, actions), log_prob, alpha))
                 log_prob = log_prob.detach()
                 if self.alpha_opt is not None:
+                    cleanrl = hp.temperature_loss == "cleanrl"
+                    if cleanrl:  # CleanRL's: a fresh draw from the actor just updated
+                        with torch.no_grad():
+                            log_prob = squashed_gaussian_sample(*self.net.distribution(batch.obs), self.generators)[1]
                     self.alpha_opt.zero_grad(set_to_none=True)
-                    temperature_loss(self.log_alpha, log_prob, self.target_entropy).sum().backward()
+                    temperature_loss(self.log_alpha, log_prob, self.target_entropy, scaled=cleanrl).sum().backward()
                     self.alpha_opt.step()
                     alpha = self.log_alpha.detach().exp()
             self._recent["train/entropy"] = -log_prob.mean(-1)
