@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pipeline.games.bids_csv import BidDataError, RowCounts, check_n_bidders, load_bids_csv
+from pipeline.games.bids_csv import BidDataError, RowCounts, check_n_bidders, load_bids_csv, looks_like_a_bid_column
 
 WIDE_BIDS = "".join(f"0.{i:02d},0.{i + 1:02d}\n" for i in range(10, 40))  # 30 auctions of two, 60 bids
 
@@ -77,6 +77,18 @@ CASES = [
     ("q41.csv", "bid_0,bid_1\n0.1," + "x" * 41 + "\n", {},
      "1 bad row(s) of 1 (1 not_a_number); first: line 2: bid_1 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'... "
      "(41 characters) is not a number; fix those rows, or set data.on_bad_rows=drop to drop and count them"),
+    ("typo.csv", "bid_0,bid_1,bdi_2\n", {},
+     "column(s) ['bdi_2'] look like bid columns but are not read (the bid columns read are ['bid_0', 'bid_1'], so "
+     "the log would lose a bidder); rename them to continue the numbering of the bid columns if they hold bids, or "
+     "to a name not like 'bid<number>' if they do not"),
+    ("mixed.csv", "bid_0,bid_1,bid2\n", {},
+     "column(s) ['bid2'] look like bid columns but are not read (the bid columns read are ['bid_0', 'bid_1'], so "
+     "the log would lose a bidder); rename them to continue the numbering of the bid columns if they hold bids, or "
+     "to a name not like 'bid<number>' if they do not"),
+    ("long.csv", "auction_id,bid,Bid_3\n", {},
+     "column(s) ['Bid_3'] look like bid columns but are not read (the bid columns read are ['bid', 'auction_id'], "
+     "so the log would lose a bidder); rename them to continue the numbering of the bid columns if they hold bids, "
+     "or to a name not like 'bid<number>' if they do not"),
     ("q40.csv", "bid_0,bid_1\n0.1," + "x" * 40 + "\n", {},
      "1 bad row(s) of 1 (1 not_a_number); first: line 2: bid_1 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx' is not "
      "a number; fix those rows, or set data.on_bad_rows=drop to drop and count them"),
@@ -179,3 +191,21 @@ def test_row_counts_metrics_and_summary():
     assert c.summary("x.csv") == "x.csv: read 5 rows, used 3, rejected 2 (1 negative, 1 auction_size), 2 blank line(s) skipped"
     assert RowCounts(read=2, used=2).summary("y") == "y: read 2 rows, used 2, rejected 0 (none), 0 blank line(s) skipped"
     assert RowCounts().metrics() == {"data/rows_read": 0.0, "data/rows_used": 0.0, "data/rows_rejected": 0.0}
+
+
+@pytest.mark.parametrize("name", ["bdi_2", "bid2", "Bid_2", "BID 2", "bd_2", "bidd_2", "bif-2", "ibd2", "bids_12"])
+def test_a_column_one_typo_from_a_bid_column_looks_like_one(name):
+    assert looks_like_a_bid_column(name)
+
+
+@pytest.mark.parametrize("name", ["bidder_2", "value_2", "auction_id", "bid", "price2", "b_2", "x1", "bid_x"])
+def test_other_columns_do_not_look_like_bid_columns(name):
+    assert not looks_like_a_bid_column(name)
+
+
+def test_a_typo_column_is_refused_but_other_extra_columns_are_read_past(tmp_path):
+    rows = "".join(f"{line},7\n" for line in WIDE_BIDS.split())
+    data = load_bids_csv(_write(tmp_path, "ok.csv", "bid_0,bid_1,value_2\n" + rows))
+    assert data.n_bidders == 2 and data.bids.shape == (30, 2)
+    with pytest.raises(BidDataError, match=r"\['Bid3'\] look like bid columns"):
+        load_bids_csv(_write(tmp_path, "typo.csv", "bid1,bid2,Bid3\n" + rows))

@@ -1,6 +1,8 @@
 """Logged first-price bids from a CSV file: one vectorised pass, and nothing dropped without a count.
 
-Layouts (header row required; other columns are ignored):
+Layouts (header row required; other columns are ignored, except one that looks like a bid column, e.g.
+``bdi_2`` or ``bid2`` next to ``bid_0, bid_1``: the file is refused, naming it, since reading it as 2 bidders
+would silently drop a bidder):
 
 - one auction per row: ``bid_0, ..., bid_{n-1}`` (or ``bid1, ..., bidn``); column i is bidder i.
 - one bid per row: a column ``bid`` and, optionally, ``auction_id`` (every auction must then hold
@@ -141,6 +143,35 @@ def _wide_columns(path: Path, columns: list[str]) -> list[int] | None:
     return None
 
 
+def _edits(a: str, b: str) -> int:
+    """Optimal-string-alignment distance: insertions, deletions, substitutions and swaps of neighbours."""
+    d = [[i + j if i * j == 0 else 0 for j in range(len(b) + 1)] for i in range(len(a) + 1)]
+    for i in range(1, len(a) + 1):
+        for j in range(1, len(b) + 1):
+            d[i][j] = min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1]))
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                d[i][j] = min(d[i][j], d[i - 2][j - 2] + 1)
+    return d[-1][-1]
+
+
+def looks_like_a_bid_column(name: str) -> bool:
+    """A column name one typo from a bid column: letters within one edit of 'bid' (any case), then a number
+    ('bdi_2', 'Bid_2', 'bid2', 'bd_2', 'bid-2'). Such a column left unread silently drops a bidder."""
+    found = re.fullmatch(r"([a-z]+)[\s_.\-]*(\d+)", name.strip().lower())
+    return found is not None and _edits(found.group(1), "bid") <= 1
+
+
+def _unused_bid_columns(path: Path, columns: list[str], used: list[int]) -> None:
+    """Refuse a header with a column that looks like a bid column (`looks_like_a_bid_column`) but is not read."""
+    unused = [name for i, name in enumerate(columns) if i not in used and looks_like_a_bid_column(name)]
+    if unused:
+        read = [columns[i] for i in used]
+        raise _fail(path, f"column(s) {_quote_list(unused)} look like bid columns but are not read (the bid columns "
+                    f"read are {_quote_list(read)}, so the log would lose a bidder)",
+                    "rename them to continue the numbering of the bid columns if they hold bids, or to a name not "
+                    "like 'bid<number>' if they do not")
+
+
 def check_bids_file(path: Path) -> None:
     """BidDataError unless `path` names a file (a directory, or nothing there)."""
     if path.is_dir():
@@ -236,6 +267,9 @@ def load_bids_csv(path: str | Path, n_bidders: int | None = None, on_bad_rows: s
     if wide is None and "bid" not in columns:
         raise _fail(path, f"no bid columns (found {_quote_list(columns)})",
                     "name them 'bid' (+ optional 'auction_id', 'bidder'), 'bid_0..bid_{n-1}' or 'bid1..bidn'")
+    used_columns = wide if wide is not None else [columns.index(c) for c in ("bid", "auction_id", "bidder")
+                                                    if c in columns]
+    _unused_bid_columns(path, columns, used_columns)
     if wide is not None:
         _check_bidders(path, len(wide), f"{len(wide)} bidders ({columns[wide[0]]}..{columns[wide[-1]]})")
     if wide is not None and n_bidders is not None and n_bidders != len(wide):
