@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pipeline.games.bids_csv import BidDataError, RowCounts, check_n_bidders, load_bids_csv, looks_like_a_bid_column
+from pipeline.games.bids_csv import (
+    BidDataError,
+    RowCounts,
+    check_n_bidders,
+    load_bids_csv,
+    looks_like_a_bid_column,
+)
 
 WIDE_BIDS = "".join(f"0.{i:02d},0.{i + 1:02d}\n" for i in range(10, 40))  # 30 auctions of two, 60 bids
 
