@@ -3,6 +3,7 @@ computes what `pipeline.load` computes; the export's own check is a real bound o
 a float64 reference and refuses what lies outside it); without the onnx packages the option is one line."""
 
 import functools
+import shutil
 import sys
 
 import numpy as np
@@ -72,7 +73,9 @@ def test_the_onnx_policy_acts_as_the_loaded_agent(make_cfg, tmp_path, capsys, ex
     made_run(make_cfg, tmp_path, experiment, *overrides, *(() if experiment == "ppo_atari" else ("model.hidden=[32,32]",)))
     assert export_main([str(tmp_path), "format=onnx", f"n={4 if experiment == 'ppo_atari' else 16}"]) == 0
     assert f"wrote {tmp_path / 'policy.onnx'} (ONNX policy: [N, {', '.join(map(str, obs_shape))}] -> [N" in capsys.readouterr().out
-    session = onnxruntime.InferenceSession(str(tmp_path / "policy.onnx"), providers=["CPUExecutionProvider"])
+    (tmp_path / "alone").mkdir()  # the file is all a user copies: it runs from another folder with nothing beside it
+    alone = shutil.copy(tmp_path / "policy.onnx", tmp_path / "alone")
+    session = onnxruntime.InferenceSession(alone, providers=["CPUExecutionProvider"])
     agent = pipeline.load(tmp_path)
     # Observations of other batch sizes than the export's (the batch dimension is free) and beyond the env's usual range.
     rng = np.random.default_rng(5)
@@ -191,3 +194,84 @@ def test_export_options_are_one_line(tmp_path, capsys, argv, message):
     assert export_main([str(tmp_path), *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {message}") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("fmt", [pytest.param("onnx", marks=pytest.mark.slow), "torchscript"])
+def test_the_exported_file_is_all_there_is_and_runs_copied_alone(make_cfg, tmp_path, fmt):
+    """A user copies the one file: it must run from another folder with nothing beside it (an ONNX file left its
+    weights in `policy.onnx.tmp.data` beside it, and failed in onnxruntime once copied alone)."""
+    if fmt == "onnx":
+        onnxruntime = onnxruntime_or_skip()
+    run = made_run(make_cfg, tmp_path / "run", "ppo_pendulum", "model.hidden=[32,32]")
+    before = set(p.name for p in run.iterdir())
+    assert export_main([str(run), f"format={fmt}", "n=8"]) == 0
+    name = "policy.onnx" if fmt == "onnx" else "policy.torchscript.pt"
+    assert set(p.name for p in run.iterdir()) - before == {name}  # nothing else written beside it
+    (tmp_path / "elsewhere").mkdir()
+    alone = shutil.copy(run / name, tmp_path / "elsewhere" / name)
+    shutil.rmtree(run)
+    obs = np.random.default_rng(0).uniform(-1, 1, size=(5, 3)).astype(np.float32)
+    if fmt == "onnx":
+        [actions] = onnxruntime.InferenceSession(str(alone), providers=["CPUExecutionProvider"]).run(None, {"obs": obs})
+    else:
+        with torch.no_grad():
+            actions = torch.jit.load(str(alone))(torch.from_numpy(obs)).numpy()
+    assert actions.shape == (5, 1) and np.isfinite(actions).all() and (np.abs(actions) <= 2).all()
+
+
+def test_the_check_loads_the_file_copied_alone_so_a_file_that_needs_a_neighbour_is_refused(tmp_path):
+    """The export's own check runs the file from an empty folder: an ONNX file whose weights live in a file beside
+    it (what torch.onnx writes by default) passes in place but is refused by the check."""
+    onnx = pytest.importorskip("onnx", reason=ONNX_REASON)
+    onnxruntime_or_skip()
+    from pipeline.export import _write_onnx, run_alone
+
+    net = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 2)).eval()
+    x = torch.randn(4, 3)
+    _write_onnx(net, x, tmp_path / "whole.onnx", ("obs", "out"))
+    assert run_alone(tmp_path / "whole.onnx", "whole.onnx", lambda p: onnx.load(str(p))) is not None
+    model = onnx.load(str(tmp_path / "whole.onnx"))
+    onnx.save_model(model, str(tmp_path / "split.onnx"), save_as_external_data=True, location="split.onnx.data",
+                    size_threshold=0)
+    import onnxruntime
+
+    onnxruntime.InferenceSession(str(tmp_path / "split.onnx"), providers=["CPUExecutionProvider"])  # loads in place
+    with pytest.raises(EvalError, match=r"^split.onnx: the exported file does not load on its own \(copied alone"):
+        run_alone(tmp_path / "split.onnx", "split.onnx",
+                  lambda p: onnxruntime.InferenceSession(str(p), providers=["CPUExecutionProvider"]))
+
+
+def test_out_an_existing_dir_writes_the_usual_name_into_it(make_cfg, tmp_path, capsys):
+    run = made_run(make_cfg, tmp_path / "run", "dqn_cartpole", "model.hidden=[16]")
+    (tmp_path / "exports").mkdir()
+    assert export_main([str(run), f"out={tmp_path / 'exports'}", "n=4"]) == 0  # was: a 14-line IsADirectoryError
+    out = capsys.readouterr().out.strip()
+    assert out.startswith(f"wrote {tmp_path / 'exports' / 'policy.torchscript.pt'} (TorchScript policy") and "\n" not in out
+    assert [p.name for p in (tmp_path / "exports").iterdir()] == ["policy.torchscript.pt"]
+
+
+@pytest.fixture
+def read_only_made_run(make_cfg, tmp_path):
+    """A run dir on a read-only file system (tmpfs remounted read-only: root ignores file modes)."""
+    import subprocess
+
+    made = made_run(make_cfg, tmp_path / "made", "dqn_cartpole", "model.hidden=[16]")
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)], capture_output=True).returncode:
+        pytest.skip("a read-only file system needs root and mount (tmpfs) here")
+    try:
+        shutil.copytree(made, mount / "run")
+        subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
+        yield mount / "run"
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
+
+
+def test_export_to_a_read_only_run_dir_is_one_line_and_out_writes_elsewhere(read_only_made_run, tmp_path, capsys):
+    assert export_main([str(read_only_made_run), "n=4"]) == 2  # was: a 27-line traceback
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == (f"error: cannot write into {read_only_made_run}: the folder is not "
+                                                   "writable; write it elsewhere with out=<file or dir>\n")
+    assert export_main([str(read_only_made_run), "n=4", f"out={tmp_path / 'p.pt'}"]) == 0
+    assert (tmp_path / "p.pt").is_file() and capsys.readouterr().out.startswith(f"wrote {tmp_path / 'p.pt'}")

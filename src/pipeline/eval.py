@@ -88,7 +88,7 @@ def parse_args(argv: list[str]) -> Options:
     return options
 
 
-def _writable(folder: Path) -> bool:
+def writable(folder: Path) -> bool:
     """Whether a file can be made in `folder` (absent: in its nearest existing parent, where it would be made)."""
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
@@ -102,10 +102,10 @@ def _writable(folder: Path) -> bool:
 def check_writable(options: Options, out: Path | None) -> Path:
     """Where eval.json goes, refused before any work when it cannot be written there (one line with the fix)."""
     target = Path(out) if out is not None else options.run_dir
-    if options.run_dir.is_dir() and not _writable(target):
+    if options.run_dir.is_dir() and not writable(target):
         fix = "choose a folder you can write" if out is not None else "write it elsewhere with out=<dir>"
         raise EvalError(f"cannot write {target / EVAL_FILE}: the folder is not writable; {fix}")
-    if options.video and options.run_dir.is_dir() and not _writable(options.run_dir):
+    if options.video and options.run_dir.is_dir() and not writable(options.run_dir):
         raise EvalError(f"video=true writes its MP4s into {options.run_dir / 'videos'}, which is not writable; "
                         "run without video=true (and with out=<dir>), or on a writable copy of the run dir")
     return target

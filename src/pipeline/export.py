@@ -1,4 +1,4 @@
-"""Export a trained run's network: `python -m pipeline.export <run dir> [format=torchscript|onnx] [out=<file>] [n=64]
+"""Export a trained run's network: `python -m pipeline.export <run dir> [format=torchscript|onnx] [out=<file or dir>] [n=64]
 [weights=model|best]`.
 
 - An RL run (DQN, PPO, SAC, TD3, CEM): its deterministic policy, observations [N, *shape] -> actions ([N] for
@@ -12,8 +12,9 @@ format=torchscript (the default) writes `<run dir>/policy.torchscript.pt` (RL) o
 batch size free), which onnxruntime runs without torch; it needs `pip install -e '.[onnx]'`. weights=best
 exports the run's best-evaluated weights (best.pt, kept when the run was asked to keep them): `policy.best.onnx`, ...
 
-Before it says done, the written file is loaded back (by torch, or by onnxruntime) and checked against the run's
-own network on `n` inputs: observations the policy meets in its env (start states it never trained on), the
+Every file is self-contained (an ONNX file holds its weights: no `.data` file beside it). `out=<dir>` writes the
+file under that name into the dir. Before it says done, the written file is copied alone into an empty temporary
+folder, loaded from there (by torch, or by onnxruntime) and checked against the run's own network on `n` inputs: observations the policy meets in its env (start states it never trained on), the
 data's test split, or noise. Outputs must agree within a bound on float32 rounding computed for these inputs
 (`float32_error_bound`); discrete actions must be the same, except at a near-tie within that bound.
 """
@@ -23,13 +24,17 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
+import shutil
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 
+from pipeline.eval import writable
 from pipeline.runtime.replay import REPLAY_SEED_OFFSET, EvalError
+from pipeline.store.atomic import write_error
 
-USAGE = "usage: python -m pipeline.export <run dir> [format=torchscript|onnx] [out=<file>] [n=64] [weights=model|best]"
+USAGE = "usage: python -m pipeline.export <run dir> [format=torchscript|onnx] [out=<file or dir>] [n=64] [weights=model|best]"
 FORMATS = {"torchscript": ".torchscript.pt", "onnx": ".onnx"}
 ONNX_PACKAGES = ("onnx", "onnxruntime", "onnxscript")  # torch.onnx's exporter needs onnx and onnxscript
 # float32's unit roundoff: the largest relative error of one correctly rounded operation.
@@ -166,7 +171,7 @@ def check_onnx_installed() -> None:
         raise EvalError(f"format=onnx needs {', '.join(missing)}, not installed: pip install -e '.[onnx]'")
 
 
-def _write_torchscript(module, inputs, out: Path):
+def _write_torchscript(module, inputs, out: Path) -> None:
     import torch
 
     with torch.no_grad(), warnings.catch_warnings():
@@ -175,14 +180,17 @@ def _write_torchscript(module, inputs, out: Path):
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
         traced = torch.jit.trace(module, inputs, check_trace=False)
     traced.save(str(out))
-    exported = torch.jit.load(str(out), map_location=inputs.device)
+
+
+def _run_torchscript(path: Path, inputs):
+    import torch
+
+    exported = torch.jit.load(str(path), map_location=inputs.device)
     with torch.inference_mode():
         return exported(inputs)
 
 
-def _write_onnx(module, inputs, out: Path, names: tuple[str, str]):
-    import numpy as np
-    import onnxruntime
+def _write_onnx(module, inputs, out: Path, names: tuple[str, str]) -> None:
     import torch
 
     batch = torch.export.Dim("batch")
@@ -192,13 +200,42 @@ def _write_onnx(module, inputs, out: Path, names: tuple[str, str]):
     try:
         with torch.no_grad(), warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr):
             warnings.simplefilter("ignore")  # the exporter's deprecation notes of torch internals
+            # external_data=False: the weights inside the file (its default writes them to `<file>.data` beside it).
             torch.onnx.export(module, (inputs,), str(out), dynamo=True, input_names=[names[0]], output_names=[names[1]],
-                              dynamic_shapes=({0: batch},), verbose=False)
+                              dynamic_shapes=({0: batch},), verbose=False, external_data=False)
     finally:
         quiet.setLevel(level)
-    session = onnxruntime.InferenceSession(str(out), providers=["CPUExecutionProvider"])
-    [got] = session.run(None, {names[0]: inputs.cpu().numpy()})
+
+
+def _run_onnx(path: Path, inputs, input_name: str):
+    import numpy as np
+    import onnxruntime
+    import torch
+
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    [got] = session.run(None, {input_name: inputs.cpu().numpy()})
     return torch.from_numpy(np.asarray(got))
+
+
+def run_alone(path: Path, name: str, run):
+    """`run(copy)` on a copy of the file `path` alone in an empty temporary folder, as a user who copies only that
+    file gets it: a file that needs anything beside it fails here, not on their machine."""
+    with tempfile.TemporaryDirectory(prefix="pipeline-export-check-") as folder:
+        copy = Path(folder) / name
+        shutil.copyfile(path, copy)
+        try:
+            return run(copy)
+        except Exception as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise EvalError(f"{name}: the exported file does not load on its own (copied alone to another folder): {first}") from None
+
+
+def check_writable(run_dir: Path, out: Path | None) -> None:
+    """Refused before the run is loaded, in one line with the fix: a folder the file cannot be written into."""
+    folder = Path(run_dir) if out is None else Path(out) if Path(out).is_dir() else Path(out).parent
+    if Path(run_dir).is_dir() and not writable(folder):
+        fix = "write it elsewhere with out=<file or dir>" if out is None else "choose a folder you can write"
+        raise EvalError(f"cannot write into {folder}: the folder is not writable; {fix}")
 
 
 def export(run_dir: Path, out: Path | None = None, n: int = 64, format: str = "torchscript", weights: str = "model") -> dict:
@@ -208,6 +245,7 @@ def export(run_dir: Path, out: Path | None = None, n: int = 64, format: str = "t
         raise EvalError(f"format={format}: choose {' or '.join(FORMATS)}")
     if format == "onnx":
         check_onnx_installed()
+    check_writable(run_dir, out)
     import torch
 
     from pipeline.api import Agent, load
@@ -216,20 +254,24 @@ def export(run_dir: Path, out: Path | None = None, n: int = 64, format: str = "t
     module, inputs, values, stem = module_and_inputs(loaded, n)
     module.eval()
     name = f"{stem}{'.best' if weights == 'best' else ''}{FORMATS[format]}"
-    out = Path(out) if out is not None else Path(run_dir) / name
+    out = Path(run_dir) / name if out is None else Path(out) / name if Path(out).is_dir() else Path(out)
     with torch.inference_mode():
         expected = module(inputs)
-    out.parent.mkdir(parents=True, exist_ok=True)
     written = out.with_name(f"{out.name}.tmp")  # becomes `out` once checked: a file that fails the check is not left
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
         if format == "onnx":
             io_names = (("obs", "action") if isinstance(loaded, Agent) else ("noise", "images") if loaded.task == "GANTask"
                         else ("input", "output"))
-            got = _write_onnx(module, inputs, written, io_names)
+            _write_onnx(module, inputs, written, io_names)
+            got = run_alone(written, out.name, lambda copy: _run_onnx(copy, inputs, io_names[0]))
         else:
-            got = _write_torchscript(module, inputs, written)
+            _write_torchscript(module, inputs, written)
+            got = run_alone(written, out.name, lambda copy: _run_torchscript(copy, inputs))
         check = compare(out, got.to(expected.device), expected, module, values, inputs)
         written.replace(out)
+    except OSError as exc:  # a disk that fills, a folder made read-only meanwhile: one line naming the file
+        raise EvalError(str(write_error(out, exc))) from None
     finally:
         written.unlink(missing_ok=True)
     kind = "policy" if isinstance(loaded, Agent) else "model"
@@ -304,7 +346,7 @@ def parse_args(argv: list[str]) -> dict:
     for item in (a for a in argv if "=" in a):
         key, value = item.split("=", 1)
         if key == "out" and value:
-            options["out"] = Path(value)
+            options["out"] = Path(value)  # a file, or an existing dir to write the file into under its usual name
         elif key == "n" and value.isdigit() and int(value) >= 1:
             options["n"] = int(value)
         elif key == "format" and value in FORMATS:
@@ -312,7 +354,7 @@ def parse_args(argv: list[str]) -> dict:
         elif key == "weights" and value in ("model", "best"):
             options["weights"] = value
         else:
-            choices = {"n": "a whole number >= 1", "format": "torchscript or onnx", "weights": "model or best", "out": "a file"}
+            choices = {"n": "a whole number >= 1", "format": "torchscript or onnx", "weights": "model or best", "out": "a file or a dir"}
             raise EvalError(f"{item}: {f'{key}= takes {choices[key]}' if key in choices else 'unknown option'}; {USAGE}")
     if options.get("format") == "onnx":
         check_onnx_installed()  # before the run is loaded
