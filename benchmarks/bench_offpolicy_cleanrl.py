@@ -40,7 +40,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "outputs" / "bench-offpolicy-cleanrl"
-RESULTS = ROOT / "benchmarks" / "results" / "offpolicy_cleanrl.jsonl"
+# Another file with OFFPOLICY_RESULTS (a bench run from a worktree pinned to a commit appends to the checkout's file).
+RESULTS = Path(os.environ.get("OFFPOLICY_RESULTS", ROOT / "benchmarks" / "results" / "offpolicy_cleanrl.jsonl"))
 VENV = OUT / "venv"  # under outputs/ (ignored by git): the other side never enters the checkout
 # CleanRL's pins where it has them (gymnasium 0.29.1: its `final_info` / `final_observation` predate 1.0; numpy < 2
 # for that gymnasium); torch is ours. Its replay buffer is its own (cleanrl_utils, in the clone).
@@ -307,7 +308,7 @@ def main(argv=None) -> int:
             if "ours" in args.sides:
                 run_ours(algo, env, seeds, steps, overrides, tag, extra, record)
     if record:
-        print(f"bench-offpolicy-cleanrl: results in {RESULTS.relative_to(ROOT)}; `--report` for the verdicts")
+        print(f"bench-offpolicy-cleanrl: results in {RESULTS}; `--report` for the verdicts")
     return 0
 
 
