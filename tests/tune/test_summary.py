@@ -95,7 +95,10 @@ def test_confirmation_names_the_winner_and_the_improvement_points_the_metrics_wa
     assert out["winner"]["label"] == "trial7" and out["winner"]["secondary"] == 61.0
     assert out["tie"]["with"] == ["trial3"] and out["tie"]["broken_by"] == "time_to_threshold"
     assert "the tie is broken by time_to_threshold: trial7 61, trial3 97" in out["tie"]["note"]
-    assert out["preset_wins"] is False and out["verdict"] == "trial7 beats the preset's iqm on fresh seeds."
+    seen = "iqm 500 vs 485" if direction == "maximize" else "iqm 0.1 vs 0.45"
+    assert out["preset_wins"] is False and out["verdict"] == (
+        f"trial7 beats the preset's iqm on fresh seeds: {seen}, P(trial7 does better on a seed) 1.00 [1.00, 1.00].")
+    assert out["winner"]["evidence"]["better"] == "candidate"
     # Every seed of the winner is better than every preset seed, in the metric's direction: P = 1.
     assert out["winner"]["probability_of_improvement_over_preset"]["p"] == 1.0
     assert out["winner"]["params"] == {"lr": 0.03} and isinstance(out["winner"]["params"]["lr"], float)
@@ -108,7 +111,8 @@ def test_the_improvement_over_the_preset_is_in_the_metrics_direction_when_the_st
             "trial2": _records(tmp_path / "trial2", [480.0] * 4, times=[40.0] * 4)}
     out = confirm_outcome(dirs, {"trial2": _trial(2, 40.0, lr=0.1)}, SEEDS, "time_to_threshold", False, True, "auc")
     assert out["winner"]["value"] == 40.0 and out["preset"]["value"] == 80.0
-    assert out["verdict"] == "trial2 beats the preset's time_to_threshold on fresh seeds."
+    assert out["verdict"] == ("trial2 beats the preset's time_to_threshold on fresh seeds: time_to_threshold 40 vs 80, "
+                              "P(trial2 does better on a seed) 1.00 [1.00, 1.00].")
     assert out["winner"]["probability_of_improvement_over_preset"]["p"] == 0.0
 
 
@@ -117,10 +121,14 @@ def test_a_tie_with_the_preset_goes_to_the_better_secondary(tmp_path):
             "trial1": _records(tmp_path / "trial1", [500.0] * 4, times=[70.0] * 4)}
     out = confirm_outcome(dirs, {"trial1": _trial(1, 500.0, lr=0.1)}, SEEDS, "iqm", True, True, "time_to_threshold")
     assert out["preset_wins"] is True
-    assert out["verdict"] == "The preset ties trial1's iqm on fresh seeds and is better on time_to_threshold (50 vs 70): keep it."
+    assert out["verdict"] == ("trial1 ties the preset's iqm on fresh seeds (500); the preset is better on time_to_threshold "
+                              "(50 vs 70, P(trial1 does better on a seed) 0.00 [0.00, 0.00]): keep it.")
+    assert out["winner"]["evidence"]["tie_break"]["better"] == "preset" and out["winner"]["evidence"]["better"] is None
     assert out["tie"] is None  # one candidate: no tie among candidates
     out = confirm_outcome(dirs, {"trial1": _trial(1, 500.0, lr=0.1)}, SEEDS, "iqm", True, True, None)
-    assert out["preset_wins"] is False and "ties the preset's iqm on fresh seeds: compare the other columns" in out["verdict"]
+    assert out["preset_wins"] is False and out["beats_preset"] is False
+    assert out["verdict"] == ("Cannot tell trial1 from the preset on 4 fresh seeds: iqm 500 vs 500, P(trial1 does better on "
+                              "a seed) 0.50 [0.50, 0.50] includes 0.5; at P = 0.5 no number of seeds would tell them apart.")
 
 
 def test_no_importance_plot_from_a_handful_of_trials(tmp_path):
@@ -176,7 +184,8 @@ def test_a_candidate_within_the_confirmation_s_noise_is_not_said_to_beat_the_pre
     # P(trial1's seed > preset's seed) over the 16 pairs, by hand: 9 of 16.
     assert proof["p"] == pytest.approx(9 / 16) and proof["ci"][0] < 0.5 < proof["ci"][1]
     assert proof["distinguishable"] is False and out["beats_preset"] is False and out["preset_wins"] is False
-    assert out["verdict"].startswith("trial1 and the preset are not distinguishable on 4 fresh seeds: iqm ")
+    assert out["verdict"].startswith("Cannot tell trial1 from the preset on 4 fresh seeds: iqm 380 vs 360, P(trial1 does "
+                                     f"better on a seed) 0.56 [{proof['ci'][0]:.2f}, {proof['ci'][1]:.2f}] includes 0.5; ")
     assert "includes 0.5" in out["verdict"] and "beats" not in out["verdict"]
     # The interval's half-width towards 0.5 over the distance to 0.5, squared, times the 4 seeds.
     half = proof["p"] - proof["ci"][0]
@@ -199,4 +208,29 @@ def test_a_minimised_objective_s_evidence_points_its_way(tmp_path):
             "trial2": _records(tmp_path / "trial2", [500.0] * 4, times=[40.0] * 4)}
     out = confirm_outcome(dirs, {"trial2": _trial(2, 40.0, lr=0.1)}, SEEDS, "time_to_threshold", False, True, None)
     assert out["winner"]["evidence"]["p"] == 1.0 and out["beats_preset"] is True
-    assert out["verdict"] == "trial2 beats the preset's time_to_threshold on fresh seeds."
+    assert out["verdict"] == ("trial2 beats the preset's time_to_threshold on fresh seeds: time_to_threshold 40 vs 80, "
+                              "P(trial2 does better on a seed) 1.00 [1.00, 1.00].")
+
+
+@pytest.mark.parametrize(("trial", "preset"), [([190.0, 260.0, 390.0, 270.0], [300.0, 200.0, 380.0, 250.0]),
+                                               ([300.0, 200.0, 380.0, 250.0], [190.0, 260.0, 390.0, 270.0])])
+def test_a_higher_point_estimate_on_either_side_decides_nothing_when_the_interval_holds_half(tmp_path, trial, preset):
+    """Seeds that interleave: whichever side's IQM is higher, P(better) is 0.5 and its interval holds 0.5, so neither
+    "keep the preset" nor "beats" (the preset's higher IQM was read as "the preset still wins: keep it")."""
+    dirs = {"preset": _records(tmp_path / "preset", preset), "trial1": _records(tmp_path / "trial1", trial)}
+    out = confirm_outcome(dirs, {"trial1": _trial(1, 300.0, lr=0.1)}, SEEDS, "iqm", True, True, None)
+    proof = out["winner"]["evidence"]
+    # By hand over the 16 pairs: 8 wins for each side.
+    assert proof["p"] == 0.5 and proof["ci"][0] < 0.5 < proof["ci"][1] and proof["better"] is None
+    assert out["preset_wins"] is False and out["beats_preset"] is False
+    assert out["verdict"].startswith("Cannot tell trial1 from the preset on 4 fresh seeds: iqm ")
+
+
+def test_the_preset_is_kept_only_when_the_interval_lies_below_half(tmp_path):
+    """Every preset seed above every candidate seed: P = 0 with its interval, "keep it" from that interval."""
+    dirs = {"preset": _records(tmp_path / "preset", [400.0, 410.0, 420.0, 430.0]),
+            "trial1": _records(tmp_path / "trial1", [300.0, 310.0, 320.0, 330.0])}
+    out = confirm_outcome(dirs, {"trial1": _trial(1, 450.0, lr=0.1)}, SEEDS, "iqm", True, True, None)
+    assert out["winner"]["evidence"]["better"] == "preset" and out["winner"]["evidence"]["ci"] == [0.0, 0.0]
+    assert out["preset_wins"] is True and out["verdict"].startswith("The preset does better than trial1 on fresh seeds: ")
+    assert out["verdict"].endswith("P(trial1 does better on a seed) 0.00 [0.00, 0.00]: keep it.")

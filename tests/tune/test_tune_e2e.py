@@ -55,6 +55,7 @@ def test_tune_supervised_digits_bad_lr_loses_and_best_yaml_runs(tmp_path):
     assert tune["preset"]["primary"]["iqm"] > 0.5
     assert tune["best_confirmed"]["optimism_gap"] == pytest.approx(tune["best_tuned_value"] - tune["best_confirmed"]["value"])
     assert tune["verdict"] in (sweep / "tune" / "tune.md").read_text()
+    assert tune["evidence"]["objective"] == "iqm" and 0 <= tune["evidence"]["ci"][0] <= tune["evidence"]["p"] <= tune["evidence"]["ci"][1] <= 1
     for name in ("tune.md", "best.yaml", "experiment/best.yaml", "confirmed.png", "optimization_history.png"):
         assert (sweep / "tune" / name).is_file(), name
     assert not (sweep / "tune" / "parameter_importances.png").exists()  # 3 trials: importances would be noise

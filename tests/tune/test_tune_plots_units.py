@@ -73,25 +73,37 @@ def test_a_failed_draw_is_a_warning_with_its_first_line_and_the_rest_is_written(
     assert warnings == ["no optimization history plot: cannot draw this", "no parameter importances plot: KeyError"]
 
 
-def test_the_confirmation_plot_shows_each_candidate_and_the_preset_with_its_median(tmp_path, saved):
-    candidates = [{"label": "trial3", "primary_scores": [5.0, 1.0, 3.0, 4.0]}, {"label": "trial8", "primary_scores": []}]
-    preset = {"primary_scores": [2.0, 7.0, 6.0], "primary_metric": "eval/return_mean"}
+def test_the_confirmation_plot_draws_the_iqm_and_interval_the_table_shows(tmp_path, saved):
+    """The line is the IQM tune.md's table shows (it was drawn as a "median" at the upper middle value: 4 of 1, 3,
+    4, 5 where the IQM is 3.5), the bar its 95% interval; a candidate without scores draws neither."""
+    from pipeline.tune.summary import markdown
+
+    stats = {"iqm": 3.5, "iqm_ci": [2.0, 4.5], "n": 4}  # the IQM of 1, 3, 4, 5: the mean of the middle two
+    candidates = [{"label": "trial3", "primary_scores": [5.0, 1.0, 3.0, 4.0], "primary": stats},
+                  {"label": "trial8", "primary_scores": [], "primary": None}]
+    preset = {"primary_scores": [2.0, 7.0, 6.0], "primary_metric": "eval/return_mean",
+              "primary": {"iqm": 5.0, "iqm_ci": [2.0, 7.0], "n": 3}}
     made = plots.write_plots(_study(2), candidates, preset, tmp_path, [])
     assert made["confirmed scores"] == "confirmed.png" and (tmp_path / "confirmed.png").stat().st_size > 0
     (ax,) = saved["confirmed.png"].axes
     assert [t.get_text() for t in ax.get_xticklabels()] == ["trial3", "trial8", "preset"]
     assert list(ax.get_xticks()) == [0, 1, 2]
     assert ax.get_ylabel() == "eval/return_mean"
-    assert ax.get_title() == "confirmed on fresh seeds (line: median)"
+    assert ax.get_title() == "confirmed on fresh seeds (line: IQM, bar: its 95% CI)"
     points = [c.get_offsets().tolist() for c in ax.collections if c.get_offsets().size and c.get_paths()
               and not isinstance(c, matplotlib.collections.LineCollection)]
     assert points == [[[0, 5.0], [0, 1.0], [0, 3.0], [0, 4.0]], [[2, 2.0], [2, 7.0], [2, 6.0]]]
     lines = [seg.tolist() for c in ax.collections if isinstance(c, matplotlib.collections.LineCollection)
              for seg in c.get_segments()]
-    # The median line: the upper middle of an even count (4 of 1, 3, 4, 5), the middle of an odd one (6).
-    assert lines == [[[-0.25, 4.0], [0.25, 4.0]], [[1.75, 6.0], [2.25, 6.0]]]
-    line_colors = [c.get_colors().tolist() for c in ax.collections if isinstance(c, matplotlib.collections.LineCollection)]
-    assert line_colors == [[[0.0, 0.0, 0.0, 1.0]]] * 2  # black medians
+    assert lines == [[[-0.25, 3.5], [0.25, 3.5]], [[0.3, 2.0], [0.3, 4.5]], [[1.75, 5.0], [2.25, 5.0]], [[2.3, 2.0], [2.3, 7.0]]]
+    table = markdown({"experiment": "e", "warnings": [], "study_name": "s", "storage": "x", "sampler": "tpe",
+                      "pruner": "none", "objective": "iqm", "direction": "maximize", "tuning_seeds": [0],
+                      "trials": {"total": 1, "completed": 1, "pruned": 0, "failed": 0}, "best_params": None,
+                      "confirm_seeds": [1, 2, 3, 4], "tie_break": None, "verdict": "v",
+                      "candidates": [{**candidates[0], "value": 3.5}], "preset": {**preset, "value": 5.0,
+                                                                                   "time_to_threshold_s": None}},
+                     tmp_path)
+    assert "| 3.5 [2, 4.5] |" in table and "| 5 [2, 7] |" in table  # the numbers the lines are drawn at
     assert [c.get_alpha() for c in ax.collections if not isinstance(c, matplotlib.collections.LineCollection)] == [0.6] * 3
     assert saved["confirmed.png"].get_size_inches() == pytest.approx([1.6 * 3 + 2, 3.5])
 
@@ -111,4 +123,5 @@ def test_figures_are_saved_at_100_dpi_whatever_the_settings(tmp_path, monkeypatc
     plots.write_plots(_study(2), [], {"primary_scores": [1.0], "primary_metric": "m"}, tmp_path, [])
     for name in ("optimization_history.png", "confirmed.png"):
         width, height = saved[name].get_size_inches()
-        assert Image.open(tmp_path / name).size == (round(width * 100), round(height * 100)), name
+        # To the pixel: Agg truncates a fractional size (5.8555 inches: 585 pixels), round() would say 586.
+        assert Image.open(tmp_path / name).size == pytest.approx((width * 100, height * 100), abs=1), name

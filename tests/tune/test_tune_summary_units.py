@@ -337,12 +337,20 @@ def test_write_tune_with_confirmation(tmp_path, monkeypatch, preset_return):
     assert [c["label"] for c in summary["candidates"]] == ["trial0"]
     if preset_return < 500:
         assert summary["preset"]["failed"] == {"13": "boom"} and summary["preset"]["value"] is None
-        assert summary["preset_wins"] is False and summary["verdict"] == "trial0 beats the preset's iqm on fresh seeds."
+        assert summary["preset_wins"] is False and summary["verdict"] == (
+            "trial0 beats the preset's iqm on fresh seeds: iqm 500 vs worst (1 of 4 seeds failed), P(trial0 does better on "
+            "a seed) 1.00 [1.00, 1.00].")
         assert summary["warnings"] == ["preset: 1 of 4 confirmation seeds failed"]
     else:
         assert summary["preset"]["failed"] == {} and summary["preset"]["value"] == preset_return
-        assert summary["preset_wins"] is True and summary["verdict"] == "The preset still wins on fresh seeds: keep it."
-        assert summary["warnings"] == ["The preset still wins on fresh seeds: keep it."]
+        assert summary["preset_wins"] is True and summary["verdict"] == (
+            "The preset does better than trial0 on fresh seeds: iqm 500 vs 600, P(trial0 does better on a seed) 0.00 "
+            "[0.00, 0.00]: keep it.")
+        assert summary["warnings"] == [summary["verdict"]]
+    # The verdict's interval is in tune.json whichever way it went.
+    assert summary["evidence"] == {"objective": "iqm", "p": float(preset_return < 500), "ci": [float(preset_return < 500)] * 2,
+                                   "seeds": 4, "distinguishable": True, "seeds_needed": None,
+                                   "better": "candidate" if preset_return < 500 else "preset"}
     ((_, candidates, preset, _, _),) = plotted
     assert [c["label"] for c in candidates] == ["trial0"]
     assert preset["primary_scores"] == [preset_return] * (3 if failed_seed else 4)
@@ -356,7 +364,7 @@ def test_write_tune_with_confirmation(tmp_path, monkeypatch, preset_return):
 
 def test_best_yaml_of_a_winner_within_the_noise_says_so(tmp_path, monkeypatch):
     """Confirmed on 4 seeds that interleave with the preset's: tune.json's verdict and best.yaml's header say
-    "not distinguishable", never "beats", and the verdict is a warning."""
+    "Cannot tell", never "beats", and the verdict is a warning."""
     study = optuna.create_study(direction="maximize")
     study.add_trial(_trial(0, 0.9, x=0.2))
     monkeypatch.setattr("pipeline.tune.plots.write_plots", lambda *args: {})
@@ -367,9 +375,10 @@ def test_best_yaml_of_a_winner_within_the_noise_says_so(tmp_path, monkeypatch):
     out = tune_summary.write_tune(search, dirs)
     summary = json.loads((out / "tune.json").read_text())
     assert summary["beats_preset"] is False and summary["evidence"]["distinguishable"] is False
-    assert "not distinguishable on 4 fresh seeds" in summary["verdict"] and summary["verdict"] in summary["warnings"]
+    assert summary["verdict"].startswith("Cannot tell trial0 from the preset on 4 fresh seeds")
+    assert summary["verdict"] in summary["warnings"] and summary["preset_wins"] is False
     header = " ".join(line[1:].strip() for line in (out / "best.yaml").read_text().splitlines() if line.startswith("#"))
-    assert "not distinguishable" in header and "beats" not in header
+    assert "Cannot tell trial0 from the preset" in header and "beats" not in header
 
 
 def test_fmt_shows_floats_to_four_digits_and_the_rest_as_they_are():
@@ -460,11 +469,7 @@ def test_stats_and_threshold_of_the_confirmation_records():
     assert mixed["reached"] == 0 and mixed["threshold"] is None  # the first record's threshold, as it is
 
 
-def test_better_and_improvement_by_hand():
-    better = tune_summary._better
-    assert better(2.0, 1.0, True) and not better(1.0, 1.0, True) and not better(1.0, 2.0, True)
-    assert better(1.0, 2.0, False) and not better(1.0, 1.0, False) and not better(2.0, 1.0, False)
-    assert better(1.0, None, True) and not better(None, 1.0, True) and not better(None, None, False)
+def test_improvement_by_hand():
     improvement = tune_summary._improvement
     assert improvement([], [1.0], True) is None and improvement([1.0], [], True) is None
     assert improvement([2.0, 3.0], [1.0], True)["p"] == 1.0 and improvement([2.0, 3.0], [1.0], False)["p"] == 0.0
@@ -483,8 +488,8 @@ def _outcome(tmp_path, preset_times, trial_times, secondary="time_to_threshold",
 def test_a_tie_with_the_preset_that_the_candidate_wins_on_the_secondary(tmp_path):
     out = _outcome(tmp_path, [70.0] * 4, [50.0] * 4)
     assert out["preset_wins"] is False and out["preset_tie"] is False
-    assert out["verdict"] == ("trial1 ties the preset's iqm on fresh seeds and is better on time_to_threshold "
-                              "(50 vs 70): the tie-break picks it.")
+    assert out["verdict"] == ("trial1 ties the preset's iqm on fresh seeds (500) and is better on time_to_threshold "
+                              "(50 vs 70, P(trial1 does better on a seed) 1.00 [1.00, 1.00]): the tie-break picks it.")
     (entry,) = out["candidates"]
     assert entry["optimism_gap"] == 0.0 and entry["primary_metric"] == "eval/return"
     assert entry["primary"]["n"] == 4 and entry["primary"]["iqm"] == 500.0 and entry["primary_scores"] == [500.0] * 4
@@ -495,7 +500,8 @@ def test_a_tie_with_the_preset_that_no_secondary_value_settles(tmp_path):
     # The preset's records have no threshold: its secondary value is missing, so nothing breaks the tie.
     out = _outcome(tmp_path / "a", None, [50.0] * 4, tuned=None)
     assert out["preset_wins"] is False and out["preset_tie"] is True
-    assert out["verdict"] == "trial1 ties the preset's iqm on fresh seeds: compare the other columns before switching."
+    assert out["verdict"] == ("trial1 ties the preset's iqm on fresh seeds (500), and time_to_threshold is missing on one "
+                              "side: compare the other columns before switching.")
     assert out["candidates"][0]["optimism_gap"] is None and out["candidates"][0]["tuned_value"] is None
     out = _outcome(tmp_path / "b", [60.0] * 4, [60.0] * 4)  # equal secondaries: no break either
     assert out["preset_tie"] is True and out["preset_wins"] is False
@@ -504,7 +510,8 @@ def test_a_tie_with_the_preset_that_no_secondary_value_settles(tmp_path):
 def test_a_clear_win_is_no_tie(tmp_path):
     out = _outcome(tmp_path, [50.0] * 4, [50.0] * 4, preset_return=400.0)
     assert out["preset_tie"] is False and out["preset_wins"] is False and out["tie"] is None
-    assert out["verdict"] == "trial1 beats the preset's iqm on fresh seeds."
+    assert out["verdict"] == ("trial1 beats the preset's iqm on fresh seeds: iqm 500 vs 400, P(trial1 does better on a "
+                              "seed) 1.00 [1.00, 1.00].")
 
 
 def test_finite():

@@ -56,15 +56,18 @@ def _draw(study, candidates: list[dict], preset: dict | None, out: Path, warning
         except Exception as exc:  # too few finished trials for importances, say; the rest still gets written
             warnings.append(f"no {name} plot: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
     if preset is not None:
-        rows = [(c["label"], c["primary_scores"]) for c in candidates] + [("preset", preset["primary_scores"])]
+        # What tune.md's table shows: each seed's score, the IQM (line) and its 95% interval (bar).
+        rows = [(c["label"], c["primary_scores"], c.get("primary")) for c in candidates]
+        rows.append(("preset", preset["primary_scores"], preset.get("primary")))
         fig, ax = plt.subplots(figsize=(1.6 * len(rows) + 2, 3.5))
-        for i, (_, scores) in enumerate(rows):
+        for i, (_, scores, stats) in enumerate(rows):
             ax.scatter([i] * len(scores), scores, alpha=0.6)
-            if scores:
-                ax.hlines(sorted(scores)[len(scores) // 2], i - 0.25, i + 0.25, color="black")
-        ax.set_xticks(range(len(rows)), [label for label, _ in rows])
+            if stats and stats.get("iqm") is not None:
+                ax.hlines(stats["iqm"], i - 0.25, i + 0.25, color="black")
+                ax.vlines(i + 0.3, *stats["iqm_ci"], color="black", linewidth=3, alpha=0.4)
+        ax.set_xticks(range(len(rows)), [label for label, _, _ in rows])
         ax.set_ylabel(preset.get("primary_metric") or "primary metric")
-        ax.set_title("confirmed on fresh seeds (line: median)")
+        ax.set_title("confirmed on fresh seeds (line: IQM, bar: its 95% CI)")
         _save(fig, out / "confirmed.png")
         made["confirmed scores"] = "confirmed.png"
     return made

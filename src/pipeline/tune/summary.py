@@ -80,35 +80,57 @@ def _improvement(x: list[float], y: list[float], higher_is_better: bool) -> dict
     return {"p": poi["p"], "ci": poi["ci"]}
 
 
-# The confidence the verdict asks for: "beats" only when the 95% interval of P(a candidate's seed does better than a
-# preset's seed) lies above 0.5 (no difference), as rliable reads probability of improvement.
+# Every verdict reads one interval: the 95% interval of P(a candidate's seed does better than a preset's seed), as
+# rliable reads probability of improvement. Above 0.5 (no difference): the candidate is better; below: the preset;
+# across 0.5: the confirmation cannot tell them apart.
 NO_DIFFERENCE = 0.5
 
 
-def evidence(winner: dict, preset: dict, objective: str, maximize_: bool) -> dict[str, Any] | None:
-    """How sure the confirmation is that `winner` does better than the preset in the study's objective, seed against
-    seed (a seed that never reached the threshold counts as never): P(better) with its 95% interval, whether that
-    interval excludes no difference, and about how many fresh seeds per side would make it do so at the spread seen.
+def _with_failed(entry: dict, key: str, maximize_: bool) -> list[float]:
+    """The entry's seed scores (`key`), a failed seed counted as the worst possible score (as a trial's value is)."""
+    worst = -math.inf if maximize_ else math.inf
+    return [*(entry.get(key) or []), *[worst] * len(entry.get("failed") or {})]
+
+
+def evidence(winner: dict, preset: dict, objective: str, maximize_: bool, key: str = "objective_scores") -> dict[str, Any] | None:
+    """How sure the confirmation is that `winner` does better than the preset in `objective`, seed against seed
+    (a seed that never reached the threshold counts as never, a failed seed as the worst): P(better) with its 95%
+    interval, which side of 0.5 the interval lies on (`better`: "candidate", "preset" or None when it holds 0.5),
+    and, when it holds 0.5, about how many fresh seeds per side would move its edge off 0.5 at the spread seen.
 
     Seeds needed: the interval's half-width towards 0.5 shrinks as 1/sqrt(seeds), so n * (half-width / |P - 0.5|)^2
     seeds bring its edge to 0.5 (an estimate from this one confirmation; None when P is exactly 0.5)."""
-    x, y = winner.get("objective_scores") or [], preset.get("objective_scores") or []
+    x, y = _with_failed(winner, key, maximize_), _with_failed(preset, key, maximize_)
     poi = _improvement(x, y, maximize_)
     if poi is None:
         return None
     p, (low, high) = poi["p"], poi["ci"]
     n = min(len(x), len(y))
-    distinct = low > NO_DIFFERENCE or high < NO_DIFFERENCE
+    better = "candidate" if low > NO_DIFFERENCE else "preset" if high < NO_DIFFERENCE else None
     gap = abs(p - NO_DIFFERENCE)
     half = (p - low) if p >= NO_DIFFERENCE else (high - p)
-    needed = None if distinct or gap == 0 else max(n + 1, math.ceil(n * (half / gap) ** 2))
-    return {"objective": objective, "p": p, "ci": [low, high], "seeds": n, "distinguishable": distinct, "seeds_needed": needed}
+    needed = None if better or gap == 0 else max(n + 1, math.ceil(n * (half / gap) ** 2))
+    return {"objective": objective, "p": p, "ci": [low, high], "seeds": n, "distinguishable": better is not None,
+            "better": better, "seeds_needed": needed}
 
 
-def _better(a: float | None, b: float | None, maximize: bool) -> bool:
-    if a is None:
-        return False
-    return b is None or (a > b if maximize else a < b)
+def _shown_value(entry: dict) -> str:
+    """An entry's confirmed value, or how many of its seeds failed (which makes it the worst)."""
+    failed = len(entry.get("failed") or {})
+    return f"worst ({failed} of {len(entry['seeds'])} seeds failed)" if failed else _show(entry["value"])
+
+
+def _odds(label: str, proof: dict) -> str:
+    low, high = proof["ci"]
+    return f"P({label} does better on a seed) {proof['p']:.2f} [{low:.2f}, {high:.2f}]"
+
+
+def _cannot_tell(proof: dict) -> str:
+    """Why an interval across 0.5 settles nothing, and what would."""
+    if proof["seeds_needed"]:
+        return (f"includes {NO_DIFFERENCE}; about {proof['seeds_needed']} seeds each would be needed to tell them apart "
+                "at the spread seen")
+    return f"includes {NO_DIFFERENCE}; at P = {NO_DIFFERENCE} no number of seeds would tell them apart"
 
 
 def metric_direction(search, confirm_dirs: dict[str, Path]) -> bool:
@@ -169,33 +191,42 @@ def confirm_outcome(confirm_dirs: dict[str, Path], trials: dict, seeds: list[int
     ranked = rank(candidates, lambda e: e["value"], lambda e: e["secondary"], maximize_, secondary)
     winner = ranked[0] if ranked else None
     tie = tie_of(ranked, objective, secondary, "on fresh seeds") if ranked else None
-    preset_tie = beats = False
-    if winner is None or (not ties(preset["value"], winner["value"]) and _better(preset["value"], winner["value"], maximize_)):
-        preset_wins, verdict = True, "The preset still wins on fresh seeds: keep it."
-    elif ties(preset["value"], winner["value"]):
-        w, p = winner["secondary"], preset["secondary"]
-        if secondary is not None and w is not None and p is not None and w != p:
-            preset_wins = _better(p, w, maximize(secondary, True))
-            verdict = (f"The preset ties {winner['label']}'s {objective} on fresh seeds and is better on {secondary} "
-                       f"({_show(p)} vs {_show(w)}): keep it." if preset_wins else
-                       f"{winner['label']} ties the preset's {objective} on fresh seeds and is better on {secondary} "
-                       f"({_show(w)} vs {_show(p)}): the tie-break picks it.")
+    preset_tie = beats = preset_wins = False
+    if winner is None:
+        preset_wins, verdict = True, "No candidate was confirmed: keep the preset."
+        return {"preset": preset, "candidates": candidates, "winner": winner, "tie": tie, "verdict": verdict,
+                "preset_wins": preset_wins, "preset_tie": preset_tie, "beats_preset": beats}
+    label = winner["label"]
+    winner["evidence"] = proof = evidence(winner, preset, objective, maximize_)
+    seen = f"{objective} {_shown_value(winner)} vs {_shown_value(preset)}"
+    if proof is None:  # no confirmation seeds at all
+        preset_wins, verdict = True, f"{label} was not confirmed on any seed: keep the preset."
+    elif proof["better"] == "candidate":
+        beats = True
+        verdict = f"{label} beats the preset's {objective} on fresh seeds: {seen}, {_odds(label, proof)}."
+    elif proof["better"] == "preset":
+        preset_wins = True
+        verdict = f"The preset does better than {label} on fresh seeds: {seen}, {_odds(label, proof)}: keep it."
+    elif ties(preset["value"], winner["value"]) and secondary is not None:
+        # A tie in the objective (both reach CartPole's 500 on every seed): the declared secondary objective's own
+        # interval decides, or says it cannot.
+        second = evidence(*({"secondary_scores": list(collect(confirm_dirs[k], seeds, secondary).scores.values())}
+                            for k in (label, "preset")), secondary, maximize(secondary, True), key="secondary_scores")
+        winner["evidence"] = {**proof, "tie_break": second}
+        head = f"{label} ties the preset's {objective} on fresh seeds ({_show(winner['value'])})"
+        if second is None or second["better"] is None:
+            preset_tie = True
+            why = "is missing on one side" if second is None else f"cannot tell them apart: {_odds(label, second)} {_cannot_tell(second)}"
+            verdict = f"{head}, and {secondary} {why}: compare the other columns before switching."
         else:
-            preset_wins, preset_tie = False, True
-            verdict = f"{winner['label']} ties the preset's {objective} on fresh seeds: compare the other columns before switching."
+            preset_wins = second["better"] == "preset"
+            w, p = _show(winner["secondary"]), _show(preset["secondary"])
+            verdict = (f"{head}; the preset is better on {secondary} ({p} vs {w}, {_odds(label, second)}): keep it."
+                       if preset_wins else
+                       f"{head} and is better on {secondary} ({w} vs {p}, {_odds(label, second)}): the tie-break picks it.")
     else:
-        preset_wins = False
-        winner["evidence"] = proof = evidence(winner, preset, objective, maximize_)
-        beats = proof is None or proof["distinguishable"]
-        if beats:
-            verdict = f"{winner['label']} beats the preset's {objective} on fresh seeds."
-        else:
-            low, high = proof["ci"]
-            more = (f"about {proof['seeds_needed']} seeds each would be needed to tell them apart at the spread seen"
-                    if proof["seeds_needed"] else "no seed count would tell them apart: they do as well seed for seed")
-            verdict = (f"{winner['label']} and the preset are not distinguishable on {proof['seeds']} fresh seeds: "
-                       f"{objective} {_show(winner['value'])} vs {_show(preset['value'])}, P({winner['label']} does better "
-                       f"on a seed) {proof['p']:.2f} [{low:.2f}, {high:.2f}] includes {NO_DIFFERENCE}; {more}.")
+        verdict = (f"Cannot tell {label} from the preset on {proof['seeds']} fresh seeds: {seen}, {_odds(label, proof)} "
+                   f"{_cannot_tell(proof)}.")
     return {"preset": preset, "candidates": candidates, "winner": winner, "tie": tie, "verdict": verdict,
             "preset_wins": preset_wins, "preset_tie": preset_tie, "beats_preset": beats}
 
