@@ -183,3 +183,77 @@ def test_a_budget_task_does_not_call_lightnings_hooks(lightning_hooks):
     drawn.callback.on_train_batch_end("trainer", task, None, None, 0)
     drawn.callback.on_train_epoch_end("trainer", task)
     assert lightning_hooks == []
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def compiled_bar(clock: Clock) -> Drawn:
+    """A Drawn whose bar is the run's own kind (BudgetTqdm), on a clock the test moves."""
+    from pipeline.runtime.progress_bar import BudgetTqdm
+
+    drawn = Drawn()
+
+    def new_bar():
+        drawn.made += 1
+        made = BudgetTqdm(file=drawn.out, bar_format=TQDMProgressBar.BAR_FORMAT, ncols=120, mininterval=0, position=0)
+        made._time = clock
+        drawn.start = len(drawn.out.getvalue())
+        return made
+
+    drawn.new_bar = new_bar
+    drawn.callback.train_progress_bar = new_bar()
+    return drawn
+
+
+def test_the_time_left_leaves_out_compile_time():
+    """A compiled run: 30 s of compiling in its first iteration, then 1,000 env steps a second. The bar's rate and
+    time left are the working rate's (the 30 s made a 38 s run read hours left), its elapsed the wall clock's."""
+    clock = Clock()
+    drawn = compiled_bar(clock)
+    task = task_at(0, 40_000)
+    task.time_breakdown_s = {"compile": 4.0}  # booked by an earlier segment of a resumed run: not this bar's
+    drawn.callback.on_train_epoch_start(None, task)
+    task.time_breakdown_s = {"compile": 34.0}
+    clock.now += 32.0  # 30 s compiling + 2 s for 2,000 env steps
+    task.now = Progress(2_000, 40_000, "env steps", {})
+    drawn.callback.on_train_batch_end(None, task, None, None, 0)
+    last = drawn.frames()[-1]
+    assert "[00:32<00:38, 1.00kstep/s" in last, last  # 38,000 steps left at 1,000 a second
+    eager = Drawn()  # the same numbers without compile time booked: tqdm's own average over the wall clock
+    eager.bar._time = clock
+    eager.callback.train_progress_bar = eager.bar
+    clock.now -= 32.0
+    eager.callback.on_train_epoch_start(None, task_at(0, 40_000))
+    clock.now += 32.0
+    eager.callback.on_train_batch_end(None, task_at(2_000, 40_000), None, None, 0)
+    assert "[00:32<10:08, 62.5step/s" in eager.frames()[-1], eager.frames()[-1]
+
+
+@pytest.mark.parametrize(("total", "said"), [(10_000_000, True), (3_000_000, False)])
+def test_a_run_of_hours_says_its_expected_time_once(caplog, total, said):
+    """10M env steps at 1,000 a second (compile left out): about 2.8 hours, said once in the log; 3M (50 min): not."""
+    import logging
+
+    clock = Clock()
+    drawn = compiled_bar(clock)
+    task = task_at(0, total)
+    task.time_breakdown_s = {"compile": 0.0}
+    drawn.callback.on_train_epoch_start(None, task)
+    with caplog.at_level(logging.INFO, logger="pipeline.runtime.progress_bar"):
+        task.time_breakdown_s = {"compile": 30.0}
+        for i, done in enumerate([1_000, 4_000, 8_000, 12_000]):  # 31 s, then 3, 4, 4 s: said at 8 s worked (>= 5)
+            clock.now += 31.0 if i == 0 else (done - [1_000, 4_000, 8_000][i - 1]) / 1000
+            task.now = Progress(done, total, "env steps", {})
+            drawn.callback.on_train_batch_end(None, task, None, None, i)
+    lines = [r.getMessage() for r in caplog.records]
+    if said:
+        assert lines == ["expected time: about 2.8 h more for 9,992,000 env steps at 1,000 per second (compile time left "
+                         "out); Ctrl-C stops it with a checkpoint to resume from"]
+    else:
+        assert lines == []

@@ -7,10 +7,15 @@ Lightning's `Epoch 0` over rounds; other tasks keep Lightning's epoch and batch 
 Off a terminal (a log file, a pipe, a sweep's job, a terminal whose bottom line a sweep's status holds) the bar
 is one line at most every `every_s` seconds and its last state at the end (runtime.progress_lines), with no
 validation bars and no empty `Training: 0/?` state.
+
+The bar's rate and time left leave out the seconds the task booked as compiling (`time_breakdown_s["compile"]`,
+device.compile=true): a compile-bound first iteration made a 38 s run read 9 hours left. A run whose time left
+reads over an hour says so once, in the log, with the rate it was measured at.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 
 from lightning.pytorch.callbacks import TQDMProgressBar
@@ -19,6 +24,37 @@ from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
 from pipeline.runtime.progress_lines import EVERY_S, ThrottledLines, bar_on_terminal
 from pipeline.tasks.base import Progress, Task
 
+log = logging.getLogger(__name__)
+# A run expected to take longer than this says so once, with its measured rate (how to stop or shorten it).
+LONG_RUN_S = 3600.0
+# The rate is read for that line once the run has worked this long (compile time left out): a first round's rate
+# alone is noise.
+MEASURE_S = 5.0
+
+
+class BudgetTqdm(Tqdm):
+    """Lightning's bar whose rate, and so its time left, leaves out `excluded_s` seconds of the time elapsed."""
+
+    excluded_s = 0.0
+
+    @property
+    def format_dict(self):
+        d = super().format_dict
+        working, done = d["elapsed"] - self.excluded_s, d["n"] - d["initial"]
+        if self.excluded_s > 0 and d.get("rate") is None and working > 0 and done > 0:
+            d["rate"] = done / working
+        return d
+
+    def working_rate(self) -> tuple[float, float] | None:
+        """(units per second, seconds worked) since the bar started, compile time left out; None before any."""
+        d = self.format_dict
+        working, done = d["elapsed"] - self.excluded_s, d["n"] - d["initial"]
+        return (done / working, working) if working > 0 and done > 0 else None
+
+
+def hours(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
+
 
 class BudgetProgressBar(TQDMProgressBar):
     def __init__(self, *args, every_s: float = EVERY_S, **kwargs) -> None:
@@ -26,6 +62,8 @@ class BudgetProgressBar(TQDMProgressBar):
         self.every_s = every_s
         self._lines: ThrottledLines | None = None
         self._decided = False
+        self._compile_at_start = 0.0
+        self._expected_said = False
 
     def _progress(self, pl_module) -> Progress | None:
         return pl_module.progress() if isinstance(pl_module, Task) else None
@@ -39,7 +77,7 @@ class BudgetProgressBar(TQDMProgressBar):
 
     def init_train_tqdm(self) -> Tqdm:
         lines = self.lines()
-        return Tqdm(desc=self.train_description, position=2 * self.process_position, disable=self.is_disabled, leave=True,
+        return BudgetTqdm(desc=self.train_description, position=2 * self.process_position, disable=self.is_disabled, leave=True,
                     dynamic_ncols=lines is None, ncols=None if lines is None else 100, file=lines or sys.stdout,
                     smoothing=0, bar_format=self.BAR_FORMAT)
 
@@ -80,26 +118,45 @@ class BudgetProgressBar(TQDMProgressBar):
         bar.unit, bar.unit_scale = "step", True
         bar.reset(total=progress.total)
         bar.initial = bar.n = progress.done  # a resumed run starts where its checkpoint is
+        self._compile_at_start = self._compiled_s(pl_module)  # a resumed run's record carries earlier segments'
         bar.refresh()
 
-    def _show(self, progress: Progress) -> None:
+    @staticmethod
+    def _compiled_s(pl_module) -> float:
+        return float(getattr(pl_module, "time_breakdown_s", {}).get("compile", 0.0))
+
+    def _show(self, progress: Progress, pl_module=None) -> None:
         bar = self.train_progress_bar
         bar.n = min(progress.done, progress.total)
+        if isinstance(bar, BudgetTqdm) and pl_module is not None:
+            bar.excluded_s = self._compiled_s(pl_module) - self._compile_at_start
+            self._say_expected_time(bar, progress)
         bar.set_postfix({k: f"{v:.1f}" for k, v in progress.shown.items()}, refresh=False)
         bar.refresh()
+
+    def _say_expected_time(self, bar: BudgetTqdm, progress: Progress) -> None:
+        """Once, when the rate has been measured: a run with over an hour left says how long, and how to stop."""
+        measured = None if self._expected_said else bar.working_rate()
+        if measured is None or measured[1] < MEASURE_S:
+            return
+        self._expected_said = True
+        rate, left = measured[0], progress.total - progress.done
+        if left / rate >= LONG_RUN_S:
+            log.info(f"expected time: about {hours(left / rate)} more for {left:,} {progress.unit} at {rate:,.0f} per "
+                     "second (compile time left out); Ctrl-C stops it with a checkpoint to resume from")
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         progress = self._progress(pl_module)
         if progress is None:
             super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
         elif self.is_enabled and ((batch_idx + 1) % self.refresh_rate == 0 or progress.done >= progress.total):
-            self._show(progress)
+            self._show(progress, pl_module)
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         progress = self._progress(pl_module)
         if progress is None or not self.is_enabled:
             super().on_train_epoch_end(trainer, pl_module)
             return
-        self._show(progress)
+        self._show(progress, pl_module)
         if self._leave:
             self.train_progress_bar.close()

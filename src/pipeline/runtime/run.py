@@ -359,6 +359,9 @@ class _Lifecycle:
         trainer_loggers = list(agent_loggers[0]) if k == 1 else []  # K > 1: each seed's loggers are the task's to feed
         task.agent_loggers = agent_loggers
         task.compile_updates = bool(OmegaConf.select(cfg, "device.compile", default=False))
+        if task.compile_updates:
+            log.info("device.compile=true: results are not bitwise eager's for the same seeds (compiled kernels round "
+                     "float32 in another order; docs/compiled_updates.md): compare seed distributions, not single runs")
         if task.writes_curves:
             task.curves = self.curves
         else:
