@@ -267,4 +267,5 @@ def stand_in_wandb(calls: list, settings=None, fail_on_log: bool = False):
             self.files.append(path)
 
     wandb.init, wandb.Table, wandb.Image, wandb.Artifact, wandb.runs = init, Table, Image, Artifact, []
+    wandb.Settings = lambda **kwargs: dict(kwargs)  # what was asked of wandb.Settings, as a dict
     return wandb

@@ -123,3 +123,35 @@ def test_a_relative_report_dir_keeps_its_offline_run_through_a_service_another_p
     (log,) = run_dir.glob("run-*.wandb")
     assert b"pipeline-tests" in log.read_bytes()
     assert not list((tmp_path / "owner").rglob("report"))  # nothing landed beside the service's owner
+
+
+QUIET_CHILD = (
+    "import warnings\n"
+    "from pipeline.report import build_report\n"
+    "from pipeline.report.wandb_summary import log_report_to_wandb\n"
+    "warnings.simplefilter('ignore')\n"
+    "report = build_report(['.'], 'report', reps=50)\n"
+    "print(log_report_to_wandb(report, 'report', project='pipeline-tests', mode='offline')['id'])\n"
+)
+
+
+@pytest.mark.slow
+def test_a_report_logged_twice_for_one_sweep_is_one_quiet_offline_run(tmp_path):
+    """W&B's console lines (~25 at every sweep's end: the run summary, sync hints) are off without WANDB_SILENT, and a
+    sweep's report rebuilt after a resume updates its one W&B run: one offline run of that id is left, not a stale
+    partial one beside the final."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(WANDB_MODE="offline", PIPELINE_SWEEP_UID="c0ffee", WANDB_DIR=str(tmp_path / "wandb_dir"),
+               WANDB_CONFIG_DIR=str(tmp_path / "wandb_config"), WANDB_CACHE_DIR=str(tmp_path / "wandb_cache"))
+    sweep = write_two_group_sweep(tmp_path / "sweep")
+    for _ in range(2):  # the sweep's end, then the end of its resumed run
+        done = subprocess.run([sys.executable, "-c", QUIET_CHILD], cwd=sweep, env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.strip() == "report-c0ffee" and "wandb:" not in done.stdout + done.stderr, done.stdout + done.stderr
+    (run_dir,) = (sweep / "report" / "wandb").glob("offline-run-*")
+    assert run_dir.name.endswith("-report-c0ffee")

@@ -100,6 +100,8 @@ def test_log_report_to_wandb_sends_the_table_images_summary_and_files(tmp_path, 
     (kind, kwargs), (_, payload), (_, artifact), (finish,) = calls
     assert kind == "init" and finish == "finish"
     assert kwargs == {
+        # One run per sweep: a resumed sweep's report updates it (resume="allow"), no W&B lines on the console.
+        "id": "report-ab12", "resume": "allow", "settings": {"silent": True, "console": "off"},
         "project": "proj", "entity": "me", "group": "G h/x", "job_type": "report", "name": "report-G h/x",
         "mode": "offline", "dir": str(tmp_path), "tags": ["sweep=ab12"], "reinit": "create_new",
         "config": {"inputs": ["/data/sweep_a"], "bootstrap_reps": 50, "seed": 1, "confidence": 0.95, "sweep_id": "ab12"},
@@ -123,6 +125,12 @@ def test_log_report_to_wandb_outside_a_sweep_takes_the_mode_from_the_environment
     info = log_report_to_wandb(report, tmp_path / "sweep_b" / "report", project="p")
     kwargs = calls[0][1]
     assert kwargs["tags"] is None and "sweep_id" not in kwargs["config"] and kwargs["entity"] is None
+    # Outside a sweep the run is the report dir's: rebuilt there, the same id; elsewhere, another.
+    assert kwargs["id"].startswith("report-") and kwargs["id"] != "report-"
+    log_report_to_wandb(report, tmp_path / "sweep_b" / "report", project="p")
+    log_report_to_wandb(report, tmp_path / "sweep_c" / "report", project="p")
+    ids = [c[1]["id"] for c in calls if c[0] == "init"]
+    assert ids[1] == ids[0] != ids[2]
     # Two inputs and no group: named after the folder that holds the report dir.
     assert kwargs["mode"] == "disabled" and kwargs["group"] is None and kwargs["name"] == "report-sweep_b"
     assert info["sync_dir"] == ""  # a run whose settings have no sync dir

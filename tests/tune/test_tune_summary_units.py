@@ -202,7 +202,8 @@ def test_log_tune_to_wandb_sends_the_counts_values_plots_and_tune_json(tmp_path,
     (_, kwargs), (_, logged), (_, artifact), (finish,) = fake_wandb
     assert kwargs == {"project": "proj", "entity": "me", "mode": "offline", "group": "grp", "job_type": "tune",
                       "name": "tune-my study", "dir": str(tmp_path), "reinit": "create_new",
-                      "config": {"best_params": {"lr": 0.1}, "objective": "iqm"}}
+                      "config": {"best_params": {"lr": 0.1}, "objective": "iqm"},
+                      "settings": {"silent": True, "console": "off"}}  # no W&B lines on the console
     assert run_summary(fake_wandb) == {"trials/total": 4, "trials/pruned": 1, "best_tuned_value": 9.5, "preset_wins": False,
                            "trial2/confirmed_value": 8.0, "trial2/optimism_gap": 1.5, "preset/confirmed_value": 7.0}
     assert list(logged) == ["plots/confirmed"] and logged["plots/confirmed"].path == str(tmp_path / "confirmed.png")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,27 @@ from pipeline.report.collect import NOT_OK
 SUMMARY_STATS = ("n_ok", "n_failed", "n_interrupted", "n_pruned", "n_running", "mean", "std", "median", "min", "max", "iqm")
 
 THRESHOLD_STATS = ("n_reached", "n_seeds", "median_reached_s", "median_all_s")
+
+
+def quiet_settings(**extra: Any):
+    """wandb.Settings that keep W&B's own lines off the console (its ~25-line run summary and sync hints at every
+    finish); what was logged is in the run, and the offline dir is named where the run is reported."""
+    import wandb
+
+    return wandb.Settings(silent=True, console="off", **extra)
+
+
+def report_run_id(report_dir: str | os.PathLike[str], sweep: str | None) -> str:
+    """The report's W&B run id: one per sweep (a resumed sweep keeps its id), else one per report dir, so a
+    report rebuilt after a resume updates its run instead of leaving a stale partial one beside it."""
+    return f"report-{sweep}" if sweep else "report-" + hashlib.sha256(str(Path(report_dir).resolve()).encode()).hexdigest()[:12]
+
+
+def drop_offline_runs(report_dir: Path, run_id: str) -> None:
+    """Offline runs of `run_id` an earlier build of this report left: a report is rebuilt whole, so they hold a
+    stale partial one that `wandb sync` would upload too."""
+    for old in (Path(report_dir) / "wandb").glob(f"offline-run-*-{run_id}"):
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def report_run_name(report: dict[str, Any], report_dir: str | os.PathLike[str], group: str | None) -> str:
@@ -63,7 +86,8 @@ def log_report_to_wandb(
     entity: str | None = None,
     mode: str | None = None,
 ) -> dict[str, Any]:
-    """Create one W&B run holding the report; returns ``{"id", "name", "mode", "sync_dir"}``.
+    """Create (or, for a rebuilt report of the same sweep, update) one W&B run holding the report; returns
+    ``{"id", "name", "mode", "sync_dir"}``.
 
     ``mode`` defaults to ``$WANDB_MODE`` or "offline", so a report never waits on the network unless
     asked to; offline files land under ``report_dir/wandb`` (``wandb sync`` uploads them later).
@@ -76,7 +100,12 @@ def log_report_to_wandb(
     sweep = sweep_id()  # set in a sweep: the report run carries the same sweep tag as the runs it reports
     mode = mode or os.environ.get("WANDB_MODE") or "offline"
     name = report_run_name(report, report_dir, group)
+    run_id = report_run_id(report_dir, sweep)
+    if mode == "offline":
+        drop_offline_runs(report_dir, run_id)
     run = wandb.init(
+        id=run_id,
+        resume="allow",
         project=project,
         entity=entity,
         group=group,
@@ -90,6 +119,7 @@ def log_report_to_wandb(
         tags=[f"sweep={sweep}"] if sweep else None,
         # A training run may still be active in this process (a sweep's last job); leave it alone.
         reinit="create_new",
+        settings=quiet_settings(),
     )
     try:
         columns = ["group", "seed", "status", "primary_metric", "primary_value", "error", "dir"]

@@ -133,10 +133,9 @@ def explain_wandb_failure(exc: BaseException, mode: str | None, timeout: float |
 
 
 def _wandb_settings(init_timeout: float | None = None):
-    import wandb
+    from pipeline.report.wandb_summary import quiet_settings
 
-    timeout = WANDB_INIT_TIMEOUT_S if init_timeout is None else float(init_timeout)
-    return wandb.Settings(init_timeout=timeout, silent=True, console="off")
+    return quiet_settings(init_timeout=WANDB_INIT_TIMEOUT_S if init_timeout is None else float(init_timeout))
 
 
 def finish_loggers(loggers: list[Logger], status: str) -> None:

@@ -416,6 +416,8 @@ def log_tune_to_wandb(summary: dict, out: Path, group: str, wandb_cfg: dict) -> 
 
     import wandb
 
+    from pipeline.report.wandb_summary import quiet_settings
+
     mode = wandb_cfg.get("mode") or os.environ.get("WANDB_MODE") or "offline"
     flat: dict[str, Any] = {f"trials/{k}": v for k, v in summary["trials"].items()}
     flat.update(best_tuned_value=summary["best_tuned_value"], preset_wins=summary["preset_wins"])
@@ -427,7 +429,8 @@ def log_tune_to_wandb(summary: dict, out: Path, group: str, wandb_cfg: dict) -> 
     run = wandb.init(project=wandb_cfg.get("project", "pipeline"), entity=wandb_cfg.get("entity"), mode=mode,
                      group=group, job_type="tune", name=f"tune-{summary['study_name']}", dir=str(Path(out).resolve()),
                      config={"best_params": summary["best_params"], "objective": summary["objective"]},
-                     reinit="create_new")  # a trial's run may still be open in this process
+                     reinit="create_new",  # a trial's run may still be open in this process
+                     settings=quiet_settings())
     try:
         run.summary.update(flat)
         run.log({f"plots/{Path(p).stem}": wandb.Image(str(out / p)) for p in (summary.get("plots") or {}).values()})
