@@ -113,3 +113,23 @@ def test_a_resumed_sweep_keeps_the_id_it_had_even_after_another_was_made(monkeyp
     assert grouping.start_sweep_id("0f1e2d") == "0f1e2d" != fresh
     assert grouping.sweep_id() == "0f1e2d" and grouping.start_sweep_id() == "0f1e2d"
     assert grouping.start_sweep_id(None) == "0f1e2d"
+
+
+def test_the_internal_debug_groups_trainer_debug_picks_never_name_a_group():
+    configs = {"a": {"task.gamma": 0.9}, "b": {"task.gamma": 0.99}}
+    choices = {"a": {"task": "dqn", "trainer": "debug", "debug": "debug", "debug/task": "debug_dqn", "debug/env": "debug_cartpole"},
+               "b": {"task": "ppo", "trainer": "debug", "debug": "debug", "debug/task": "debug_ppo", "debug/env": "debug_pendulum"}}
+    assert differences(configs, choices) == {"a": "task=dqn", "b": "task=ppo"}
+
+
+def test_floats_in_a_name_are_rounded_for_display_only_and_still_told_apart():
+    """A tuner's learning rates read 0.002346, not 0.0023456789012345678 (19 digits in a group's name); values that
+    agree in 4 digits get as many as tell them apart; the config ids (the grouping) still see every digit."""
+    configs = {"a": {"optimizer.lr": 0.0023456789012345678, "m": [0.1 + 0.2, 1]},
+               "b": {"optimizer.lr": 0.00071234567890123456, "m": [0.5, 1]}}
+    assert differences(configs) == {"a": "m=[0.3, 1] optimizer.lr=0.002346", "b": "m=[0.5, 1] optimizer.lr=0.0007123"}
+    close = {"a": {"x": 1.23456789}, "b": {"x": 1.23459999}, "c": {"x": 1.3}}
+    assert differences(close) == {"a": "x=1.23457", "b": "x=1.2346", "c": "x=1.3"}
+    alike = {"a": {"x": 0.1 + 0.2}, "b": {"x": 0.3}}  # apart only in the 17th digit: all of them shown
+    assert differences(alike) == {"a": "x=0.30000000000000004", "b": "x=0.3"}
+    assert config_id(alike["a"], already_semantic=True) != config_id(alike["b"], already_semantic=True)

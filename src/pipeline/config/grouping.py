@@ -28,6 +28,8 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from pipeline.config.conf_tree import INTERNAL_GROUPS
+
 # The CLI gives each sweep invocation an id in this environment variable (shared with launcher workers).
 SWEEP_ENV = "PIPELINE_SWEEP_UID"
 
@@ -107,9 +109,33 @@ def group_name(resolved: Mapping[str, Any], experiment: str) -> str:
     return f"{experiment} {config_id(resolved)}"
 
 
-def _short(value: Any) -> str:
-    text = json.dumps(value, default=str) if not isinstance(value, str) else value
+# Floats in a group's name: this many significant digits, more only where fewer would show two values alike (a
+# tuner's 0.0023456789012345678 reads 0.002346). Display only: the config id still tells every value apart.
+FLOAT_DIGITS = 4
+
+
+def _rounded(value: Any, digits: int) -> Any:
+    if isinstance(value, float):
+        return float(f"{value:.{digits}g}")
+    if isinstance(value, list):
+        return [_rounded(v, digits) for v in value]
+    if isinstance(value, dict):
+        return {k: _rounded(v, digits) for k, v in value.items()}
+    return value
+
+
+def _short(value: Any, digits: int = 17) -> str:
+    text = json.dumps(_rounded(value, digits), default=str) if not isinstance(value, str) else value
     return text if len(text) <= MAX_VALUE_CHARS else text[: MAX_VALUE_CHARS - 1] + "…"
+
+
+def _digits(values: list[Any]) -> int:
+    """The fewest significant digits (FLOAT_DIGITS or more) that show `values` as distinct as they are."""
+    distinct = len({json.dumps(v, default=str) for v in values})
+    for digits in range(FLOAT_DIGITS, 17):
+        if len({json.dumps(_rounded(v, digits), default=str) for v in values}) == distinct:
+            return digits
+    return 17
 
 
 def differences(configs: Mapping[str, Mapping[str, Any]], choices: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, str]:
@@ -124,16 +150,17 @@ def differences(configs: Mapping[str, Mapping[str, Any]], choices: Mapping[str, 
     differing = [k for k in keys if len({json.dumps(c[k], default=str) if k in c else "<absent>"
                                           for c in configs.values()}) > 1]
     choices = choices or {}
-    chosen_groups = sorted({g for cs in choices.values() for g in cs
-                            if not is_ignored(g.replace("/", ".")) and g not in IGNORED_CHOICES})
+    chosen_groups = sorted({g for cs in choices.values() for g in cs if not is_ignored(g.replace("/", "."))
+                            and g not in IGNORED_CHOICES and g.split("/")[0] not in INTERNAL_GROUPS})
     differing_groups = [g for g in chosen_groups
                         if len({(choices.get(name) or {}).get(g) for name in configs}) > 1]
+    digits = {k: _digits([c[k] for c in configs.values() if k in c]) for k in differing}
     names = {}
     for name, config in configs.items():
         parts = [f"{g}={(choices.get(name) or {}).get(g)}" for g in differing_groups]
         covered = tuple(g.replace("/", ".") for g in differing_groups)
         shown = [k for k in differing if not is_ignored(k, covered)]
-        parts += [f"{k}={_short(config[k])}" if k in config else f"{k}=<absent>" for k in shown]
+        parts += [f"{k}={_short(config[k], digits[k])}" if k in config else f"{k}=<absent>" for k in shown]
         if len(parts) > MAX_SHOWN:
             parts = parts[:MAX_SHOWN] + [f"+{len(parts) - MAX_SHOWN} more"]
         names[name] = " ".join(parts)
