@@ -13,6 +13,8 @@ from pipeline.eval import main as eval_main
 from pipeline.nets.mlp import MLP
 from pipeline.rl.envs import evaluate_greedy
 from pipeline.runtime.replay import REPLAY_SEED_OFFSET
+from pipeline.store.checkpoint import save_atomic  # as the pipeline writes it: with its digest
+from pipeline.store.integrity import save_verified
 from pipeline_testing import read_result, run_cli, run_module
 
 
@@ -28,7 +30,7 @@ def make_run_dir(make_cfg, run_dir: Path, *overrides: str, seed: int = 0, config
     torch.manual_seed(seed)
     net = MLP(4, 2, hidden=[16])
     run_dir.mkdir(parents=True, exist_ok=True)
-    torch.save(net.state_dict(), run_dir / "model.pt")
+    save_atomic(net.state_dict(), run_dir / "model.pt")
     return net.eval()
 
 
@@ -91,14 +93,18 @@ def test_a_run_without_an_env_is_refused(make_cfg, tmp_path, capsys):
     cfg = make_cfg("experiment=rmac_auction")  # supervised and GAN runs are scored instead (test_eval_tasks.py)
     (tmp_path / ".hydra").mkdir()
     OmegaConf.save(cfg, tmp_path / ".hydra" / "config.yaml")
-    torch.save({}, tmp_path / "model.pt")
+    save_atomic({}, tmp_path / "model.pt")
     assert eval_main([str(tmp_path)]) == 2
     assert "no environment" in capsys.readouterr().err
 
 
 def test_a_model_file_that_is_not_one_is_one_line(make_cfg, tmp_path, capsys):
     make_run_dir(make_cfg, tmp_path)
-    (tmp_path / "model.pt").write_bytes(b"not a torch file at all")
+    (tmp_path / "model.pt").write_bytes(b"not a torch file at all")  # over the weights: their digest no longer matches
+    assert eval_main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "model.pt is damaged" in err and len(err.strip().splitlines()) == 1
+    save_verified(tmp_path / "model.pt", lambda f: f.write(b"not a torch file at all"))  # written so, with its digest
     assert eval_main([str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "model.pt" in err and "cannot be loaded" in err and len(err.strip().splitlines()) == 1
@@ -106,7 +112,7 @@ def test_a_model_file_that_is_not_one_is_one_line(make_cfg, tmp_path, capsys):
 
 def test_weights_that_do_not_fit_the_config_are_one_line(make_cfg, tmp_path, capsys):
     make_run_dir(make_cfg, tmp_path)
-    torch.save(MLP(4, 2, hidden=[32]).state_dict(), tmp_path / "model.pt")
+    save_atomic(MLP(4, 2, hidden=[32]).state_dict(), tmp_path / "model.pt")
     assert eval_main([str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "does not fit" in err and len(err.strip().splitlines()) == 1
@@ -148,7 +154,7 @@ def test_atari_replay_scores_whole_games_with_unclipped_rewards(make_cfg, tmp_pa
     cfg = make_cfg("experiment=dqn_atari", "device=cpu", "+env.kwargs.max_episode_steps=400")
     (tmp_path / ".hydra").mkdir()
     OmegaConf.save(cfg, tmp_path / ".hydra" / "config.yaml")
-    torch.save(AtariCNN(6).state_dict(), tmp_path / "model.pt")
+    save_atomic(AtariCNN(6).state_dict(), tmp_path / "model.pt")
     proc = run_eval(str(tmp_path), "episodes=1", "video=true")
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads((tmp_path / "eval.json").read_text())

@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 from pipeline.data.digits import DigitsDataModule
 from pipeline.eval import main as eval_main
 from pipeline.nets.mlp import MLP
+from pipeline.store.checkpoint import save_atomic  # as the pipeline writes it: with its digest
 from pipeline_testing import read_result, run_cli, run_module
 
 
@@ -139,7 +140,7 @@ def saved_run(make_cfg, run_dir: Path, *overrides: str, state: dict | None = Non
     (run_dir / ".hydra").mkdir(parents=True)
     OmegaConf.save(cfg, run_dir / ".hydra" / "config.yaml")
     if state is not None:
-        torch.save(state, run_dir / "model.pt")
+        save_atomic(state, run_dir / "model.pt")
     return run_dir
 
 

@@ -16,6 +16,7 @@ from pipeline.eval import main, options_path, parse_args
 from pipeline.nets.mlp import MLP
 from pipeline.runtime import devices
 from pipeline.runtime.replay import EvalError, Options
+from pipeline.store.checkpoint import save_atomic  # as the pipeline writes it: with its digest
 
 USAGE = ("usage: python -m pipeline.eval <run dir> [device=cpu] [out=<dir for eval.json>]  RL: [episodes=10] [video=false] [seed=<first episode>]  "
          "supervised: [split=test|val|train] [data.<key>=<value>]  GAN: [seed=<noise seed>] [data.<key>=<value>]")
@@ -125,7 +126,7 @@ def test_an_rl_run_is_replayed_and_summed_up_in_one_line(tmp_path, capsys):
            "model": {"_target_": "pipeline.nets.mlp.MLP", "_partial_": True, "hidden": [8]}}
     (tmp_path / ".hydra").mkdir()
     OmegaConf.save(OmegaConf.create(cfg), tmp_path / ".hydra" / "config.yaml")
-    torch.save(_always_right(), tmp_path / "model.pt")
+    save_atomic(_always_right(), tmp_path / "model.pt")
     assert main([str(tmp_path), "episodes=2", "seed=7"]) == 0
     # Pushing right for 6 steps never topples the pole: every episode runs to its limit, return 6.
     assert capsys.readouterr().out == (f"2 episodes of CartPole-v1: return 6.0 ± 0.0 (seeds 7-8) -> {tmp_path}/eval.json\n")
@@ -164,7 +165,7 @@ def test_a_run_without_an_env_goes_to_the_scorer(tmp_path, monkeypatch, capsys):
 
     (tmp_path / ".hydra").mkdir()
     OmegaConf.save(OmegaConf.create({"seed": 2, "task": {"_target_": "S"}}), tmp_path / ".hydra" / "config.yaml")
-    torch.save({}, tmp_path / "model.pt")
+    save_atomic({}, tmp_path / "model.pt")
     scored = {"run_dir": str(tmp_path), "task": "S", "run_seed": 2, "split": "test", "data": {},
               "primary_metric": "test/acc", "metrics": {"test/acc": 0.5}}
     monkeypatch.setattr(model_eval, "score_run", lambda options, cfg, seed: dict(scored))

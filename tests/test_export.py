@@ -18,6 +18,7 @@ from pipeline.export import compare, float32_error_bound
 from pipeline.export import main as export_main
 from pipeline.nets.factory import make_net
 from pipeline.runtime.replay import EvalError
+from pipeline.store.checkpoint import save_atomic  # as the pipeline writes it: with its digest
 
 ONNX_REASON = "format=onnx needs onnx, onnxruntime and onnxscript (pip install -e '.[onnx]')"
 
@@ -59,9 +60,9 @@ def made_run(make_cfg, run_dir, experiment, *overrides, seed=0):
         with torch.no_grad():
             for p in net.parameters():
                 p.add_(torch.randn_like(p) * 0.3)
-    torch.save(net.state_dict(), run_dir / "model.pt")
+    save_atomic(net.state_dict(), run_dir / "model.pt")
     if "task.normalize_obs=true" in overrides:
-        torch.save({"mean": torch.tensor([0.2, -0.1, 0.5], dtype=torch.float64), "var": torch.tensor([0.5, 2.0, 9.0], dtype=torch.float64),
+        save_atomic({"mean": torch.tensor([0.2, -0.1, 0.5], dtype=torch.float64), "var": torch.tensor([0.5, 2.0, 9.0], dtype=torch.float64),
                     "eps": torch.tensor(1e-8, dtype=torch.float64), "clip": torch.tensor(5.0, dtype=torch.float64)}, run_dir / "obs_norm.pt")
     return run_dir
 

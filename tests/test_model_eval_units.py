@@ -10,6 +10,7 @@ from omegaconf import OmegaConf
 
 from pipeline.runtime import model_eval
 from pipeline.runtime.replay import EvalError, Options
+from pipeline.store.checkpoint import save_atomic  # as the pipeline writes it: with its digest
 
 
 def test_data_overrides_are_read_as_yaml_on_a_copy():
@@ -144,7 +145,7 @@ def test_score_run_returns_what_eval_json_holds(make_cfg, tmp_path):
     (run_dir / ".hydra").mkdir(parents=True)
     OmegaConf.save(make_cfg("experiment=supervised_digits"), run_dir / ".hydra" / "config.yaml")
     torch.manual_seed(0)
-    torch.save(MLP(64, 10, hidden=[256, 128], dropout=0.2).state_dict(), run_dir / "model.pt")
+    save_atomic(MLP(64, 10, hidden=[256, 128], dropout=0.2).state_dict(), run_dir / "model.pt")
     cfg = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
     got = model_eval.score_run(Options(run_dir=run_dir, split="val", data={"batch_size": "32"}), cfg, 7)
     seconds = got.pop("seconds")

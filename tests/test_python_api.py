@@ -20,6 +20,7 @@ from pipeline.nets.gan import MLPGAN
 from pipeline.nets.mlp import MLP
 from pipeline.runtime.preflight import RunRefused
 from pipeline.runtime.replay import EvalError
+from pipeline.store.checkpoint import save_atomic  # as the pipeline writes it: with its digest
 
 
 def save_run(make_cfg, run_dir, net, *overrides, files=None):
@@ -27,9 +28,9 @@ def save_run(make_cfg, run_dir, net, *overrides, files=None):
     cfg = make_cfg(*overrides)
     (run_dir / ".hydra").mkdir(parents=True, exist_ok=True)
     OmegaConf.save(cfg, run_dir / ".hydra" / "config.yaml")
-    torch.save(net.state_dict(), run_dir / "model.pt")
+    save_atomic(net.state_dict(), run_dir / "model.pt")
     for name, state in (files or {}).items():
-        torch.save(state, run_dir / name)
+        save_atomic(state, run_dir / name)
     return run_dir
 
 
@@ -162,7 +163,7 @@ def test_weights_best_loads_best_pt_and_exports_it(make_cfg, tmp_path):
     final = fixed_output(MLP(4, 2, hidden=[16]), [1.0, -1.0])
     best = fixed_output(MLP(4, 2, hidden=[16]), [-1.0, 1.0])
     save_run(make_cfg, tmp_path, final, "experiment=dqn_cartpole", "model.hidden=[16]", "task.keep_best=true")
-    torch.save(best.state_dict(), tmp_path / "best.pt")
+    save_atomic(best.state_dict(), tmp_path / "best.pt")
     obs = cartpole_obs(20)
     assert pipeline.load(tmp_path).act(obs).tolist() == [0] * 20
     assert pipeline.load(tmp_path, weights="best").act(obs).tolist() == [1] * 20

@@ -32,6 +32,7 @@ from pipeline.runtime.replay import (
     training_video_hook,
     video_as_gif,
 )
+from pipeline.store.checkpoint import save_atomic  # as the pipeline writes it: with its digest
 from pipeline.store.record import RunRecord
 
 MLP_CFG = {"_target_": "pipeline.nets.mlp.MLP", "_partial_": True, "hidden": [8]}
@@ -74,7 +75,7 @@ def _run_dir(path: Path, cfg=None, action: int = 1, config_dir: str = ".hydra") 
     path.mkdir(parents=True, exist_ok=True)
     (path / config_dir).mkdir(exist_ok=True)
     OmegaConf.save(cfg if cfg is not None else _cfg(), path / config_dir / "config.yaml")
-    torch.save(_always(action), path / "model.pt")
+    save_atomic(_always(action), path / "model.pt")
     return path
 
 
@@ -140,7 +141,7 @@ def test_a_seed_dir_of_a_batch_reads_the_batch_config_and_its_own_seed(tmp_path)
     OmegaConf.save(_cfg(seed=0, name="batch"), tmp_path / ".pipeline" / "config.yaml")
     seed_dir = tmp_path / "seed7"
     seed_dir.mkdir()
-    torch.save(_always(0), seed_dir / "model.pt")
+    save_atomic(_always(0), seed_dir / "model.pt")
     cfg, seed = find_config(seed_dir)
     assert cfg.name == "batch" and seed == 7
     # Its own config comes first.
@@ -230,7 +231,7 @@ def test_a_policy_that_normalised_its_observations_sees_them_normalised_again(tm
     stats = {"mean": mean, "var": var, "count": torch.tensor(100.0, dtype=torch.float64), "eps": torch.tensor(1e-8, dtype=torch.float64)}
     if clip is not None:
         stats["clip"] = torch.tensor(clip, dtype=torch.float64)
-    torch.save(stats, tmp_path / "obs_norm.pt")
+    save_atomic(stats, tmp_path / "obs_norm.pt")
     cfg = _cfg(task={"normalize_obs": True})
     x = torch.tensor([[2.5, -0.5, 2.0, 3.0], [0.5, -1.0, 4.0, -6.0]])
     # By hand: [1.0, 1.0, 0.0, 1.0] and [0.0, 0.0, 2.0, -2.0] (up to eps), clipped to +-0.5 when asked.

@@ -1,15 +1,18 @@
 """Checkpoint integrity: a checkpoint damaged in place (still a valid zip, still unpickles) is refused in one line,
 nothing is rewritten, and the previous good checkpoint is kept and offered."""
 
+import hashlib
 import json
 import zipfile
 
 import pytest
 import torch
 
-from pipeline.store.checkpoint import load_safely
+from pipeline.store.checkpoint import load_safely, save_atomic, save_model
 from pipeline.store.integrity import (
+    ACCEPT_ENV,
     DamagedCheckpoint,
+    UnverifiedFile,
     damaged_line,
     digest_path,
     previous_checkpoint,
@@ -90,9 +93,47 @@ def test_every_moment_of_a_save_leaves_files_that_match_their_digests(tmp_path, 
     assert len(seen) >= 4  # the digests, the previous link, the checkpoint, the final digest
 
 
-def test_a_checkpoint_without_digests_still_loads(tmp_path):
-    torch.save({"w": torch.ones(3)}, tmp_path / "old.ckpt")
-    assert verify_checkpoint(tmp_path / "old.ckpt") is None and load_safely(tmp_path / "old.ckpt")["w"].sum() == 3
+def test_a_file_without_its_digest_is_refused_naming_the_override_that_accepts_it(tmp_path, monkeypatch, caplog):
+    monkeypatch.delenv(ACCEPT_ENV, raising=False)
+    old = tmp_path / "old.ckpt"
+    torch.save({"w": torch.ones(3)}, old)
+    for read in (verify_checkpoint, load_safely):
+        with pytest.raises(UnverifiedFile) as err:
+            read(old)
+        assert str(err.value) == (
+            f"checkpoint {old} has no digest (old.ckpt.sha256), so it cannot be checked (written before the pipeline "
+            "kept digests, or copied without it); to use it knowingly, set PIPELINE_ACCEPT_UNVERIFIED=1")
+    monkeypatch.setenv(ACCEPT_ENV, "1")
+    with caplog.at_level("WARNING", logger="pipeline"):
+        assert verify_checkpoint(old) is None and load_safely(old)["w"].sum() == 3
+    assert [r.getMessage() for r in caplog.records] == [
+        f"checkpoint {old} has no digest: used unchecked (PIPELINE_ACCEPT_UNVERIFIED=1)"]  # said once
+    # Accepting unchecked files never accepts a damaged one.
+    save(tmp_path / "last.ckpt", 1.0, step=1)
+    flip_tensor_bytes(tmp_path / "last.ckpt")
+    with pytest.raises(DamagedCheckpoint):
+        load_safely(tmp_path / "last.ckpt")
+
+
+@pytest.mark.parametrize("name", ["model.pt", "best.pt", "obs_norm.pt"])
+def test_every_weights_file_the_store_writes_is_checked_when_read_back(tmp_path, monkeypatch, name):
+    """A bit flipped in model.pt (or best.pt, obs_norm.pt) is refused where it is read back, and a deleted digest
+    too; what wrote them is the store's save_model / save_atomic (the lifecycle's and keep_best's writers)."""
+    monkeypatch.delenv(ACCEPT_ENV, raising=False)
+    state = {"w": torch.linspace(0, 1, 4096).reshape(64, 64)}
+    if name == "model.pt":
+        save_model(state, tmp_path)
+    else:
+        save_atomic(state, tmp_path / name)
+    assert json.loads(digest_path(tmp_path / name).read_text())["sha256"] == [hashlib.sha256((tmp_path / name).read_bytes()).hexdigest()]
+    assert torch.equal(load_safely(tmp_path / name)["w"], state["w"])
+    flip_tensor_bytes(tmp_path / name, count=1)
+    with pytest.raises(DamagedCheckpoint, match=f"{name} is damaged"):
+        load_safely(tmp_path / name, "model")
+    save_atomic(state, tmp_path / name)
+    digest_path(tmp_path / name).unlink()
+    with pytest.raises(UnverifiedFile, match=f"{name} has no digest"):
+        load_safely(tmp_path / name)
 
 
 SUPERVISED = ("experiment=supervised_digits", "scheduler=none", "trainer.limit_train_batches=2", "trainer.limit_val_batches=1",

@@ -23,6 +23,7 @@ from pipeline.store.checkpoint import (
     set_rng_state,
 )
 from pipeline.store.curves import CurveLog, read_curve, read_run_curve
+from pipeline.store.integrity import save_verified
 
 
 # ---- layout ----------------------------------------------------------------------------------------
@@ -215,7 +216,7 @@ def test_checkpoint_errors_are_one_line_naming_the_file(tmp_path, monkeypatch):
         load_safely(empty, "weights")
     assert str(err.value) == f"weights {empty}: the file is empty (a save was interrupted?)"
     pickled = tmp_path / "obj.ckpt"
-    torch.save({"o": _Thing()}, pickled)
+    save_verified(pickled, lambda f: torch.save({"o": _Thing()}, f))
     with pytest.raises(CheckpointError) as err:
         load_safely(pickled)
     assert str(err.value) == (
@@ -223,14 +224,14 @@ def test_checkpoint_errors_are_one_line_naming_the_file(tmp_path, monkeypatch):
         "(not a pipeline checkpoint?)"
     )
     text = tmp_path / "text.ckpt"
-    text.write_text("hello there")
+    save_verified(text, lambda f: f.write(b"hello there"))
     with pytest.raises(CheckpointError) as err:
         load_safely(text)
     assert str(err.value) == f"checkpoint {text}: cannot be loaded: the file is truncated or not a torch checkpoint"
     whole = tmp_path / "whole.ckpt"
     save_atomic({"w": torch.arange(100.0)}, whole)
     half = tmp_path / "half.ckpt"
-    half.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    save_verified(half, lambda f: f.write(whole.read_bytes()[: whole.stat().st_size // 2]))  # saved cut short
     with pytest.raises(CheckpointError, match=r"truncated or not a torch checkpoint$"):
         load_safely(half)
 
@@ -252,7 +253,7 @@ def test_checkpoint_errors_are_one_line_naming_the_file(tmp_path, monkeypatch):
 )
 def test_why_a_checkpoint_cannot_be_loaded(tmp_path, monkeypatch, exc, reason):
     path = tmp_path / "c.ckpt"
-    path.write_bytes(b"x")
+    save_verified(path, lambda f: f.write(b"x"))
 
     def fail(*args, **kwargs):
         raise exc

@@ -1,8 +1,10 @@
-"""Checkpoints a killed run can continue from: atomic writes, safe loads, RNG states (integrity: store/integrity.py).
+"""Checkpoints a killed run can continue from, and the weights a run leaves: atomic writes with digests, safe
+loads, RNG states (integrity: store/integrity.py).
 
-A checkpoint is a plain nested dict of tensors, numbers, strings and lists, written with `torch.save`
-to a temp file and renamed over the previous one (so a kill during a save leaves the previous
-checkpoint usable) and read back with `weights_only=True` (no pickled code ever runs on load).
+A checkpoint (and model.pt, best.pt, obs_norm.pt) is a plain nested dict of tensors, numbers, strings and lists,
+written with `torch.save` to a temp file, its digest beside it, and renamed over the previous one (so a kill during
+a save leaves the previous file usable), then read back only once it matches its digest, with `weights_only=True`
+(no pickled code ever runs on load).
 """
 
 from __future__ import annotations
@@ -14,25 +16,30 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pipeline.store.atomic import write_atomically
-from pipeline.store.integrity import CheckpointError, DamagedCheckpoint, verify_checkpoint  # noqa: F401 - re-exported
+from pipeline.store.integrity import (  # noqa: F401 - re-exported
+    CheckpointError,
+    DamagedCheckpoint,
+    UnverifiedFile,
+    save_verified,
+    verify_file,
+)
 from pipeline.store.layout import model_path
 
 
 def save_atomic(state: dict, path: Path) -> int:
-    """Write `state` to `path` via a temp file, fsync and rename. Returns the size in bytes."""
-    return write_atomically(Path(path), lambda f: torch.save(state, f))
+    """Write `state` to `path` via a temp file, fsync, its digest, and rename. Returns the size in bytes."""
+    return save_verified(Path(path), lambda f: torch.save(state, f))
 
 
 def load_safely(path: Path, what: str = "checkpoint", map_location="cpu") -> dict:
-    """`torch.load(..., weights_only=True)` with one-line errors that name the file and what is wrong; a file
-    with a digest beside it is verified first (DamagedCheckpoint)."""
+    """`torch.load(..., weights_only=True)` with one-line errors that name the file and what is wrong; the file is
+    checked against its digest first (DamagedCheckpoint; UnverifiedFile when it has none)."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{what} {path}: no such file")
     if path.stat().st_size == 0:
         raise CheckpointError(f"{what} {path}: the file is empty (a save was interrupted?)")
-    verify_checkpoint(path, what)
+    verify_file(path, what)
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except Exception as exc:  # torch raises many kinds here (KeyError, UnpicklingError, RuntimeError, ...)

@@ -1,15 +1,20 @@
-"""Checkpoint integrity, without torch (the CLI's start-up checks use it before Lightning or torch load).
+"""File integrity, without torch (the CLI's start-up checks use it before Lightning or torch load).
 
-Integrity: beside each checkpoint `<name>.sha256` (JSON: the digests its contents may have, and the step it
-holds) is written before the rename, so at every moment the file on disk matches one of them; a file that
-matches none (bytes flipped in place, a torn copy) is refused on load in one line. The checkpoint it replaced
-is kept as `previous.ckpt` (a hard link: no copy) with its own digest, and offered when the last one is damaged.
+Every file the pipeline reads back (checkpoints and the replay buffers in them, model.pt, best.pt, obs_norm.pt,
+exported policies) is written with `save_verified` (checkpoints: `save_checkpoint`): beside it `<name>.sha256`
+(JSON: the digests its contents may have, and the step it holds) is written before the rename, so at every moment
+the file on disk matches one of them. Reading it back (`verify_file`) refuses, in one line, a file that matches
+none (bytes flipped in place, a torn copy) and a file without a digest, unless the user accepts unchecked files
+knowingly with PIPELINE_ACCEPT_UNVERIFIED=1 (a run written before digests, a file brought from elsewhere).
+The checkpoint a save replaced is kept as `previous.ckpt` (a hard link: no copy) with its own digest, and offered
+when the last one is damaged.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 from collections.abc import Callable
@@ -18,6 +23,8 @@ from typing import IO
 
 from pipeline.store.atomic import write_atomically
 
+log = logging.getLogger("pipeline")
+
 
 class CheckpointError(RuntimeError):
     """A checkpoint that cannot be used; the message is one line naming the file and the problem."""
@@ -25,6 +32,14 @@ class CheckpointError(RuntimeError):
 
 class DamagedCheckpoint(CheckpointError):
     """A checkpoint whose contents match no digest written with it."""
+
+
+class UnverifiedFile(CheckpointError):
+    """A file the pipeline reads back that has no digest beside it (and unchecked files were not accepted)."""
+
+
+# Set to 1 to read files without a digest knowingly (each is named once in the log); a damaged file is refused still.
+ACCEPT_ENV = "PIPELINE_ACCEPT_UNVERIFIED"
 
 
 PREVIOUS = "previous.ckpt"
@@ -74,12 +89,32 @@ def _stamp(path: Path) -> tuple[int, int, int] | None:
     return st.st_ino, st.st_size, st.st_mtime_ns
 
 
-def verify_checkpoint(path: Path, what: str = "checkpoint") -> dict | None:
-    """DamagedCheckpoint when `path` matches none of the digests written with it; its digest record otherwise
-    (None: it has none, so nothing to check)."""
+def accepts_unverified() -> bool:
+    return os.environ.get(ACCEPT_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+_said_unverified: set[str] = set()
+
+
+def unverified_line(path: Path, what: str) -> str:
+    return (f"{what} {path} has no digest ({digest_path(path).name}), so it cannot be checked (written before the "
+            f"pipeline kept digests, or copied without it); to use it knowingly, set {ACCEPT_ENV}=1")
+
+
+def verify_file(path: Path, what: str = "file", required: bool = True) -> dict | None:
+    """The digest record of `path` once its contents match one of its digests; DamagedCheckpoint when they match
+    none; UnverifiedFile when it has no digest and `required` (unless PIPELINE_ACCEPT_UNVERIFIED=1: then None, as
+    for a file not `required` to have one)."""
     path = Path(path)
     digests = read_digests(path)
     if digests is None:
+        if not required:
+            return None
+        if not accepts_unverified():
+            raise UnverifiedFile(unverified_line(path, what))
+        if str(path) not in _said_unverified:
+            _said_unverified.add(str(path))
+            log.warning(f"{what} {path} has no digest: used unchecked ({ACCEPT_ENV}=1)")
         return None
     stamp = _stamp(path)
     if stamp is not None and _known_good.get(str(path)) == stamp:
@@ -90,19 +125,26 @@ def verify_checkpoint(path: Path, what: str = "checkpoint") -> dict | None:
     return digests
 
 
-def save_checkpoint(path: Path, write: Callable[[IO[bytes]], None], step: int | None = None) -> int:
-    """Write a checkpoint atomically with its digest; the one it replaces, if good, is kept as previous.ckpt.
+def verify_checkpoint(path: Path, what: str = "checkpoint", required: bool = True) -> dict | None:
+    """`verify_file` for a checkpoint: one without a digest is refused unless accepted knowingly."""
+    return verify_file(path, what, required)
+
+
+def save_verified(path: Path, write: Callable[[IO[bytes]], None], step: int | None = None, keep_previous: bool = False) -> int:
+    """Write `path` atomically through `write(file)` with its digest beside it; returns its size. Use it for every
+    file the pipeline reads back (`verify_file` checks it then). `keep_previous`: the file it replaces, if good, is
+    kept as previous.ckpt (checkpoints).
 
     Order (a kill between any two steps leaves every file matching a digest beside it): the new file whole in a
-    temp file; its digest added to last's list; last hard-linked as previous (its digests first); the rename;
-    last's list cut to the new digest."""
+    temp file; its digest added to the old file's list; (the old file hard-linked as previous, its digests first);
+    the rename; the list cut to the new digest."""
     path = Path(path)
     new: dict[str, str] = {}
 
     def before_replace(tmp: Path) -> None:
         new["sha256"] = file_digest(tmp)
         old = read_digests(path)
-        if path.is_file() and old is not None and _good(path):
+        if keep_previous and path.is_file() and old is not None and _good(path):
             _keep_as_previous(path, old)
         _write_digests(path, [new["sha256"], *(old["sha256"] if old else [])], step)
 
@@ -112,9 +154,14 @@ def save_checkpoint(path: Path, write: Callable[[IO[bytes]], None], step: int | 
     return size
 
 
+def save_checkpoint(path: Path, write: Callable[[IO[bytes]], None], step: int | None = None) -> int:
+    """Write a checkpoint atomically with its digest; the one it replaces, if good, is kept as previous.ckpt."""
+    return save_verified(path, write, step, keep_previous=True)
+
+
 def _good(path: Path) -> bool:
     try:
-        return verify_checkpoint(path) is not None
+        return verify_file(path, required=False) is not None
     except CheckpointError:
         return False  # a damaged last checkpoint never replaces a good previous one
 
@@ -140,7 +187,7 @@ def damaged_line(exc: DamagedCheckpoint, path: Path) -> str:
     offer = "no earlier good checkpoint is kept; start a new run in a new dir (hydra.run.dir=<dir>)"
     if previous.is_file() and previous != Path(path):
         try:
-            held = verify_checkpoint(previous)
+            held = verify_file(previous, required=False)
         except CheckpointError:
             held = False
         if held is not False:
