@@ -47,7 +47,7 @@ class BanditTask(Task):
         return DataLoader(range(self.config.steps), batch_size=None)
 
     def configure_optimizers(self):
-        return None  # nothing to optimise by gradient
+        return []  # nothing to optimise by gradient (None makes Lightning warn "returned `None`")
 
     def training_step(self, batch, batch_idx):
         explore = self.rng.random() < self.config.epsilon

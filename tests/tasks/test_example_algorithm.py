@@ -12,6 +12,7 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "example_algorithm"
 def test_a_new_algorithm_from_its_own_config_dir_runs_and_records(tmp_path):
     proc = run_cli("--config-dir", "conf", "experiment=bandit", "task.steps=300", f"hydra.run.dir={tmp_path}", cwd=EXAMPLE)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "configure_optimizers" not in proc.stdout + proc.stderr  # Lightning warned of a `None` from it
     record = read_result(tmp_path)
     assert record["status"] == "ok" and record["task"] == "BanditTask" and record["primary_metric"] == "eval/best_arm"
     # arms 0, 0.5 and 1 with noise 0.1: ~30 exploring pulls find the best arm with certainty
