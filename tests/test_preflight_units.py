@@ -20,6 +20,7 @@ from pipeline.runtime.preflight import (
     preflight,
     refuse_changed_config,
 )
+from pipeline.store.integrity import save_checkpoint
 
 # The record's config is the semantic one: flat keys, without seed, resume, ckpt_path, ...
 SEMANTIC = {"task.lr": 0.1, "task.total_steps": 100, "trainer.max_epochs": 3}
@@ -34,14 +35,16 @@ def cfg(**overrides):
     return config
 
 
-def record(d: Path, status: str, config: dict | None = SEMANTIC) -> None:
+def record(d: Path, status: str, config: dict | None = SEMANTIC, seed: int | None = None, **fields) -> None:
     d.mkdir(parents=True, exist_ok=True)
-    (d / "result.json").write_text(json.dumps({"status": status, "config": config, "seed": 5}))
+    if seed is None:
+        seed = int(d.name[4:]) if d.name.startswith("seed") and d.name[4:].isdigit() else 5
+    (d / "result.json").write_text(json.dumps({"status": status, "config": config, "seed": seed, **fields}))
 
 
-def checkpoint(d: Path) -> Path:
-    (d / "checkpoints").mkdir(parents=True, exist_ok=True)
-    (d / "checkpoints" / "last.ckpt").write_bytes(b"weights")
+def checkpoint(d: Path, step: int | None = None) -> Path:
+    """A checkpoint as the store writes one: with its digest."""
+    save_checkpoint(d / "checkpoints" / "last.ckpt", lambda f: f.write(b"weights"), step=step)
     return d / "checkpoints" / "last.ckpt"
 
 
@@ -210,9 +213,24 @@ def test_ckpt_path_last_on_a_fresh_dir_with_a_checkpoint(tmp_path):
 
 def test_a_checkpoint_file_named_by_path(tmp_path):
     other = tmp_path / "elsewhere.ckpt"
-    other.write_bytes(b"weights")
+    save_checkpoint(other, lambda f: f.write(b"weights"))
     plan = plan_start(cfg(ckpt_path=str(other)), tmp_path / "run", [tmp_path / "run"])
     assert plan.ckpt == other and isinstance(plan.ckpt, Path)
+
+
+def test_a_checkpoint_without_its_digest_is_refused_unless_accepted_knowingly(tmp_path, monkeypatch):
+    monkeypatch.delenv("PIPELINE_ACCEPT_UNVERIFIED", raising=False)
+    record(tmp_path, "interrupted")
+    last = checkpoint(tmp_path)
+    (tmp_path / "checkpoints" / "last.ckpt.sha256").unlink()
+    with pytest.raises(RunRefused) as err:
+        plan_start(cfg(ckpt_path="last"), tmp_path, [tmp_path])
+    assert str(err.value) == (
+        f"cannot resume {tmp_path}: checkpoint {last} has no digest (last.ckpt.sha256), so it cannot be checked "
+        "(written before the pipeline kept digests, or copied without it); to use it knowingly, set "
+        "PIPELINE_ACCEPT_UNVERIFIED=1")
+    monkeypatch.setenv("PIPELINE_ACCEPT_UNVERIFIED", "1")
+    assert plan_start(cfg(ckpt_path="last"), tmp_path, [tmp_path]).ckpt == last
 
 
 def test_a_missing_checkpoint_file_is_refused(tmp_path):
@@ -231,12 +249,21 @@ def test_a_directory_is_not_a_checkpoint_file(tmp_path):
         plan_start(cfg(ckpt_path=str(tmp_path / "checkpoints")), tmp_path, [tmp_path])
 
 
-@pytest.mark.parametrize("count, resumed", [("1", True), ("12", True), ("0", False), ("", False)])
-def test_a_requeued_slurm_job_continues_its_run(tmp_path, monkeypatch, count, resumed):
+@pytest.mark.parametrize("count", ["1", "12"])
+def test_a_requeued_slurm_job_continues_its_run(tmp_path, monkeypatch, count):
     monkeypatch.setenv("SLURM_RESTART_COUNT", count)
     record(tmp_path, "failed")
     last = checkpoint(tmp_path)
-    assert plan_start(cfg(), tmp_path, [tmp_path]).ckpt == (last if resumed else None)
+    assert plan_start(cfg(), tmp_path, [tmp_path]).ckpt == last
+
+
+@pytest.mark.parametrize("count", ["0", ""])
+def test_a_job_that_is_not_requeued_does_not_start_over_a_failed_run_with_a_checkpoint(tmp_path, monkeypatch, count):
+    monkeypatch.setenv("SLURM_RESTART_COUNT", count)
+    record(tmp_path, "failed")
+    checkpoint(tmp_path)
+    with pytest.raises(RunRefused, match="holds a run that failed .*ckpt_path=last"):
+        plan_start(cfg(), tmp_path, [tmp_path])
 
 
 def test_a_requeued_job_without_records_starts_fresh(tmp_path, monkeypatch):
@@ -271,10 +298,12 @@ def test_preflight_reads_the_agent_dirs_of_k_seeds_from_the_seed(tmp_path):
     record(tmp_path / "seed5", "ok")
     record(tmp_path / "seed6", "ok")
     record(tmp_path / "seed7", "failed")
-    with pytest.raises(RunRefused, match="already holds a finished run"):
-        preflight(cfg(seeds_per_process=2), tmp_path)
-    preflight(cfg(seeds_per_process=3), tmp_path)  # seed7 has not finished
-    preflight(cfg(seeds_per_process=2, seed=6), tmp_path)
+    preflight(cfg(seeds_per_process=3), tmp_path)  # seed7 has not finished (and left no checkpoint)
+    # Two of the three seeds as a run of their own would overwrite finished records of the three-seed run.
+    for k, seed in ((2, 5), (2, 6), (1, 5)):
+        with pytest.raises(RunRefused, match=r"holds a run with seeds 5-7 together \(seed=5 seeds_per_process=3\) "
+                                             r"\(failed/ok\); it is never taken over"):
+            preflight(cfg(seeds_per_process=k, seed=seed), tmp_path)
 
 
 def test_preflight_refuses_a_dir_in_use(tmp_path):
@@ -308,3 +337,83 @@ def test_six_differences_show_five_and_count_one(tmp_path):
         f"cannot resume {tmp_path} with another config: a (1 -> -), b (2 -> -), c (3 -> -), d (4 -> -), e (5 -> -) and "
         "1 more; resume with the run's own settings, or start a new run in a new dir (hydra.run.dir=<dir>)"
     )
+
+
+# ---------------------------------------------------------------------------------------------------
+# A run dir changes hands only to the run it holds
+
+
+def killed_ppo_batch(run_dir: Path) -> Path:
+    """What `experiment=ppo_cartpole seeds_per_process=4` leaves when kill -9 ends it after a checkpoint."""
+    for seed in range(4):
+        record(run_dir / f"seed{seed}", "running", {**SEMANTIC, "name": "ppo_cartpole"}, experiment="ppo_cartpole",
+               choices={"experiment": "ppo_cartpole"})
+    return checkpoint(run_dir, step=8192)
+
+
+def test_a_killed_run_of_another_experiment_is_never_taken_over(tmp_path):
+    last = killed_ppo_batch(tmp_path)
+    dqn = cfg(name="dqn_cartpole", seed=0)
+    with pytest.raises(RunRefused) as err:
+        preflight(dqn, tmp_path)
+    assert str(err.value) == (
+        f"run dir {tmp_path} holds a run of experiment ppo_cartpole (running); it is never taken over: choose a new "
+        f"dir for dqn_cartpole (hydra.run.dir=<dir>), or continue that run with: python -m pipeline "
+        f"experiment=ppo_cartpole hydra.run.dir={tmp_path} ckpt_path=last"
+    )
+    assert last.read_bytes() == b"weights"
+
+
+def test_a_resume_as_another_experiment_names_both(tmp_path):
+    killed_ppo_batch(tmp_path)
+    for resume in ({"ckpt_path": "last"}, {"resume": True}):
+        with pytest.raises(RunRefused) as err:
+            preflight(cfg(name="dqn_cartpole", seed=0, **resume), tmp_path)
+        assert str(err.value).startswith(
+            f"cannot resume {tmp_path} as dqn_cartpole: it holds a run of experiment ppo_cartpole (running); continue "
+            "that run with its own command (python -m pipeline experiment=ppo_cartpole ")
+        assert "start dqn_cartpole in a new dir (hydra.run.dir=<dir>)" in str(err.value)
+
+
+def test_the_killed_runs_own_resume_goes_on_and_other_seeds_are_refused(tmp_path):
+    last = killed_ppo_batch(tmp_path)
+    ppo = cfg(name="ppo_cartpole", seed=0, seeds_per_process=4, ckpt_path="last")
+    assert plan_start(ppo, tmp_path, [tmp_path / f"seed{s}" for s in range(4)]).ckpt == last
+    with pytest.raises(RunRefused, match=r"cannot resume .* as seeds 0-1: it holds ppo_cartpole with seeds 0-3 together "
+                                         r"\(seed=0 seeds_per_process=4\)"):
+        preflight(cfg(name="ppo_cartpole", seed=0, seeds_per_process=2, ckpt_path="last"), tmp_path)
+
+
+@pytest.mark.parametrize("status, said", [("running", "was killed"), ("interrupted", "was interrupted")])
+def test_a_fresh_start_over_a_run_that_did_not_finish_is_refused_naming_its_resume(tmp_path, status, said):
+    record(tmp_path, status, experiment="dqn_cartpole")
+    last = checkpoint(tmp_path, step=300)
+    with pytest.raises(RunRefused) as err:
+        preflight(cfg(name="dqn_cartpole"), tmp_path)
+    assert str(err.value) == (
+        f"run dir {tmp_path} holds a run that {said} (its checkpoint holds step 300); continue it with: python -m "
+        f"pipeline experiment=dqn_cartpole hydra.run.dir={tmp_path} ckpt_path=last; or start afresh in a new dir "
+        "(hydra.run.dir=<dir>)"
+    )
+    assert last.read_bytes() == b"weights"
+
+
+def test_the_refusal_repeats_the_resume_command_the_record_keeps(tmp_path):
+    command = "python -m pipeline experiment=dqn_cartpole optimizer.lr=0.01 hydra.run.dir=x ckpt_path=last"
+    record(tmp_path, "interrupted", experiment="dqn_cartpole", interrupted={"resume": command, "step": 3})
+    with pytest.raises(RunRefused, match=f"continue it with: {command}; or start afresh"):
+        preflight(cfg(name="dqn_cartpole"), tmp_path)
+
+
+def test_a_killed_run_without_a_checkpoint_is_refused_too_and_a_failed_one_may_start_again(tmp_path):
+    record(tmp_path, "running", experiment="e")
+    with pytest.raises(RunRefused, match=r"holds a run that was killed \(no checkpoint yet\)"):
+        preflight(cfg(name="e"), tmp_path)
+    record(tmp_path, "failed", experiment="e")
+    assert plan_start(cfg(name="e"), tmp_path, [tmp_path]).ckpt is None
+
+
+def test_a_checkpoint_without_a_record_is_not_replaced_by_a_fresh_start(tmp_path):
+    checkpoint(tmp_path)
+    with pytest.raises(RunRefused, match=r"holds a checkpoint \(.*last.ckpt\) and no run record; continue from it with ckpt_path=last"):
+        preflight(cfg(), tmp_path)

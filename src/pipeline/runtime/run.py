@@ -587,7 +587,8 @@ def _start_records(cfg, ctx: JobContext, dirs, seeds, previous, resume_step, sid
             run_dir=str(d), segments=segments, versions=vers, git_commit=commit, config=config,
             seeds_per_process=len(seeds), agent=i, pid=os.getpid(),
         )
-        r.update(choices=dict(ctx.choices))
+        # What continues this run if it is killed: a later command refused in this dir repeats it (runtime.preflight).
+        r.update(choices=dict(ctx.choices), resume_command=ctx.resume_command())
         if resume_step is None:
             error_log_path(d).unlink(missing_ok=True)
         if side_file is not None:

@@ -51,6 +51,8 @@ def is_own_entry(name: str) -> bool:
     """Whether a run dir's entry `name` is one the pipeline (or Hydra, or a logger it runs) writes."""
     if name in OWN_ENTRIES or name.endswith(".tmp"):
         return True
+    if name.endswith(".sha256"):  # a file's digest (store/integrity.py)
+        return is_own_entry(name.removesuffix(".sha256"))
     if name.startswith(("policy.", "model.")) and name.endswith((".torchscript.pt", ".onnx")):  # python -m pipeline.export
         return True
     if name.startswith("metrics.prev") and name.endswith(".csv"):
@@ -145,6 +147,16 @@ def error_log_path(run_dir: Path) -> Path:
 def config_path(run_dir: Path) -> Path | None:
     """The composed config saved in `run_dir`, or None."""
     return next((Path(run_dir) / name for name in CONFIG_FILES if (Path(run_dir) / name).is_file()), None)
+
+
+def record_dirs_of_run(run_dir: Path) -> list[Path]:
+    """Where a run dir's records may be: the dir itself (K = 1) and its `seed<n>/` agent dirs (K > 1), those that hold one."""
+    run_dir = Path(run_dir)
+    try:
+        seeds = sorted((p for p in run_dir.glob("seed*") if p.name[4:].isdigit()), key=lambda p: int(p.name[4:]))
+    except OSError:
+        return []
+    return [d for d in (run_dir, *seeds) if result_path(d).is_file()]
 
 
 def agent_seed_dirs(batch_dir: Path) -> list[Path]:
