@@ -174,11 +174,20 @@ def test_nan_anywhere_and_inf_in_a_built_group_are_refused_with_the_shipped_defa
 
 def test_checkpoint_intervals_and_threads():
     checks._check_numbers(cfg(checkpoint={"every_s": 0, "every_steps": 0}, device={"num_threads": 1}))
-    checks._check_numbers(cfg(checkpoint={"every_s": None, "every_steps": True}, device={"num_threads": None}))
+    checks._check_numbers(cfg(checkpoint={"every_s": None, "every_steps": None, "enabled": False}, device={"num_threads": None}))
+    checks._check_numbers(cfg(checkpoint={"every_s": 0.5, "every_steps": 3.0}))
     assert refused(checks._check_numbers, cfg(checkpoint={"every_s": -1})) == (
-        "checkpoint.every_s=-1: a checkpoint interval is >= 0 (null: not by this measure); e.g. checkpoint.every_s=60, "
-        "or checkpoint.enabled=false for no periodic checkpoints")
-    assert "e.g. checkpoint.every_steps=10000," in refused(checks._check_numbers, cfg(checkpoint={"every_steps": -0.5}))
+        "checkpoint.every_s=-1: a checkpoint interval is a number of seconds >= 0 (null: not by this measure); e.g. "
+        "checkpoint.every_s=60, or checkpoint.enabled=false for no periodic checkpoints")
+    for steps in (-0.5, 1.5, "abc", True, float("inf")):
+        assert refused(checks._check_numbers, cfg(checkpoint={"every_steps": steps})).startswith(
+            f"checkpoint.every_steps={steps}: a checkpoint interval is a whole number of steps >= 0 (null: not by this "
+            "measure); e.g. checkpoint.every_steps=10000,")
+    assert refused(checks._check_numbers, cfg(checkpoint={"enabled": "no"})) == (
+        "checkpoint.enabled=no: true or false; e.g. checkpoint.enabled=true")
+    assert refused(checks._check_numbers, cfg(checkpoint={"every_step": 5})) == (
+        "checkpoint.every_step is not a checkpoint setting (it would be ignored); did you mean checkpoint.every_steps?")
+    assert refused(checks._check_numbers, cfg(checkpoint=5)).startswith("checkpoint=5: checkpoint is a group of settings")
     for threads in (0, 1.0, "2", False):
         assert refused(checks._check_numbers, cfg(device={"num_threads": threads})) == (
             f"device.num_threads={threads}: the CPU thread count is a whole number >= 1 (null: torch's default); "

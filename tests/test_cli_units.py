@@ -221,10 +221,32 @@ def test_a_good_single_run_passes_holds_the_dirs_lock_and_leaves_nothing_once_re
     assert list(tmp_path.iterdir()) == [] and capsys.readouterr().err == ""
 
 
-@pytest.mark.parametrize("argv", [["-m", "optimizer.lrr=1"], ["--cfg", "job", "optimizer.lr=-1"], ["experiment=no_such_preset"]])
-def test_sweeps_flags_and_other_hydra_errors_are_left_to_hydra(argv, capsys):
+@pytest.mark.parametrize("argv", [["-m", "optimizer.lrr=1"], ["--cfg", "job", "optimizer.lr=-1"]])
+def test_sweeps_and_flags_are_left_to_hydra(argv, capsys):
     assert cli._check_single_run_first(argv) is None
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["experiment=no_such_preset"], "error: unknown option 'no_such_preset' for config group 'experiment'; choose one of: "),
+    (["hydra/launcher=jobib"], "error: unknown option 'jobib' for config group 'hydra/launcher'; did you mean "
+                               "hydra/launcher=joblib? choose one of: basic, joblib, slurm, submitit_local, submitit_slurm"),
+])
+def test_an_option_hydra_cannot_find_is_one_line(argv, line, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli._check_single_run_first(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.startswith(line) and len(err.strip().splitlines()) == 1, err
+
+
+def test_hydras_fourteen_lines_for_a_missing_option_become_one():
+    """Hydra 1.3's message for `hydra/launcher=jobib`, as it prints it."""
+    message = ("In 'hydra/config': Could not find 'hydra/launcher/jobib'\n\nAvailable options in 'hydra/launcher':\n"
+               "\tbasic\n\tjoblib\n\tsubmitit_local\nConfig search path:\n\tprovider=hydra, path=pkg://hydra.conf\n")
+    assert cli._missing_option_line(message) == (
+        "unknown option 'jobib' for config group 'hydra/launcher'; did you mean hydra/launcher=joblib? choose one "
+        "of: basic, joblib, submitit_local")
+    assert cli._missing_option_line("Could not override 'x'") is None
 
 
 @pytest.fixture
@@ -356,3 +378,16 @@ def test_main_uses_the_arguments_it_is_given(main_env, capsys, monkeypatch, sign
     with pytest.raises(SystemExit) as stop:
         cli.main(["optimizer=nope"])
     assert stop.value.code == 2 and "config group 'optimizer'" in capsys.readouterr().err
+
+
+def test_a_length_typed_with_trainer_debug_lifts_the_debug_cap_it_would_run_into(caplog):
+    with caplog.at_level("WARNING", logger="pipeline"):
+        argv = cli.typed_lengths_win(["experiment=dqn_cartpole", "trainer=debug", "task.total_steps=1000"])
+    assert argv == ["experiment=dqn_cartpole", "trainer=debug", "task.total_steps=1000", "trainer.limit_train_batches=null"]
+    assert caplog.messages == ["trainer=debug: task.total_steps was typed, so debug's trainer.limit_train_batches cap is "
+                               "lifted (trainer.limit_train_batches=null)"]
+    assert cli.typed_lengths_win(["trainer=debug", "trainer.max_steps=50"])[-1] == "trainer.max_epochs=-1"
+    # A cap the user typed stays; without trainer=debug, or without a typed length, nothing changes.
+    for argv in (["trainer=debug", "task.total_steps=1000", "trainer.limit_train_batches=5"],
+                 ["task.total_steps=1000"], ["trainer=debug", "task.gamma=0.9"]):
+        assert cli.typed_lengths_win(list(argv)) == argv

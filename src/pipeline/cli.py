@@ -320,11 +320,49 @@ def _check_dirs_given(argv: list[str]) -> None:
             _check_name_lengths(Path(value.strip("'\"")), "hydra.sweep.dir")
 
 
-def _unknown_key_line(message: str, argv: list[str]) -> str | None:
-    """Hydra's five lines for `optimizer.lrr=0.1` as one: the key, the closest real one, how to add a new key."""
-    match = re.match(r"Could not override '([^']+)'", message)
+# trainer=debug's caps (conf/debug/debug.yaml) that would cut a typed length short: an RL task's iterations are its
+# train batches, so trainer.limit_train_batches=3 ended a typed task.total_steps=1000 at 192 env steps; a typed
+# trainer.max_steps ran into debug's trainer.max_epochs=1. The key typed -> the cap that yields to it.
+DEBUG_CAPS = {"task.total_steps": ("trainer.limit_train_batches", "null"),
+              "task.max_iterations": ("trainer.limit_train_batches", "null"),
+              "trainer.max_steps": ("trainer.max_epochs", "-1")}
+
+
+def typed_lengths_win(argv: list[str]) -> list[str]:
+    """With trainer=debug, a length typed on the command line wins over debug's caps: the cap it would run into is
+    lifted (an override added to `argv`, so the saved config, the record and the resume command say so), in one
+    line each. A cap the user typed too stays."""
+    if "trainer=debug" not in argv:
+        return argv
+    typed = {a.split("=", 1)[0].lstrip("+~") for a in argv if "=" in a and not a.startswith("-")}
+    added = []
+    for key, (cap, lifted) in DEBUG_CAPS.items():
+        if key in typed and cap not in typed and f"{cap}={lifted}" not in added:
+            added.append(f"{cap}={lifted}")
+            log.warning(f"trainer=debug: {key} was typed, so debug's {cap} cap is lifted ({cap}={lifted})")
+    return [*argv, *added]
+
+
+def _missing_option_line(message: str) -> str | None:
+    """Hydra's fourteen lines for `hydra/launcher=jobib` (a group the project's own check leaves to Hydra: its options
+    come from Hydra's plugins) as the one line the project's groups answer with."""
+    match = re.search(r"Could not find '([^']+)/([^'/]+)'", message)
     if match is None:
         return None
+    group, option = match.groups()
+    listed = re.search(r"Available options in '[^']+':\n((?:\t.*\n?)+)", message)
+    options = [o.strip() for o in listed.group(1).splitlines() if o.strip()] if listed else []
+    close = difflib.get_close_matches(option, options, n=1)
+    hint = f"did you mean {group}={close[0]}? " if close else ""
+    return f"unknown option {option!r} for config group {group!r}; {hint}choose one of: {', '.join(options) or '(none found)'}"
+
+
+def _unknown_key_line(message: str, argv: list[str]) -> str | None:
+    """Hydra's five lines for `optimizer.lrr=0.1` as one: the key, the closest real one, how to add a new key; or
+    Hydra's report of a group option it cannot find (`_missing_option_line`)."""
+    match = re.match(r"Could not override '([^']+)'", message)
+    if match is None:
+        return _missing_option_line(message)
     key = match.group(1)
     typed = next((a for a in argv if a.split("=", 1)[0].lstrip("+~") == key), key)
     parent, _, leaf = key.rpartition(".")
@@ -394,6 +432,7 @@ def _main(argv: list[str] | None) -> None:
     os.environ.setdefault("WANDB_MODE", "offline")
     _check_dirs_given(argv)
     _check_override_grammar(argv)
+    argv = typed_lengths_win(argv)
     if not _user_config_dirs(argv):
         try:
             check_group_overrides(argv)

@@ -238,11 +238,10 @@ def _check_numbers(cfg: DictConfig, choices: Mapping[str, str | None] | None = N
             default = _shipped_default(key, choices or {})
             example = f"e.g. {key}={default}" if isinstance(default, int | float) and not isinstance(default, bool) else "give a finite number"
             raise ConfigError(f"{key}={value}: not a finite number; {example}")
-    for key, example in (("checkpoint.every_s", "checkpoint.every_s=60"), ("checkpoint.every_steps", "checkpoint.every_steps=10000")):
-        value = OmegaConf.select(cfg, key, default=None)
-        if isinstance(value, int | float) and not isinstance(value, bool) and value < 0:
-            raise ConfigError(f"{key}={value}: a checkpoint interval is >= 0 (null: not by this measure); e.g. {example}, "
-                              f"or checkpoint.enabled=false for no periodic checkpoints")
+    _check_checkpoint(cfg)
+    batch = OmegaConf.select(cfg, "data.batch_size", default=None)
+    if batch is not None and (not _is_int(batch) or batch < 1):
+        raise ConfigError(f"data.batch_size={batch}: a batch is a whole number of samples >= 1; e.g. data.batch_size=64")
     threads = OmegaConf.select(cfg, "device.num_threads", default=None)
     if threads is not None and (not _is_int(threads) or threads < 1):
         raise ConfigError(f"device.num_threads={threads}: the CPU thread count is a whole number >= 1 (null: torch's default); "
@@ -254,6 +253,38 @@ def _check_numbers(cfg: DictConfig, choices: Mapping[str, str | None] | None = N
         bad = [w for w in widths if not _is_int(w) or w < 1]
         if bad:
             raise ConfigError(f"model.{key}={list(widths)}: layer widths are whole numbers >= 1; e.g. model.{key}=[128,128]")
+
+
+# The `checkpoint:` node's keys (conf/config.yaml): an interval in seconds may be fractional, one in steps is whole.
+CHECKPOINT_KEYS = {"enabled": "checkpoint.enabled=true", "every_s": "checkpoint.every_s=60",
+                   "every_steps": "checkpoint.every_steps=10000"}
+
+
+def _check_checkpoint(cfg: DictConfig) -> None:
+    """`checkpoint.every_steps=abc` (its default is null, so no type to compare with) or an unknown key: one line
+    naming the key, not a failure when the first checkpoint is due."""
+    node = cfg.get("checkpoint")
+    if node is None:
+        return
+    if not isinstance(node, DictConfig):
+        raise ConfigError(f"checkpoint={node}: checkpoint is a group of settings ({', '.join(CHECKPOINT_KEYS)}); "
+                          "e.g. checkpoint.every_s=60")
+    for key in node:
+        if key not in CHECKPOINT_KEYS:
+            close = difflib.get_close_matches(str(key), CHECKPOINT_KEYS, n=1)
+            hint = f"did you mean checkpoint.{close[0]}?" if close else f"its settings: {', '.join(CHECKPOINT_KEYS)}"
+            raise ConfigError(f"checkpoint.{key} is not a checkpoint setting (it would be ignored); {hint}")
+    enabled = node.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise ConfigError(f"checkpoint.enabled={enabled}: true or false; e.g. {CHECKPOINT_KEYS['enabled']}")
+    for key, whole in (("every_s", False), ("every_steps", True)):
+        value = node.get(key)
+        number = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        if value is None or (number and value >= 0 and (not whole or float(value).is_integer())):
+            continue
+        what = "a whole number of steps" if whole else "a number of seconds"
+        raise ConfigError(f"checkpoint.{key}={value}: a checkpoint interval is {what} >= 0 (null: not by this measure); "
+                          f"e.g. {CHECKPOINT_KEYS[key]}, or checkpoint.enabled=false for no periodic checkpoints")
 
 
 def _check_precision(cfg: DictConfig) -> None:

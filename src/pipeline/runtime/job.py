@@ -28,7 +28,7 @@ from pipeline.config.grouping import group_name, semantic_config
 from pipeline.runtime.cluster import slurm_rank
 from pipeline.runtime.context import JobContext
 from pipeline.runtime.rundir import EXIT_CODES, STOP_SIGNALS, honour_stop_signals_from_now, say
-from pipeline.store.layout import agent_dirs
+from pipeline.store.layout import RESULT, agent_dirs
 from pipeline.store.record import RunRecord, read_record
 
 log = logging.getLogger("pipeline")
@@ -298,11 +298,18 @@ def rank_main(job_dir: str) -> int:
     install()
     from pipeline.runtime.run import run_rank
 
+    parent = os.getppid()  # rank 0, which started this rank
     try:
         return run_rank(cfg, ctx)
     except BaseException as exc:
         (path / f"rank{ctx.rank}.error").write_text(one_line(exc))
-        raise
+        if os.getppid() == parent or not isinstance(exc, Exception):
+            raise
+        # Rank 0 is gone (killed): this rank's collective failed because of it, and its traceback (~100 lines of
+        # gloo's "Connection reset by peer") says nothing more. Rank 0's record says where the run stands.
+        say(f"[rank {ctx.rank}] stopped: rank 0 (pid {parent}) is gone, so the run cannot go on; its {RESULT} says "
+            "where the run stands", sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

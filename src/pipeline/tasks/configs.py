@@ -81,6 +81,9 @@ class OffPolicyConfig(RLConfig):
         yield from super().cross_checks()
         if self.batch_size > self.buffer_size:
             yield "batch_size", f"is larger than task.buffer_size={self.buffer_size}; e.g. task.batch_size={min(64, self.buffer_size)}"
+        if self.learning_starts >= self.total_steps:
+            yield "learning_starts", (f"is not below task.total_steps={self.total_steps}: the run would end before its first "
+                                      f"update; e.g. task.learning_starts={self.total_steps // 10}, or a larger task.total_steps")
 
 
 @dataclass
