@@ -82,7 +82,7 @@ def test_agent_i_starts_from_the_single_run_weights_of_its_seed():
 def test_epsilon_as_the_run_uses_it_follows_the_schedule(make_cfg, tmp_path):
     """Read epsilon from the run's own curve: it falls from eps_start to eps_end over eps_duration, never rises."""
     (record,) = run(make_cfg("experiment=dqn_cartpole", "trainer.enable_progress_bar=false", "task.total_steps=3000",
-                             "task.eps_duration=2000", "task.log_every=256", "task.learning_starts=100000"), tmp_path)
+                             "task.eps_duration=2000", "task.log_every=256", "task.gradient_steps=0"), tmp_path)
     assert record["status"] == "ok", record["error"]
     curve = pd.read_csv(tmp_path / "metrics.csv").dropna(subset=["train/epsilon"])
     eps = curve["train/epsilon"].to_numpy()
@@ -187,7 +187,7 @@ def test_agent_i_of_a_batch_replays_the_agent_of_its_seed_in_another_batch(make_
     final returns. Both batches run the same code on the same shapes, so their greedy decisions agree on any CPU (a
     single run's K = 1 kernels could flip a near tie); the single run's initial weights are the agent's, exactly."""
     common = ("experiment=dqn_cartpole", "trainer.enable_progress_bar=false", "task.total_steps=3072",
-              "task.learning_starts=100000", "task.log_every=512", "task.eps_duration=2048", "task.eval_every=1024",
+              "task.gradient_steps=0", "task.log_every=512", "task.eps_duration=2048", "task.eval_every=1024",
               "seeds_per_process=3")
     batch = run(make_cfg(*common, "seed=10"), tmp_path / "batch")
     other = run(make_cfg(*common, "seed=11"), tmp_path / "other")
@@ -197,8 +197,9 @@ def test_agent_i_of_a_batch_replays_the_agent_of_its_seed_in_another_batch(make_
     b = pd.read_csv(tmp_path / "other" / "seed11" / "metrics.csv").drop(columns=["perf/env_steps_per_s"])
     pd.testing.assert_frame_equal(a, b)
     assert batch[0]["metrics"] != batch[1]["metrics"]  # and the agents are not copies of each other
-    short = [o for o in common if o.startswith(("experiment", "trainer", "task.learning"))]  # no updates: init weights
-    (single,) = run(make_cfg(*short, "task.total_steps=64", "task.eval_every=64", "seed=11"), tmp_path / "single")
+    short = [o for o in common if o.startswith(("experiment", "trainer", "task.gradient"))]  # no updates: init weights
+    (single,) = run(make_cfg(*short, "task.total_steps=64", "task.learning_starts=0", "task.eval_every=64", "seed=11"),
+                    tmp_path / "single")
     saved, alone = (torch.load(tmp_path / d / "model.pt", weights_only=True) for d in ("batch/seed11", "single"))
     assert single["seed"] == 11 and saved.keys() == alone.keys() and all(torch.equal(saved[k], alone[k]) for k in saved)
 
