@@ -121,6 +121,7 @@ def load(run_dir: str | os.PathLike, device: str = "cpu", weights: str = "model"
     if weights not in ("model", "best"):
         raise EvalError(f"weights={weights!r}: choose 'model' ({MODEL}, the weights at the end of training) or 'best' "
                         f"({BEST}, an RL run's best-evaluated weights)")
+    _check_device(device)
     run_dir = Path(run_dir)
     cfg, seed = find_config(run_dir)
     state = _best_weights(cfg, run_dir) if weights == "best" else None
@@ -128,6 +129,20 @@ def load(run_dir: str | os.PathLike, device: str = "cpu", weights: str = "model"
         return _load_agent(cfg, run_dir, seed, device, state)
     task = str(OmegaConf.select(cfg, "task._target_", default="")).rsplit(".", 1)[-1]
     return TrainedModel(run_dir=run_dir, config=cfg, seed=seed, task=task, model=_load_model(cfg, task, run_dir, device, state))
+
+
+def _check_device(device) -> None:
+    """A device torch cannot name, or one this machine lacks: one line (EvalError), not torch's AssertionError."""
+    import torch
+
+    from pipeline.runtime.replay import EvalError
+
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, TypeError) as exc:
+        raise EvalError(f"device={device!r} is not a torch device ({str(exc).splitlines()[0][:80]}); e.g. device='cpu'") from None
+    if (kind == "cuda" and not torch.cuda.is_available()) or (kind == "mps" and not torch.backends.mps.is_available()):
+        raise EvalError(f"device={device!r}: torch sees no {kind.upper()} device on this machine; load with device='cpu'")
 
 
 def _best_weights(cfg, run_dir: Path) -> dict:
@@ -225,7 +240,9 @@ def run(experiment: str | None = None, overrides: list[str] | tuple[str, ...] = 
     from pipeline.config import checks
     from pipeline.config.checks import ConfigError
 
-    argv = [str(o) for o in overrides]
+    if isinstance(overrides, str):  # iterated, a string is its characters ("Error parsing override 't'")
+        raise ConfigError(f"overrides={overrides!r}: a list of overrides, e.g. overrides={overrides.split()!r}")
+    argv = cli.typed_lengths_win([str(o) for o in overrides])
     if any(o.startswith("-") for o in argv):
         raise ConfigError(f"{next(o for o in argv if o.startswith('-'))}: pipeline.run takes overrides only; sweeps "
                           "(-m) and Hydra's flags stay on the command line")
