@@ -78,3 +78,19 @@ def test_a_run_from_python_is_quiet_on_a_machine_with_slurms_tools(make_cfg, tmp
         warnings.simplefilter("always")
         SLURMEnvironment._validate_srun_used()
     assert any("srun" in str(w.message) for w in probe)
+
+
+@pytest.mark.parametrize(("logger", "message"), [
+    ("lightning.fabric.utilities.distributed", "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/2"),
+    ("lightning.pytorch.trainer.connectors.signal_connector", "[rank: 0] Received SIGTERM: 15"),
+])
+def test_lightnings_repeated_info_lines_are_dropped_and_its_warnings_kept(caplog, logger, message):
+    """A 2-process run printed "Initializing distributed" 4 times; a stopped run "[rank: 0] Received SIGTERM" twice
+    before its own line. After install() those INFO lines are gone; a warning from the same logger still shows."""
+    import logging
+
+    quiet.install()
+    with caplog.at_level(logging.DEBUG):  # the root's level: what reaches the run's handlers is the logger's own
+        logging.getLogger(logger).info(message)
+        logging.getLogger(logger).warning("something is wrong")
+    assert [r.getMessage() for r in caplog.records] == ["something is wrong"]

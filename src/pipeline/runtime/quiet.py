@@ -29,9 +29,17 @@ HARMLESS = (
 )
 
 
+# Lightning's INFO lines that say nothing the run's own lines do not, printed twice (Lightning's handler and the
+# run's) and once per process: "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/2" (4 lines for a 2-process
+# run), "[rank: 0] Received SIGTERM: 15" (2 lines before the run's own line on the stop). Their warnings still show.
+CHATTY_LOGGERS = ("lightning.fabric.utilities.distributed", "lightning.pytorch.trainer.connectors.signal_connector")
+
+
 def install() -> None:
     for message in HARMLESS:
         warnings.filterwarnings("ignore", message=message)
+    for name in CHATTY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def quiet_failing_log_handlers() -> None:
