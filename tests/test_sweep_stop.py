@@ -107,5 +107,10 @@ def test_a_killed_joblib_worker_ends_the_sweep_with_statuses_report_and_resume_n
     records = [json.loads(p.read_text()) for p in sweep.glob("*/result.json")]
     assert records and all("still running" not in (r.get("error") or "") for r in records), records
     assert all(r["status"] == "ok" or (r.get("checkpoint") or {}).get("step") for r in records)  # each can continue
+    # Both jobs in flight were stopped, not killed: the killed worker's (its parent gone) and the other worker's, which
+    # loky kills with its worker once one dies (it gets the stop signal first): each saved where it was.
+    stopped = [r for r in records if r["status"] == "interrupted"]
+    assert len(stopped) == 2 and all(r["interrupted"]["signal"] == "SIGTERM" for r in stopped), records
+    assert all(r["checkpoint"]["step"] == r["interrupted"]["step"] for r in stopped)
     assert out.strip().splitlines()[-1].endswith("resume=true")
     assert sweep_processes(sweep) == []

@@ -133,6 +133,8 @@ class SweepReportCallback(Callback):
         live = sys.stdout.isatty() and "joblib" not in launcher.lower()
         if live and launcher.endswith("BasicLauncher"):
             os.environ[RELAY_ENV] = "1"
+        if "joblib" in launcher.lower():
+            stop_jobs_before_loky_kills()
         self._progress = SweepProgress(sweep_dir, live=live).start()
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -328,9 +330,8 @@ def _signal(pid: int, signum: int) -> None:
         pass
 
 
-def reap(sweep_dir: Path, grace_s: float = 60.0) -> None:
-    """Stop what is left of the sweep: training processes get SIGTERM (they save and record `interrupted`) and
-    `grace_s` to end; then whatever of it is still alive (a stuck job, submitit's job processes) is killed."""
+def stop_jobs(sweep_dir: Path, grace_s: float = 60.0) -> None:
+    """The sweep's training processes get SIGTERM (they save and record `interrupted`) and up to `grace_s` to end."""
     jobs = sweep_processes(sweep_dir, jobs_only=True)
     for pid in jobs:
         _signal(pid, signal.SIGTERM)
@@ -338,8 +339,36 @@ def reap(sweep_dir: Path, grace_s: float = 60.0) -> None:
     while jobs and time.monotonic() < end:
         jobs = [pid for pid in jobs if _alive(pid)]
         time.sleep(0.2)
+
+
+def reap(sweep_dir: Path, grace_s: float = 60.0) -> None:
+    """Stop what is left of the sweep: training processes get SIGTERM and `grace_s` to end (`stop_jobs`); then
+    whatever of it is still alive (a stuck job, submitit's job processes) is killed."""
+    stop_jobs(sweep_dir, grace_s)
     for pid in sweep_processes(sweep_dir):
         _signal(pid, signal.SIGKILL)
+
+
+def stop_jobs_before_loky_kills() -> None:
+    """joblib's loky executor, once one worker dies, SIGKILLs every other worker with its descendants: their jobs'
+    training processes lost what they had trained since their last checkpoint. Here they get the stop signal first
+    (`stop_jobs`), as a stopped sweep's do, then loky kills what is left. Installed once per process; outside a sweep
+    of ours it is loky's own."""
+    try:
+        from joblib.externals.loky import process_executor
+    except ImportError:
+        return
+    if getattr(process_executor.kill_process_tree, "_pipeline_guard", False):
+        return
+    kill = process_executor.kill_process_tree
+
+    def kill_process_tree(process, *args, **kwargs):
+        if _ACTIVE:
+            stop_jobs(Path(_ACTIVE[0][1].hydra.sweep.dir))
+        return kill(process, *args, **kwargs)
+
+    kill_process_tree._pipeline_guard = True
+    process_executor.kill_process_tree = kill_process_tree
 
 
 def _alive(pid: int) -> bool:
