@@ -275,7 +275,7 @@ def test_every_shipped_preset_passes_the_start_up_checks(preset):
 def test_an_env_gymnasium_cannot_make_here_is_left_to_the_task():
     assert env_ids.action_kind("CartPole-v1", {"no_such_kwarg": 1}) is None
     assert env_ids.action_kind("CartPole-v1")[0] == "discrete" and env_ids.action_kind("Pendulum-v1")[0] == "box"
-    env_ids.check_env_id("some_module:Mine-v0")  # gymnasium imports the module that registers it
+    env_ids.check_env_id("gymnasium.envs.classic_control:CartPole-v1")  # gymnasium's `module:Id` form (module imported)
 
 
 def test_an_envpool_backend_that_cannot_run_the_env_is_refused_by_the_start_up_checks():

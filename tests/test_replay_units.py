@@ -555,8 +555,9 @@ def test_an_atari_game_is_played_whole_with_real_rewards_and_videos_at_its_frame
 
     asked = []
 
-    def make_env(env_id, **kwargs):
-        asked.append((env_id, dict(kwargs)))
+    def make_env(env, **kwargs):  # the run's env group, and play's kwargs on top
+        settings = envs.EnvSettings.of(env, **kwargs)
+        asked.append((settings.id, settings.kwargs))
         return gym.make("CartPole-v1", render_mode=kwargs.get("render_mode"), max_episode_steps=2)
 
     monkeypatch.setattr(envs, "make_env", make_env)
@@ -574,8 +575,9 @@ def test_an_atari_game_is_played_whole_with_real_rewards_and_videos_at_its_frame
 def test_a_video_of_an_env_without_a_frame_rate_runs_at_30(tmp_path, monkeypatch):
     from pipeline.rl import envs
 
-    def make_env(env_id, **kwargs):
-        env = gym.make(env_id, **kwargs)
+    def make_env(group, **kwargs):
+        settings = envs.EnvSettings.of(group, **kwargs)
+        env = gym.make(settings.id, **settings.kwargs)
         env.metadata = {**env.metadata, "render_fps": None}
         return env
 

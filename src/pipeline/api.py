@@ -172,11 +172,9 @@ def _load_agent(cfg, run_dir: Path, seed: int, device: str, state: dict | None =
     import gymnasium as gym
     from omegaconf import OmegaConf
 
-    from pipeline.rl.envs import make_env
-    from pipeline.runtime.replay import env_of, greedy_policy, load_network, load_obs_stats, obs_normalized
+    from pipeline.runtime.replay import greedy_policy, load_network, load_obs_stats, obs_normalized, run_env
 
-    env_id, env_kwargs = env_of(cfg)
-    env = make_env(env_id, **env_kwargs)
+    env = run_env(cfg)
     observation_space, action_space = env.observation_space, env.action_space
     env.close()
     continuous = isinstance(action_space, gym.spaces.Box)
@@ -239,6 +237,7 @@ def run(experiment: str | None = None, overrides: list[str] | tuple[str, ...] = 
     from pipeline import cli
     from pipeline.config import checks
     from pipeline.config.checks import ConfigError
+    from pipeline.config.env_ids import carry_env_imports
 
     if isinstance(overrides, str):  # iterated, a string is its characters ("Error parsing override 't'")
         raise ConfigError(f"overrides={overrides!r}: a list of overrides, e.g. overrides={overrides.split()!r}")
@@ -265,6 +264,7 @@ def run(experiment: str | None = None, overrides: list[str] | tuple[str, ...] = 
         run_dir = Path(str(cfg.hydra.run.dir))
         with open_dict(cfg):
             del cfg["hydra"]
+        carry_env_imports(cfg)  # an env this process's imports registered: its module goes into the saved config
         return _run_in(cfg, run_dir, argv, choices)
     except ConfigError:
         refused = True

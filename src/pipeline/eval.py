@@ -159,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     seeds = result["seeds"]
     print(f"{result['episodes']} episodes of {result['env_id']}: return {result['mean']:.1f}{spread} "
           f"(seeds {seeds[0]}-{seeds[-1]}) -> {options_path(result)}")
+    if result.get("rendering"):  # how MuJoCo's frames were rendered (headless: EGL or OSMesa)
+        print(result["rendering"])
     return 0
 
 

@@ -46,11 +46,9 @@ def env_observations(agent, n: int):
     on (seed + 30,000, ...): a batch [n, *shape] as the env gives them."""
     import numpy as np
 
-    from pipeline.rl.envs import make_env
-    from pipeline.runtime.replay import env_of
+    from pipeline.runtime.replay import run_env
 
-    env_id, kwargs = env_of(agent.config)
-    env = make_env(env_id, **kwargs)
+    env = run_env(agent.config)
     seen = []
     try:
         episode = 0

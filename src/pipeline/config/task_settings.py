@@ -140,17 +140,15 @@ def check_task_settings(cfg: DictConfig, choices: Mapping[str, str | None]) -> N
     if spaces is None or not isinstance(env, DictConfig) or env.get("id") in (None, ""):
         return
     env_id = str(env.get("id"))
-    env_ids.check_env_id(env_id)
-    kwargs = env.get("kwargs")
-    kwargs = OmegaConf.to_container(kwargs, resolve=True) if isinstance(kwargs, DictConfig) else {}
-    env_ids.check_env_backend(env_id, kwargs, env.get("backend"))
-    found = env_ids.action_kind(env_id, kwargs)
+    plain = OmegaConf.to_container(env, resolve=True)  # the env group as the run gets it (imports, wrappers, kwargs)
+    env_ids.check_env(plain)
+    found = env_ids.action_kind(plain)
     if found is not None and found[0] not in spaces:
         others = [t for t, c in _shipped_tasks().items() if found[0] in (getattr(c, "action_spaces", None) or ())]
         hint = f", or {' or '.join(f'task={t}' for t in others)} for its actions" if others else ""
         raise ConfigError(f"{name} takes {' or '.join(spaces)} actions, and env.id={env_id} has {found[1]}: choose another "
                           f"env{hint}")
-    _check_image_model(cfg, name, env_id, kwargs)
+    _check_image_model(cfg, name, plain)
 
 
 # Models that flatten their input: on image observations they learn from raw pixels as a flat vector.
@@ -165,17 +163,17 @@ IMAGE_MODELS = {"task=ppo": "model=actor_critic_cnn (or experiment=ppo_atari)",
                 "task=dqn": "model=atari_cnn (or experiment=dqn_atari)"}
 
 
-def _check_image_model(cfg: DictConfig, name: str, env_id: str, kwargs: dict) -> None:
+def _check_image_model(cfg: DictConfig, name: str, env: dict) -> None:
     """A flat network (`FLAT_MODELS`) on image observations is one line naming the convolutional model to use."""
     model = cfg.get("model")
     target = str(model.get("_target_")) if isinstance(model, DictConfig) else ""
     if target not in FLAT_MODELS:
         return
-    images = env_ids.image_observations(env_id, kwargs)
+    images = env_ids.image_observations(env)
     if images is None:
         return
     fix = IMAGE_MODELS.get(name, "a convolutional model (e.g. model=atari_cnn)")
-    raise ConfigError(f"{FLAT_MODELS[target]} flattens its input, and env.id={env_id} gives {images}: use {fix}")
+    raise ConfigError(f"{FLAT_MODELS[target]} flattens its input, and env.id={env['id']} gives {images}: use {fix}")
 
 
 def _task_name(cls: type, choices: Mapping[str, str | None]) -> str:

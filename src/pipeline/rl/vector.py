@@ -9,9 +9,10 @@ is where the action led, `obs` what the agent sees next).
 - backend: tensor -- the env's dynamics as batched tensor ops (TensorCartPole, TensorAcrobot, TensorPendulum), all
   agents in a few kernels on any device. Start states come from a counter-based hash of (seed,
   episode), not from gymnasium's generator.
-- backend: gym -- `pipeline.rl.envs.make_env` copies (Atari preprocessing included) in one gymnasium
-  SyncVectorEnv with same-step auto-reset; each copy is reset with its seed once and then continues
-  its own generator, exactly as the single-seed loop does.
+- backend: gym -- `pipeline.rl.envs.make_env` copies (Atari preprocessing, the env group's `imports` and
+  `wrappers` included: each copy is wrapped as an evaluation or replay env is) in one gymnasium SyncVectorEnv with
+  same-step auto-reset; each copy is reset with its seed once and then continues its own generator, exactly as the
+  single-seed loop does.
 - backend: envpool -- EnvPool's C++ pool (pipeline.rl.envpool_vector), same step result; start states
   from EnvPool's generator; a resume restarts every env.
 
@@ -37,6 +38,7 @@ from pipeline.rl.acrobot_tensor import TensorAcrobot
 from pipeline.rl.cartpole_tensor import TensorCartPole
 from pipeline.rl.envs import (
     CurrentObservation,
+    EnvSettings,
     batch_to_tensor,
     discrete_size,
     env_threshold,
@@ -82,18 +84,21 @@ def env_seeds(seeds: Sequence[int], envs_per_agent: int) -> list[int]:
 
 
 def make_vector_env(env: dict, seeds: Sequence[int], envs_per_agent: int, device: str | torch.device = "cpu") -> VectorEnv:
-    """K = len(seeds) agents x `envs_per_agent` envs of the `env` config group (`id`, `kwargs`, `backend`, `dtype`)."""
+    """K = len(seeds) agents x `envs_per_agent` envs of the `env` config group (`id`, `kwargs`, `imports`, `wrappers`,
+    `backend`, `dtype`)."""
     if not seeds or envs_per_agent <= 0:
         raise ValueError(f"make_vector_env needs at least one seed and envs_per_agent >= 1; got {len(seeds)} seeds, E={envs_per_agent}")
     env_id, kwargs = env["id"], dict(env.get("kwargs") or {})
     backend = env.get("backend", "gym")
     rows = env_seeds(seeds, envs_per_agent)
+    if backend != "gym" and EnvSettings.of(env).wrappers:
+        raise ValueError(f"env.wrappers wrap gymnasium envs; env.backend={backend} builds its own: use env.backend=gym")
     if backend == "tensor":
         if env_id not in TENSOR_ENVS:
             raise ValueError(f"env.backend=tensor has no tensor form of {env_id}; tensor envs: {', '.join(TENSOR_ENVS)} (or env.backend=gym)")
         return TensorVectorEnv(TENSOR_ENVS[env_id], rows, device, env.get("dtype", "float64"), **kwargs)
     if backend == "gym":
-        return GymVectorEnv(env_id, kwargs, rows, device)
+        return GymVectorEnv(env, {}, rows, device)
     if backend == "envpool":
         from pipeline.rl.envpool_vector import EnvPoolVectorEnv
 
@@ -158,10 +163,13 @@ class GymVectorEnv(CurrentObservation):
     At 16 envs SyncVectorEnv runs at 0.7x a bare loop over the envs (32-36k vs 49k steps/s).
     """
 
-    def __init__(self, env_id: str, kwargs: dict, seeds: Sequence[int], device):
-        self.env_id, self.kwargs, self.device = env_id, dict(kwargs), torch.device(device)
+    def __init__(self, env: str | dict | EnvSettings, kwargs: dict, seeds: Sequence[int], device):
+        """`env`: an id or the env group (as `make_env` takes it); `kwargs` on top of its kwargs."""
+        self.settings = EnvSettings.of(env, **kwargs)
+        env_id = self.env_id = self.settings.id
+        self.kwargs, self.device = self.settings.kwargs, torch.device(device)
         self.seeds = [int(s) for s in seeds]
-        self.envs = [make_env(env_id, **self.kwargs) for _ in self.seeds]
+        self.envs = [make_env(self.settings) for _ in self.seeds]
         space, actions = self.envs[0].observation_space, self.envs[0].action_space
         if not isinstance(actions, gym.spaces.Discrete | gym.spaces.Box):
             raise ValueError(f"a vector env takes a Discrete or Box action space; {env_id} has {actions}")
@@ -170,7 +178,7 @@ class GymVectorEnv(CurrentObservation):
         self.obs_dtype = torch.uint8 if self.np_dtype == np.uint8 else torch.float32
         self.action_space = actions
         self.n_actions = discrete_size(actions)
-        self.reward_threshold = env_threshold(env_id)
+        self.reward_threshold = env_threshold(self.settings)
         self.return_bounds = _gym_return_bounds(env_id, self.envs[0])
         self.episodes = np.zeros(len(self.envs), dtype=np.int64)
         self.restarted: list[int] = []
@@ -349,4 +357,4 @@ def _gym_returns(policy, env: dict, seeds: list[int], K: int, n: int, device) ->
         actions = policy(batch.view(K, n, *batch.shape[1:]))
         return actions.reshape(K * n, *actions.shape[2:]).cpu().numpy()[alive]
 
-    return torch.from_numpy(play_episodes(env["id"], env.get("kwargs"), seeds, actions_for))
+    return torch.from_numpy(play_episodes(env, None, seeds, actions_for))

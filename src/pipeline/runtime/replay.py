@@ -70,12 +70,30 @@ def _run_seed(run_dir: Path, cfg: DictConfig, seed_dir: re.Match | None) -> int:
 
 
 def env_of(cfg: DictConfig) -> tuple[str, dict]:
+    """The run's env id and kwargs (`env_config` has its whole env group)."""
+    env = env_config(cfg)
+    return env["id"], env["kwargs"]
+
+
+def env_config(cfg: DictConfig) -> dict:
+    """The run's env group as a plain dict (`id`, `kwargs`, `imports`, `wrappers`, ...), as its training got it."""
     if not has_env(cfg):
         task = OmegaConf.select(cfg, "task._target_", default="?")
         raise EvalError(f"this run ({task}) has no environment: pipeline.eval replays reinforcement-learning agents")
-    env = cfg.env
-    kwargs = env.get("kwargs")
-    return str(env.id), dict(OmegaConf.to_container(kwargs, resolve=True) if kwargs else {})
+    env = OmegaConf.to_container(cfg.env, resolve=True)
+    return {**env, "id": str(env["id"]), "kwargs": dict(env.get("kwargs") or {})}
+
+
+def run_env(cfg: DictConfig, **kwargs):
+    """A fresh env of the run (`make_env` of its env group: its modules imported, its kwargs, its wrappers; `kwargs`
+    on top), what replays, videos, `pipeline.load` and export play. A module that does not import here, an id it
+    does not register, a wrapper that fails: one line (EvalError) naming the run's config."""
+    from pipeline.rl.envs import EnvError, make_env
+
+    try:
+        return make_env(env_config(cfg), **kwargs)
+    except EnvError as exc:
+        raise EvalError(f"the run's env (its .hydra/config.yaml): {exc}") from None
 
 
 def load_policy(cfg: DictConfig, run_dir: Path, obs_shape: tuple, n_actions: int, device, continuous: bool = False,
@@ -215,7 +233,7 @@ def play(options: Options, cfg: DictConfig, run_seed: int, state_dict: dict | No
     import gymnasium as gym
     import torch
 
-    from pipeline.rl.envs import is_atari, make_env
+    from pipeline.rl.envs import is_atari, rendering_note
 
     env_id, env_kwargs = env_of(cfg)
     if is_atari(env_id):
@@ -229,7 +247,7 @@ def play(options: Options, cfg: DictConfig, run_seed: int, state_dict: dict | No
     device = torch.device(options.device)
     first = run_seed + REPLAY_SEED_OFFSET if options.seed is None else options.seed
     seeds = [first + i for i in range(options.episodes)]
-    env = make_env(env_id, **env_kwargs)
+    env = run_env(cfg, **env_kwargs)
     space = env.action_space
     continuous = isinstance(space, gym.spaces.Box)  # an actor-critic's Gaussian policy plays its mean
     net = load_policy(cfg, options.run_dir, env.observation_space.shape, int(space.shape[0] if continuous else space.n), device,
@@ -272,6 +290,7 @@ def play(options: Options, cfg: DictConfig, run_seed: int, state_dict: dict | No
         "run_dir": str(options.run_dir), "env_id": env_id, "run_seed": run_seed, "episodes": len(returns),
         "seeds": seeds, "returns": returns, "lengths": lengths,
         "mean": float(np.mean(returns)), "std": float(np.std(returns)), "device": str(device), "videos": videos,
+        **({"rendering": note} if options.video and (note := rendering_note(env)) else {}),
     }
 
 

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from pipeline.nets.ensemble import make_ensemble
-from pipeline.rl.envs import obs_to_tensor
+from pipeline.rl.envs import make_env, obs_to_tensor
 from pipeline.tasks.base import TaskParts, check_finite
 from pipeline.tasks.configs import CEMConfig
 from pipeline.tasks.rl_task import RLProgress, RLTask, per_agent
@@ -67,7 +67,7 @@ class CEMTask(RLTask):
         self.n_actions = int(self.action_space.n)
         self.env_kwargs = dict(self.env_cfg.get("kwargs") or {})
         # Each agent's envs, one per episode of a batch (indexed by agent: a stopped agent's are closed at the end).
-        self.envs = [[gym.make(self.env_id, **self.env_kwargs) for _ in range(self.config.episodes_per_batch)]
+        self.envs = [[make_env(self.env_cfg) for _ in range(self.config.episodes_per_batch)]
                      for _ in self.agent_seeds]
         # The sampling generators exist before a fit (a batch can be played by hand); the fit seeds them again.
         self.generators = [torch.Generator().manual_seed(s) for s in self.agent_seeds]

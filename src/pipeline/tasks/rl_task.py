@@ -53,7 +53,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from pipeline.nets.ensemble import keep_optimizer_members_, stacked_optimizer
-from pipeline.rl.envs import env_threshold, make_env
+from pipeline.rl.envs import make_env, run_threshold
 from pipeline.rl.targets import freeze
 from pipeline.rl.vector import evaluate_agents, make_vector_env
 from pipeline.store.checkpoint import rng_state, save_atomic, set_rng_state
@@ -81,9 +81,9 @@ class GreedyPolicy(nn.Module):
         return self.net(obs.float()).argmax(-1)
 
 
-def spaces_of(env_id: str, kwargs: dict) -> tuple[gym.spaces.Space, gym.spaces.Space]:
-    """The observation and action spaces of `env_id`, from one throwaway env."""
-    probe = make_env(env_id, **kwargs)
+def spaces_of(env: str | dict, kwargs: dict | None = None) -> tuple[gym.spaces.Space, gym.spaces.Space]:
+    """The observation and action spaces of `env` (an id or the env group), from one throwaway env."""
+    probe = make_env(env, **(kwargs or {}))
     spaces = probe.observation_space, probe.action_space
     probe.close()
     return spaces
@@ -152,10 +152,10 @@ class RLTask(Task):
         self.automatic_optimization = False
         self.env_cfg = dict(env)
         self.env_id = str(env["id"])
-        self.observation_space, self.action_space = spaces_of(self.env_id, dict(env.get("kwargs") or {}))
+        self.observation_space, self.action_space = spaces_of(self.env_cfg)
         self.obs_shape = tuple(self.observation_space.shape)
         self.envs_per_agent = int(hp.envs_per_agent) if self.vector_env else 0
-        self.threshold = float(hp.threshold) if hp.threshold is not None else env_threshold(self.env_id)
+        self.threshold = run_threshold(self.env_cfg, hp.threshold)
         self.capture_video = bool(hp.capture_video)
         self.return_bounds: tuple[float, float] | None = None
         self.slots = list(range(self.n_agents))
