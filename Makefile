@@ -9,7 +9,7 @@ TORCH := torch==2.13.0
 EXPERIMENT ?= dqn_cartpole
 ARGS ?=
 
-.PHONY: help setup run test test-fast mutate bench bench-jax bench-ddp bench-atari-cleanrl bench-cleanrl bench-offpolicy-cleanrl bench-tune lint clean cluster-up cluster-down
+.PHONY: help setup run test test-fast mutate bench bench-jax bench-ddp bench-atari-cleanrl bench-cleanrl bench-offpolicy-cleanrl bench-tune lint clean headless-gl cluster-up cluster-down
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -18,6 +18,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet "$(TORCH)"
 	$(PY) -m pip install --quiet -e ".[dev,mujoco,onnx]"
+	bash tools/headless_gl.sh || echo "headless GL not installed: MuJoCo videos need a display (make headless-gl as root)"
 	touch $(STAMP)
 
 setup: $(STAMP) ## create .venv and install the project (once; again when pyproject.toml changes)
@@ -63,6 +64,9 @@ bench-tune: $(STAMP) ## tune dqn_cartpole over seed distributions, then confirm 
 lint: $(STAMP) ## ruff, and the layer contracts of pyproject.toml (import-linter)
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/lint-imports
+
+headless-gl: ## EGL for MuJoCo's video frames on a machine without a display (apt, as root; make setup runs it)
+	bash tools/headless_gl.sh
 
 cluster-up: ## a one-node SLURM cluster (with accounting) and PostgreSQL on this machine, for the tests marked cluster (root)
 	bash tools/cluster/up.sh
