@@ -255,6 +255,7 @@ def test_a_mujoco_env_without_display_or_gl_library_is_one_line_with_the_install
     make_env("CartPole-v1", render_mode="rgb_array").close()  # other envs render without OpenGL
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not envs.mujoco_available(), reason='MuJoCo is not installed (pip install -e ".[mujoco]")')
 def test_a_fresh_process_without_display_renders_mujoco_frames(tmp_path):
     """MUJOCO_GL must be set before MuJoCo makes its context: a fresh interpreter, as `python -m pipeline.eval` is."""
