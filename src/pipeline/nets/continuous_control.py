@@ -15,7 +15,8 @@ The ensemble forms take [K, N, ...] and keep member i's tensors under the plain 
 (`member_state_dict(i)` loads into the plain network). `EnsembleTwinQ` runs both critics of all K
 agents as one stack of 2K members (q1 of every agent, then q2), so a critic forward is one batched
 matmul per layer. `make_offpolicy_agents` builds K agents, agent i's actor and critics initialised as
-the single run of seed `seeds[i]` builds them.
+the single run of seed `seeds[i]` builds them; an actor of another class (a user's own) is stacked generically
+(`pipeline.nets.stacked.StackedModule`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from torch import nn
 
 from pipeline.nets.ensemble import Ensemble, StackedLayer, flat_features, stack_sequential
 from pipeline.nets.factory import make_net
+from pipeline.nets.stacked import StackedModule
 
 LOG_STD_BOUNDS = (-5.0, 2.0)
 
@@ -201,7 +203,8 @@ class EnsembleTwinQ(Ensemble):
     def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = _cat(obs, actions, 2)
         q = self.q(torch.cat([x, x], 0)).squeeze(-1)
-        return q[: self.n_members], q[self.n_members :]
+        k = x.shape[0]  # not n_members: a compiled step keeps the member count symbolic (an int attribute would pin it)
+        return q[:k], q[k:]
 
     def _layers(self) -> list[tuple[str, StackedLayer]]:
         return [(f"net.{pos}", layer) for pos, layer in enumerate(self.q) if isinstance(layer, StackedLayer)]
@@ -236,11 +239,13 @@ _ENSEMBLE_ACTOR = {SquashedGaussianActor: EnsembleSquashedGaussianActor, Determi
 
 
 def make_offpolicy_agents(
-    actor: Callable[..., nn.Module], critic: Callable[[int, int], TwinQ], seeds: Sequence[int], obs_dim: int, action_dim: int
-) -> tuple[Ensemble, EnsembleTwinQ]:
+    actor: Callable[..., nn.Module], critic: Callable[[int, int], TwinQ], seeds: Sequence[int], obs_dim: int, action_dim: int,
+    methods: Sequence[str] = ("distribution", "unit", "bounds"),
+) -> tuple[Ensemble | StackedModule, EnsembleTwinQ]:
     """K agents' actors and twin critics; agent i's are what `torch.manual_seed(seeds[i])`, then
     `make_net(actor, obs_dim, action_dim)`, then `critic(obs_dim, action_dim)` build (the single run's order).
-    The global RNG is left as it was."""
+    Our actors are stacked by hand; any other actor generically (`StackedModule`), running those of `methods` it has
+    over the members (`stacked.unit(obs)`). The global RNG is left as it was."""
     if len(seeds) == 0:
         raise ValueError("make_offpolicy_agents needs at least one seed")
     actors, critics = [], []
@@ -249,9 +254,10 @@ def make_offpolicy_agents(
             torch.default_generator.manual_seed(int(s))
             actors.append(make_net(actor, obs_dim, action_dim))
             critics.append(critic(int(obs_dim), int(action_dim)))
-    build = _ENSEMBLE_ACTOR.get(type(actors[0]))
-    if build is None:
-        raise ValueError(f"make_offpolicy_agents stacks {', '.join(k.__name__ for k in _ENSEMBLE_ACTOR)}; got {type(actors[0]).__name__}")
     if type(critics[0]) is not TwinQ:
         raise ValueError(f"make_offpolicy_agents needs TwinQ critics; got {type(critics[0]).__name__}")
+    # Exact types: a subclass may change a method, which stacking the weights by hand would silently drop.
+    build = _ENSEMBLE_ACTOR.get(type(actors[0]))
+    if build is None:
+        return StackedModule(actors, methods=[m for m in methods if hasattr(actors[0], m)]), EnsembleTwinQ(critics)
     return build(actors), EnsembleTwinQ(critics)

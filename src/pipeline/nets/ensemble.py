@@ -16,7 +16,8 @@ Every parameter and buffer of an ensemble has the member axis first, and none is
 
 `make_ensemble` builds the ensemble form of any of our Q-networks and of the actor-critic; each ensemble keeps its stacked
 layers at the module paths the ordinary network has them, which is what lets `member_state_dict`
-name member i's tensors exactly as the ordinary network's `state_dict` does.
+name member i's tensors exactly as the ordinary network's `state_dict` does. Any other module (a user's own, a
+subclass of ours) is stacked generically (`pipeline.nets.stacked.StackedModule`: vmap over functional_call).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from pipeline.nets.cnn import AtariCNN
 from pipeline.nets.factory import make_net
 from pipeline.nets.heads import DuelingQNet, NoisyQNet
 from pipeline.nets.mlp import MLP
+from pipeline.nets.stacked import StackedModule
 
 # Modules that act elementwise (or per row) and hold no parameters: they apply to a [K, N, F] batch as is.
 _STATELESS = (nn.ReLU, nn.Tanh, nn.LeakyReLU, nn.GELU, nn.ELU, nn.Sigmoid, nn.Identity, nn.Dropout)
@@ -480,19 +482,20 @@ _ENSEMBLE_OF: dict[type, type[Ensemble]] = {
 }
 
 
-def make_ensemble(factory: Callable[..., nn.Module], seeds: Sequence[int], obs_shape: tuple[int, ...], n_actions: int) -> Ensemble:
+def make_ensemble(factory: Callable[..., nn.Module], seeds: Sequence[int], obs_shape: tuple[int, ...], n_actions: int,
+                  stacked: type[StackedModule] = StackedModule) -> Ensemble | StackedModule:
     """The ensemble form of `factory`'s network, member i initialised as the single-seed run with seeds[i] starts.
 
     That run builds `make_net(factory, prod(obs_shape), n_actions)` right after `torch.manual_seed(seed)`;
-    so does this, once per seed, then stacks the results. The global RNG is left as it was.
+    so does this, once per seed, then stacks the results: our networks by hand (`_ENSEMBLE_OF`), any other module
+    as `stacked(members)` (a `StackedModule`). The global RNG is left as it was.
     """
     members = seeded_members(factory, seeds, math.prod(obs_shape), n_actions)
     kind = type(members[0])
-    # Exact types: a subclass may change forward, which stacking the weights would silently drop.
+    # Exact types: a subclass may change forward, which stacking the weights by hand would silently drop.
     build = _ENSEMBLE_OF.get(kind)
     if build is None:
-        known = ", ".join(k.__name__ for k in _ENSEMBLE_OF)
-        raise ValueError(f"make_ensemble cannot stack {kind.__name__}; it stacks {known}: pick one of those models")
+        return stacked(members)
     if kind is AtariCNN and tuple(obs_shape) != (members[0].features[0].in_channels, 84, 84):
         raise ValueError(
             f"AtariCNN takes frames shaped (in_channels={members[0].features[0].in_channels}, 84, 84), the env gives "
@@ -531,8 +534,9 @@ def per_member_grad_norm(params: Sequence[torch.Tensor]) -> torch.Tensor:
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         raise ValueError("no gradients to measure")
-    # Per tensor, then across tensors: torch's clip_grad_norm_ order, one reduction per parameter.
-    norms = [torch.linalg.vector_norm(g, dim=tuple(range(1, g.dim()))) for g in grads]
+    # Per tensor, then across tensors: torch's clip_grad_norm_ order, one reduction per parameter. A stacked scalar
+    # parameter ([K]) is its own norm: vector_norm over dim=() would reduce across the members.
+    norms = [g.abs() if g.dim() == 1 else torch.linalg.vector_norm(g, dim=tuple(range(1, g.dim()))) for g in grads]
     return torch.linalg.vector_norm(torch.stack(norms), dim=0)
 
 
@@ -614,6 +618,9 @@ def compile_over_members(fn: Callable, device: torch.device | str, member_axes: 
     # makes unmarked parameters static (dynamo assumes static by default) and ignores the sizes a symbolic phase
     # recorded for `fn` (no automatic dynamic shapes).
     torch._dynamo.config.force_parameter_static_shapes = False
+    # A generically stacked module (nets/stacked.py) reads its stacked tensors from torch's own modules (nn.Linear, ...),
+    # whose tensors dynamo otherwise takes as static: vmap would then pin K at the first symbolic compile.
+    torch._dynamo.config.force_nn_module_property_static_shapes = False
     fx_config.use_duck_shape = False
     cuda = torch.device(device).type == "cuda"
     mode = "reduce-overhead" if cuda and cuda_graphs else None

@@ -4,7 +4,7 @@ Acting in an RL loop is one tiny forward per env step: torch spends ~30-40 us pe
 a 4-128-128-2 MLP, numpy ~5-10 us for the same arithmetic. `NumpyGreedy` mirrors a network made only
 of Linear layers and elementwise activations (our `MLP`), and is refreshed from the torch weights after
 every round of updates; `NumpyEnsembleGreedy` does the same for an `EnsembleMLP` (K members at once).
-Anything else (dueling or noisy heads, CNNs) keeps the torch path.
+Anything else (dueling or noisy heads, CNNs, a module of the user's own, stacked generically) keeps the torch path.
 
 Measured for the ensemble (128-128 hidden, 4 -> 2, one thread, a shared 2-core machine; us per call,
 torch = inference_mode forward + argmax): K=1: torch 51-58, numpy 5.5-9.4 (N=1-8); K=16: torch 88 / 169,
@@ -20,6 +20,7 @@ from torch import nn
 
 from pipeline.nets.ensemble import EnsembleLinear, EnsembleMLP
 from pipeline.nets.mlp import Tanh
+from pipeline.nets.stacked import StackedModule
 
 _ACTIVATIONS = {
     nn.ReLU: lambda x: np.maximum(x, 0.0, out=x),
@@ -52,6 +53,8 @@ class NumpyGreedy:
         """
         if isinstance(net, EnsembleMLP):
             return NumpyEnsembleGreedy(net) if _mirrorable(list(net.net), EnsembleLinear) else None
+        if isinstance(net, StackedModule):  # any other module, stacked generically: torch runs it
+            return None
         body = getattr(net, "net", net)
         if not isinstance(body, nn.Sequential) or not _mirrorable(list(body), nn.Linear):
             return None

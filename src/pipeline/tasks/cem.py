@@ -25,7 +25,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from pipeline.nets import contracts
 from pipeline.nets.ensemble import make_ensemble
+from pipeline.nets.stacked import check_outputs
 from pipeline.rl.envs import make_env, obs_to_tensor
 from pipeline.tasks.base import TaskParts, check_finite
 from pipeline.tasks.configs import CEMConfig
@@ -72,7 +74,10 @@ class CEMTask(RLTask):
         # The sampling generators exist before a fit (a batch can be played by hand); the fit seeds them again.
         self.generators = [torch.Generator().manual_seed(s) for s in self.agent_seeds]
         self._recent: dict[str, list[float]] = {}  # the last iteration's numbers, per learning slot
-        return make_ensemble(factory, self.agent_seeds, self.obs_shape, self.n_actions)
+        # Our MLP as a hand-written ensemble; any other module stacked generically (nets/stacked.py).
+        ensemble = make_ensemble(factory, self.agent_seeds, self.obs_shape, self.n_actions)
+        check_outputs(ensemble, "cem", f"model=mlp or a model of your own: {contracts.CEM.describe()}", self.obs_shape, ("N", self.n_actions))
+        return ensemble
 
     # ---- RLTask's hooks ---------------------------------------------------------------------------
     def iterations_left(self) -> int:

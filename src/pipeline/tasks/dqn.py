@@ -1,7 +1,8 @@
 """Deep Q-learning (Mnih et al. 2015) for K agents at once, as a Lightning module (K = 1 is an ordinary run).
 
 Reads top to bottom like a single-file DQN, with every tensor given a leading agent axis: agent i is
-seed `seed + i` with its own network (member i of an ensemble: `nets.ensemble.make_ensemble`), target
+seed `seed + i` with its own network (member i of an ensemble: `nets.ensemble.make_ensemble`; any module built as
+`model(in_features=..., out_features=n_actions)`, `pipeline.nets.contracts.DQN`), target
 network, optimizer state (one optimizer over the stacked weights is K independent optimizers,
 because the loss is the SUM over agents of each agent's MEAN TD loss and gradients are clipped per
 agent), replay rows, epsilon schedule, envs (rows i*E ... of one vector env: `rl.vector`) and random
@@ -31,6 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from pipeline.nets import contracts
 from pipeline.nets.ensemble import (
     clip_grad_norm_per_member_,
     compile_over_members,
@@ -38,6 +40,7 @@ from pipeline.nets.ensemble import (
     make_ensemble,
     stacked_optimizer,
 )
+from pipeline.nets.stacked import check_outputs
 from pipeline.nets.td_grad import loss_derivative, relu_mlp_forward, relu_mlp_layers, td_grads_
 from pipeline.rl.replay import ReplayBuffer
 from pipeline.rl.schedules import epsilon_at
@@ -140,7 +143,10 @@ class DQNTask(RLTask):
             raise ValueError(f"DQN needs a discrete action space; {self.env_id} has {act_space}: use task=ppo for continuous actions")
         self.obs_dtype = torch.uint8 if self.observation_space.dtype == np.uint8 else torch.float32
         self.n_actions = int(act_space.n)
-        return make_ensemble(net, self.agent_seeds, self.obs_shape, self.n_actions)
+        # Our Q-networks as hand-written ensembles; any other module stacked generically (nets/stacked.py).
+        ensemble = make_ensemble(net, self.agent_seeds, self.obs_shape, self.n_actions)
+        check_outputs(ensemble, "dqn", f"model=mlp|dueling|noisy|atari_cnn or a model of your own: {contracts.DQN.describe()}", self.obs_shape, ("N", self.n_actions))
+        return ensemble
 
     def configure_optimizers(self):
         optimizer = stacked_optimizer(self.optimizer_factory, self.net.parameters())

@@ -2,7 +2,8 @@
 
 Reads top to bottom like CleanRL's ppo.py / ppo_continuous_action.py, with a leading agent axis on
 every tensor: agent i is seed `seed + i` with its own actor-critic (member i of an
-`EnsembleActorCritic`, initialised as the single run of its seed), Adam state (one optimizer over the
+`EnsembleActorCritic`, or of a `StackedActorCritic` for a module of the user's own meeting
+`pipeline.nets.contracts.PPO`, initialised as the single run of its seed), Adam state (one optimizer over the
 stacked weights is K optimizers: the loss is the SUM over agents of each agent's own loss and
 gradients are clipped per agent), envs (rows i*E ... of one vector env), minibatch shuffles (a
 generator seeded with `seed + i`) and, where asked, running observation and return statistics. Agent
@@ -36,8 +37,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from pipeline.nets import contracts
 from pipeline.nets.actor_critic import (
-    ActorCritic,
     categorical_log_prob,
     categorical_log_prob_and_entropy,
     categorical_sample_given,
@@ -47,12 +48,14 @@ from pipeline.nets.actor_critic import (
 )
 from pipeline.nets.actor_critic_cnn import ActorCriticCNN, EnsembleActorCriticCNN
 from pipeline.nets.ensemble import (
+    EnsembleActorCritic,
     clip_grad_norm_per_member_,
     compile_over_members,
     compiled_graphs,
     make_ensemble,
     stacked_optimizer,
 )
+from pipeline.nets.stacked import StackedActorCritic, check_outputs
 from pipeline.rl.ppo import (
     RewardScaler,
     RunningMeanStd,
@@ -237,10 +240,24 @@ class PPOTask(RLTask):
             if self.config.normalize_obs:
                 raise ValueError("model=actor_critic_cnn scales uint8 frames by 1/255 itself; set task.normalize_obs=false")
             self.frames_in = True
-            return EnsembleActorCriticCNN.from_factory(factory, self.agent_seeds, self.obs_shape, n_out)
-        if kind is None or not issubclass(kind, ActorCritic):
-            raise ValueError(f"task=ppo needs model=actor_critic (an actor and a critic); got {getattr(net, 'func', net)}")
-        return make_ensemble(factory, self.agent_seeds, self.obs_shape, n_out)
+            if kind is ActorCriticCNN:  # a subclass may change forward: stacked generically below
+                return EnsembleActorCriticCNN.from_factory(factory, self.agent_seeds, self.obs_shape, n_out)
+        # Our ActorCritic as a hand-written ensemble; any other module stacked generically (nets/stacked.py), under
+        # the contract of `pipeline.nets.contracts.PPO`.
+        duty = f"model=actor_critic or a model of your own: {contracts.PPO.describe()}"
+        try:
+            ensemble = make_ensemble(factory, self.agent_seeds, self.obs_shape, n_out, stacked=StackedActorCritic)
+        except TypeError as exc:  # the model's constructor refused the task's keywords
+            raise ValueError(f"task=ppo needs {duty}; building {getattr(net, 'func', net)} failed: {exc}") from None
+        if not isinstance(ensemble, EnsembleActorCritic | StackedActorCritic):
+            raise ValueError(f"task=ppo needs {duty}; got {type(ensemble).__name__} (no critic): use model=actor_critic")
+        check_outputs(ensemble, "ppo", duty, self.obs_shape, [("N", n_out), ("N",)])
+        if self.continuous and isinstance(ensemble, StackedActorCritic):
+            log_std = ensemble.log_std
+            if log_std is None or tuple(log_std.value.shape) != (ensemble.n_members, 1, n_out):
+                raise ValueError(f"task=ppo needs {duty}; {type(ensemble.module).__name__} has no parameter log_std.value "
+                                 f"of shape [{n_out}] for its continuous actions")
+        return ensemble
 
     def configure_optimizers(self):
         optimizer = stacked_optimizer(self.optimizer_factory, self.net.parameters())

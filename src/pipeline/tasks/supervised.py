@@ -1,7 +1,8 @@
 """Supervised learning on a LightningDataModule for K seeds at once (K = 1 is an ordinary run).
 
-Classification, one-vs-all or regression, chosen by the loss. Agent i is seed `seed + i`: member i of
-an ensemble (`nets.ensemble.make_ensemble`) starts from the weights the network gets under
+Classification, one-vs-all or regression, chosen by the loss. The model is any module built as
+`model(in_features=..., out_features=...)` (`pipeline.nets.contracts.SUPERVISED`). Agent i is seed `seed + i`: member i of
+an ensemble (`nets.ensemble.make_ensemble`: ours by hand, any other module stacked generically) starts from the weights the network gets under
 `torch.manual_seed(seed + i)`, sees the training set in its own order (a permutation per epoch from
 its own generator) and gets exactly its own gradient: the loss is the SUM over members of each
 member's MEAN loss, so one optimizer over the stacked weights is K independent optimizers, and
@@ -22,7 +23,9 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler
 
+from pipeline.nets import contracts
 from pipeline.nets.ensemble import clip_grad_norm_per_member_, make_ensemble
+from pipeline.nets.stacked import check_outputs
 from pipeline.store.checkpoint import rng_state, set_rng_state
 from pipeline.tasks.base import Task, TaskParts, check_finite
 from pipeline.tasks.configs import SupervisedConfig
@@ -76,7 +79,10 @@ class SupervisedTask(Task):
         # The sizes come from the data: its flat input size and number of classes.
         self.n_classes = int(data.n_classes)
         out_features = 1 if self.kind == "regression" else self.n_classes
+        # Our MLP as a hand-written ensemble; any other module stacked generically (nets/stacked.py).
         self.net = make_ensemble(net, self.agent_seeds, (int(data.in_features),), out_features)
+        check_outputs(self.net, "supervised", f"model=mlp or a model of your own: {contracts.SUPERVISED.describe()}",
+                      (int(data.in_features),), ("N", out_features))
         self.optimizer_factory = parts.require("optimizer", "supervised", "choose one with optimizer=adam|sgd|...")
         self.scheduler_factory = parts.scheduler
         self.scheduler_interval = config.scheduler_interval
