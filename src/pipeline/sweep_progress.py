@@ -73,6 +73,14 @@ def start_sweep(sweep_dir: str | Path, total: int | None, now: float | None = No
                                  "finished_before": finished})
 
 
+def plan_jobs(sweep_dir: str | Path, total: int) -> None:
+    """How many jobs a sweeper plans that knows it only once it runs (the tuner), for the N/M and the ETA."""
+    path = progress_dir(sweep_dir) / SWEEP_FILE
+    sweep = _read(path)
+    if sweep is not None:
+        _write(path, {**sweep, "total": int(total)})
+
+
 def _took(job: dict) -> float | None:
     started, ended = job.get("started"), job.get("ended")
     return None if started is None or ended is None else max(0.0, float(ended) - float(started))

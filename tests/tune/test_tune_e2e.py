@@ -29,6 +29,14 @@ def test_tune_supervised_digits_bad_lr_loses_and_best_yaml_runs(tmp_path):
         f"hydra.sweep.dir={sweep}",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # Progress: each trial "N of 3"; the sweep's line counts the 3 trials and the confirmation runs (the candidates
+    # that finished, at most 2, and the preset; one process each) with an ETA; no launcher line repeating a trial's
+    # overrides and Optuna settings.
+    assert [line.split("]")[0] for line in proc.stdout.splitlines() if " of 3] " in line] == [
+        "[trial 0, 1 of 3", "[trial 1, 2 of 3", "[trial 2, 3 of 3"], proc.stdout
+    jobs = 3 + 1 + len(list((sweep / "confirm").glob("trial*")))
+    assert "[1/6 done, " in proc.stdout and "ETA" in proc.stdout and f"[{jobs}/{jobs} done, " in proc.stdout, proc.stdout
+    assert "trial={" not in proc.stdout + proc.stderr and "Launching" not in proc.stdout + proc.stderr
     tune = json.loads((sweep / "tune" / "tune.json").read_text())
     study = _study(sweep)
     trials = {t.number: t for t in study.trials}

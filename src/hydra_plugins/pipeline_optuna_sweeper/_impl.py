@@ -14,7 +14,9 @@ from hydra.core.plugins import Plugins
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.config.checks import group_options
+from pipeline.sweep_progress import plan_jobs
 from pipeline.tune.objective import OBJECTIVES, TIE_BREAKS, collect, maximize, rank_trials, trial_value
+from pipeline.tune.progress import planned_jobs, quiet_launches, shown, trial_scored, trial_started
 from pipeline.tune.space import Param, TuneError, format_value, parse_space
 from pipeline.tune.study import tell
 
@@ -100,7 +102,8 @@ class SeedDistributionSearch:
     def _launch(self, jobs: list[list[str]]) -> None:
         if not jobs:
             return
-        self.launcher.launch(jobs, initial_job_idx=self.job_idx)
+        with quiet_launches(self.launcher):  # the trial's own line says what runs
+            self.launcher.launch(jobs, initial_job_idx=self.job_idx)
         self.job_idx += len(jobs)
 
     @staticmethod
@@ -158,6 +161,9 @@ class SeedDistributionSearch:
             n_trials = min(n_trials, math.prod(len(p.grid_values()) for p in self.space))
         print(f"tuning {name}: {n_trials} trials x {k} seeds ({'one process per trial' if self.batched else f'{k} jobs per trial'}), "
               f"objective {self.s.objective} ({'max' if self.maximize else 'min'}imize), study in {url}", flush=True)
+        self.n_trials = n_trials
+        plan_jobs(self.sweep_dir, planned_jobs(n_trials - self._taken(), 1 if self.batched else k, int(self.s.confirm_top),
+                                               n_trials, 1 if self.batched else int(self.s.confirm_seeds)))
         while True:
             while (left := n_trials - self._taken()) > 0:
                 optuna.storages.fail_stale_trials(study)
@@ -250,7 +256,10 @@ class SeedDistributionSearch:
         jobs = []
         # Pruning needs every seed's value at each step, so only trials trained in one process report.
         can_prune = self.batched or len(self.tune_seeds) == 1
-        for trial in trials:
+        taken = self._taken()
+        for i, trial in enumerate(trials):
+            print(trial_started(trial.number, taken - len(trials) + i + 1, self.n_trials, trial.params, self.tune_seeds),
+                  flush=True)
             subdir = f"trials/{trial.number}"
             trial.set_user_attr("dir", subdir)
             trial.set_user_attr("seeds", self.tune_seeds)
@@ -271,18 +280,16 @@ class SeedDistributionSearch:
                             f"unlike the study; set hydra.sweeper.direction={'maximize' if dist.higher_is_better else 'minimize'}")
         trial.set_user_attr("scores", {str(s): (v if math.isfinite(v) else None) for s, v in dist.scores.items()})
         trial.set_user_attr("failed", {str(s): e for s, e in dist.errors.items()})
-        shown = " ".join(f"{k}={format_value(v)}" for k, v in trial.params.items())
         if dist.pruned_at_step is not None:
             steps = sorted(self.study._storage.get_trial(trial._trial_id).intermediate_values)
             at = dist.pruned_at_step or (steps[-1] if steps else 0)
             trial.set_user_attr("pruned_at_step", at)
             tell(self.study, trial, state=TrialState.PRUNED)
-            print(f"[trial {trial.number}] {shown} -> pruned at step {at}", flush=True)
+            print(f"[trial {trial.number}] {shown(trial.params)} -> pruned at step {at}", flush=True)
             return
         value = trial_value(dist, str(self.s.objective), self.maximize)
         tell(self.study, trial, value)
-        note = f", failed seeds {dist.failed} (worst value)" if dist.failed else ""
-        print(f"[trial {trial.number}] {shown} -> {self.s.objective}={value:.4g} over {len(dist.seeds)} seeds{note}", flush=True)
+        print(trial_scored(trial.number, trial.params, str(self.s.objective), value, len(dist.seeds), dist.failed), flush=True)
 
     # ---------------------------------------------------------------- confirmation
     def candidates(self) -> list:
@@ -310,6 +317,7 @@ class SeedDistributionSearch:
         for label, params in labels.items():
             jobs += self._jobs(self._param_overrides(self.space, params), self.confirm_seeds, f"confirm/{label}", None)
         print(f"confirming {', '.join(labels)} on fresh seeds {self.confirm_seeds[0]}-{self.confirm_seeds[-1]}", flush=True)
+        plan_jobs(self.sweep_dir, self.job_idx + len(jobs))  # fewer candidates than confirm_top finished: fewer jobs
         self._launch(jobs)
         return {label: self.sweep_dir / "confirm" / label for label in labels}
 
