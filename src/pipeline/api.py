@@ -124,7 +124,7 @@ def load(run_dir: str | os.PathLike, device: str = "cpu", weights: str = "model"
     _check_device(device)
     run_dir = Path(run_dir)
     cfg, seed = find_config(run_dir)
-    state = _best_weights(cfg, run_dir) if weights == "best" else None
+    state = best_weights(cfg, run_dir) if weights == "best" else None
     if has_env(cfg):
         return _load_agent(cfg, run_dir, seed, device, state)
     task = str(OmegaConf.select(cfg, "task._target_", default="")).rsplit(".", 1)[-1]
@@ -145,8 +145,8 @@ def _check_device(device) -> None:
         raise EvalError(f"device={device!r}: torch sees no {kind.upper()} device on this machine; load with device='cpu'")
 
 
-def _best_weights(cfg, run_dir: Path) -> dict:
-    """best.pt's state_dict, or one line saying why there is none to load."""
+def best_weights(cfg, run_dir: Path, fix: str = "load weights='model'") -> dict:
+    """best.pt's state_dict, or one line saying why there is none to load, ending with `fix`."""
     from omegaconf import OmegaConf
 
     from pipeline.runtime.replay import EvalError
@@ -158,10 +158,10 @@ def _best_weights(cfg, run_dir: Path) -> dict:
         asked = OmegaConf.select(cfg, "task.keep_best", default=None)
         why = ("it ran without task.keep_best=true" if asked is False else
                "it has no evaluation yet" if asked else "only RL runs keep their best-evaluated weights")
-        raise EvalError(f"{path}: no such file: this run kept no best-evaluated weights ({why}); load weights='model'")
+        raise EvalError(f"{path}: no such file: this run kept no best-evaluated weights ({why}); {fix}")
     if OmegaConf.select(cfg, "task.normalize_obs", default=False):
         raise EvalError(f"{path}: this run normalised its observations, and best.pt has no statistics of the evaluation "
-                        "it was kept at (obs_norm.pt holds the final ones); load weights='model'")
+                        f"it was kept at (obs_norm.pt holds the final ones); {fix}")
     try:
         return load_safely(path, "best-evaluated weights")
     except CheckpointError as exc:

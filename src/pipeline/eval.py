@@ -2,8 +2,10 @@
 
 Loads `<run dir>/model.pt` (weights only) into the network the run's own config describes and writes
 `<run dir>/eval.json`. A seed of a seed-batched run is `<batch dir>/seed<n>` (its config is the batch's).
+`weights=best` evaluates the best-evaluated weights an RL run kept instead (`best.pt`, task.keep_best=true;
+a run without them is one line saying why); eval.json's `weights` says which.
 
-- An RL run (DQN, PPO, CEM: its config has an env) plays `episodes=N` (10) greedy episodes on fresh start
+- An RL run (DQN, PPO, SAC, TD3, CEM: its config has an env) plays `episodes=N` (10) greedy episodes on fresh start
   states (seeds the run never trained or was scored on; `seed=S`: the first episode's), with `video=true`
   an MP4 per episode under `<run dir>/videos/`; eval.json holds per-episode returns and lengths, mean, std,
   seeds. When the run logged to W&B or TensorBoard, the replay goes there too.
@@ -32,7 +34,8 @@ from pipeline.runtime.replay import EvalError, Options, find_config, has_env, lo
 from pipeline.store.layout import EVAL_FILE
 from pipeline.store.record import write_json
 
-USAGE = ("usage: python -m pipeline.eval <run dir> [device=cpu] [out=<dir for eval.json>]  RL: [episodes=10] [video=false] [seed=<first episode>]  "
+USAGE = ("usage: python -m pipeline.eval <run dir> [device=cpu] [out=<dir for eval.json>]  "
+         "RL (DQN, PPO, SAC, TD3, CEM): [episodes=10] [video=false] [seed=<first episode>] [weights=model|best]  "
          "supervised: [split=test|val|train] [data.<key>=<value>]  GAN: [seed=<noise seed>] [data.<key>=<value>]")
 
 
@@ -111,17 +114,24 @@ def check_writable(options: Options, out: Path | None) -> Path:
     return target
 
 
-def evaluate_run(options: Options, out: Path | None = None) -> dict:
+def evaluate_run(options: Options, out: Path | None = None, weights: str = "model") -> dict:
     """Replay the RL run in `options.run_dir` (eval.json, videos, the run's loggers), or score the model.pt of a run
     without an env on a data split (`model_eval`, eval.json). Here, at the entry point, so that the replay code
-    (which training also uses for its videos) never imports the scoring code that builds tasks through run.py."""
+    (which training also uses for its videos) never imports the scoring code that builds tasks through run.py.
+    `weights="best"`: an RL run's best.pt instead of model.pt."""
     cfg, run_seed = find_config(options.run_dir)
+    state = None
+    if weights == "best":
+        from pipeline.api import best_weights
+
+        state = best_weights(cfg, options.run_dir, fix="evaluate model.pt: leave out weights=best")
     if has_env(cfg):
         task_only = sorted(options.given & {"split", "data"})
         if task_only:
             raise EvalError(f"{'= and '.join(f'{k}.<key>' if k == 'data' else k for k in task_only)}= score supervised and "
                             "GAN runs; an RL run is replayed in its env: episodes=, video=, seed=")
-        result = play(options, cfg, run_seed)
+        result = play(options, cfg, run_seed, state_dict=state, video_name="replay-best" if state is not None else "replay")
+        result["weights"] = weights
         result["logged_to"] = log_to_run_loggers(cfg, result, options.run_dir)
     else:
         from pipeline.runtime.model_eval import score_run
@@ -140,13 +150,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{USAGE}\n\n{__doc__.strip()}")
         return 0
     out = next((a.split("=", 1)[1] for a in argv if a.startswith("out=")), None)
-    argv = [a for a in argv if not a.startswith("out=")]
+    weights = next((a.split("=", 1)[1] for a in argv if a.startswith("weights=")), "model")
+    argv = [a for a in argv if not a.startswith(("out=", "weights="))]
     try:
         if out == "":
             raise EvalError("out= needs a dir; e.g. out=evals/my_run")
+        if weights not in ("model", "best"):
+            raise EvalError(f"weights={weights}: choose model (model.pt, the weights at the end of training) or best "
+                            "(best.pt, an RL run's best-evaluated weights)")
         options = parse_args(argv)
         check_writable(options, None if out is None else Path(out))  # before any work
-        result = evaluate_run(options, None if out is None else Path(out))
+        result = evaluate_run(options, None if out is None else Path(out), weights)
     except EvalError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -157,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     spread = "" if math.isnan(result["std"]) else f" ± {result['std']:.1f}"
     seeds = result["seeds"]
-    print(f"{result['episodes']} episodes of {result['env_id']}: return {result['mean']:.1f}{spread} "
+    which = " (best.pt)" if result.get("weights") == "best" else ""
+    print(f"{result['episodes']} episodes of {result['env_id']}{which}: return {result['mean']:.1f}{spread} "
           f"(seeds {seeds[0]}-{seeds[-1]}) -> {options_path(result)}")
     if result.get("rendering"):  # how MuJoCo's frames were rendered (headless: EGL or OSMesa)
         print(result["rendering"])
