@@ -11,3 +11,8 @@ def __getattr__(name: str):
 
         return getattr(api, name)
     raise AttributeError(f"module 'pipeline' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """What tab completion offers: the API (loaded on first use, so not yet among the module's globals)."""
+    return sorted({*globals(), *__all__})

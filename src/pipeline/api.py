@@ -23,7 +23,9 @@ import contextlib
 import io
 import logging
 import os
+import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -221,9 +223,29 @@ def _load_model(cfg, task: str, run_dir: Path, device: str, state: dict | None =
     return model.to(device).eval()
 
 
-def run(experiment: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> list[dict]:
+def overrides_of(overrides: Mapping[str, Any]) -> list[str]:
+    """`{"task.total_steps": 5000, "model.hidden": [64, 64], "env.id": "ALE/Pong-v5"}` as the command line's
+    overrides (`task.total_steps=5000 model.hidden=[64,64] env.id=ALE/Pong-v5`); a string Hydra would not read
+    as one value is quoted."""
+    from pipeline.tune.space import format_value
+
+    def text(value: Any) -> str:
+        if isinstance(value, str):
+            plain = re.fullmatch(r"[\w./~+:@%-]+", value) is not None
+            # Hydra's quoted strings: a backslash escapes only before a quote or at the end.
+            escaped = re.sub(r"(\\+)(?='|$)", lambda m: m.group(1) * 2, value).replace("'", "\\'")
+            return value if plain else f"'{escaped}'"
+        return format_value(value)
+
+    return [f"{key}={text(value)}" for key, value in overrides.items()]
+
+
+def run(experiment: str | None = None,
+        overrides: list[str] | tuple[str, ...] | Mapping[str, Any] = ()) -> list[dict]:
     """Train one run (K agents with `seeds_per_process=K`) as `python -m pipeline experiment=<experiment> <overrides>`
-    would, in this process, and return its records (one dict per seed, as result.json holds them).
+    would, in this process, and return its records (one dict per seed, as result.json holds them). `overrides` is
+    a list of the command line's strings (`["seed=3", "task.total_steps=5000"]`) or a dict of keys and values
+    (`{"seed": 3, "task.total_steps": 5000}`).
 
     The command line's own start-up checks run first, before anything is written: a bad value raises
     `pipeline.config.checks.ConfigError` with the CLI's one-line message (its exit code 2), a run dir that is
@@ -241,6 +263,8 @@ def run(experiment: str | None = None, overrides: list[str] | tuple[str, ...] = 
 
     if isinstance(overrides, str):  # iterated, a string is its characters ("Error parsing override 't'")
         raise ConfigError(f"overrides={overrides!r}: a list of overrides, e.g. overrides={overrides.split()!r}")
+    if isinstance(overrides, Mapping):
+        overrides = overrides_of(overrides)
     argv = cli.typed_lengths_win([str(o) for o in overrides])
     if any(o.startswith("-") for o in argv):
         raise ConfigError(f"{next(o for o in argv if o.startswith('-'))}: pipeline.run takes overrides only; sweeps "
