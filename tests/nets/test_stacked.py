@@ -423,3 +423,29 @@ def test_compile_over_members_runs_the_generic_form_and_keeps_k_symbolic_after_t
         got = compiled(net, x[:k].clone())
         assert torch.allclose(got, loss_of(net, x[:k]), atol=TOL)
         assert compiled_graphs() - before == new_graphs, k
+
+
+def test_our_tanh_in_a_stacked_module_gets_the_plain_gradients_wherever_the_sigmoid_form_runs(monkeypatch):
+    """`pipeline.nets.mlp.Tanh` picks an in-place form where no gradient seems needed; under vmap an input that autograd
+    records says requires_grad=False. Forced to the sigmoid form (AMD, AVX2-only CPUs), above its size thresholds."""
+    from pipeline.nets import mlp
+    from pipeline.nets.actor_critic import ActorCritic
+
+    monkeypatch.setattr(mlp, "eager_tanh_form", lambda: "sigmoid")
+
+    class MyActorCritic(ActorCritic):  # a subclass: stacked generically
+        pass
+
+    factory = functools.partial(MyActorCritic, hidden=(64,), act="tanh")
+    net = make_ensemble(factory, [0, 1], (IN,), OUT)
+    assert type(net) is StackedModule
+    x = torch.randn(2, mlp.FAST_TANH_MIN_NUMEL // 64, IN)
+    logits, values = net(x)
+    (member_losses(logits) + values.mean(1)).sum().backward()
+    for i in range(2):
+        torch.manual_seed(i)
+        single = factory(in_features=IN, out_features=OUT)
+        p, v = single(x[i])
+        ((i + 1) * (p**2).mean() + v.mean()).backward()
+        for name, param in single.named_parameters():
+            assert torch.allclose(net.stacked(name).grad[i], param.grad, atol=TOL), (i, name)

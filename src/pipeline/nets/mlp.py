@@ -95,6 +95,10 @@ class Tanh(nn.Tanh):
             return torch.tanh(x)
         if torch.is_grad_enabled() and x.requires_grad:
             return _SigmoidTanh.apply(x) if x.numel() >= FAST_TANH_MIN_NUMEL else torch.tanh(x)
+        if torch.is_grad_enabled():
+            # Out of place: under torch.func.vmap (a generically stacked module) x says requires_grad=False while
+            # autograd records it, and the in-place form would break the backward.
+            return torch.sigmoid(x * 2) * 2 - 1
         return torch.sigmoid(x * 2).mul_(2).sub_(1)
 
 
