@@ -117,6 +117,7 @@ def load(run_dir: str | os.PathLike, device: str = "cpu", weights: str = "model"
     (`pipeline.runtime.replay.EvalError`)."""
     from omegaconf import OmegaConf
 
+    from pipeline.eval import best_weights
     from pipeline.runtime.replay import EvalError, find_config, has_env
     from pipeline.store.layout import BEST, MODEL
 
@@ -126,7 +127,7 @@ def load(run_dir: str | os.PathLike, device: str = "cpu", weights: str = "model"
     _check_device(device)
     run_dir = Path(run_dir)
     cfg, seed = find_config(run_dir)
-    state = best_weights(cfg, run_dir) if weights == "best" else None
+    state = best_weights(cfg, run_dir) if weights == "best" else None  # pipeline.eval's, shared with weights=best there
     if has_env(cfg):
         return _load_agent(cfg, run_dir, seed, device, state)
     task = str(OmegaConf.select(cfg, "task._target_", default="")).rsplit(".", 1)[-1]
@@ -145,29 +146,6 @@ def _check_device(device) -> None:
         raise EvalError(f"device={device!r} is not a torch device ({str(exc).splitlines()[0][:80]}); e.g. device='cpu'") from None
     if (kind == "cuda" and not torch.cuda.is_available()) or (kind == "mps" and not torch.backends.mps.is_available()):
         raise EvalError(f"device={device!r}: torch sees no {kind.upper()} device on this machine; load with device='cpu'")
-
-
-def best_weights(cfg, run_dir: Path, fix: str = "load weights='model'") -> dict:
-    """best.pt's state_dict, or one line saying why there is none to load, ending with `fix`."""
-    from omegaconf import OmegaConf
-
-    from pipeline.runtime.replay import EvalError
-    from pipeline.store.checkpoint import CheckpointError, load_safely
-    from pipeline.store.layout import best_path
-
-    path = best_path(run_dir)
-    if not path.is_file():
-        asked = OmegaConf.select(cfg, "task.keep_best", default=None)
-        why = ("it ran without task.keep_best=true" if asked is False else
-               "it has no evaluation yet" if asked else "only RL runs keep their best-evaluated weights")
-        raise EvalError(f"{path}: no such file: this run kept no best-evaluated weights ({why}); {fix}")
-    if OmegaConf.select(cfg, "task.normalize_obs", default=False):
-        raise EvalError(f"{path}: this run normalised its observations, and best.pt has no statistics of the evaluation "
-                        f"it was kept at (obs_norm.pt holds the final ones); {fix}")
-    try:
-        return load_safely(path, "best-evaluated weights")
-    except CheckpointError as exc:
-        raise EvalError(str(exc)) from None
 
 
 def _load_agent(cfg, run_dir: Path, seed: int, device: str, state: dict | None = None) -> Agent:

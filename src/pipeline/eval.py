@@ -114,6 +114,28 @@ def check_writable(options: Options, out: Path | None) -> Path:
     return target
 
 
+def best_weights(cfg, run_dir: Path, fix: str = "load weights='model'") -> dict:
+    """best.pt's state_dict, or one line saying why there is none to load, ending with `fix`."""
+    from omegaconf import OmegaConf
+
+    from pipeline.store.checkpoint import CheckpointError, load_safely
+    from pipeline.store.layout import best_path
+
+    path = best_path(run_dir)
+    if not path.is_file():
+        asked = OmegaConf.select(cfg, "task.keep_best", default=None)
+        why = ("it ran without task.keep_best=true" if asked is False else
+               "it has no evaluation yet" if asked else "only RL runs keep their best-evaluated weights")
+        raise EvalError(f"{path}: no such file: this run kept no best-evaluated weights ({why}); {fix}")
+    if OmegaConf.select(cfg, "task.normalize_obs", default=False):
+        raise EvalError(f"{path}: this run normalised its observations, and best.pt has no statistics of the evaluation "
+                        f"it was kept at (obs_norm.pt holds the final ones); {fix}")
+    try:
+        return load_safely(path, "best-evaluated weights")
+    except CheckpointError as exc:
+        raise EvalError(str(exc)) from None
+
+
 def evaluate_run(options: Options, out: Path | None = None, weights: str = "model") -> dict:
     """Replay the RL run in `options.run_dir` (eval.json, videos, the run's loggers), or score the model.pt of a run
     without an env on a data split (`model_eval`, eval.json). Here, at the entry point, so that the replay code
@@ -122,8 +144,6 @@ def evaluate_run(options: Options, out: Path | None = None, weights: str = "mode
     cfg, run_seed = find_config(options.run_dir)
     state = None
     if weights == "best":
-        from pipeline.api import best_weights
-
         state = best_weights(cfg, options.run_dir, fix="evaluate model.pt: leave out weights=best")
     if has_env(cfg):
         task_only = sorted(options.given & {"split", "data"})
