@@ -366,7 +366,7 @@ def test_a_training_video_goes_to_the_agent_s_dir_and_to_tensorboard_and_wandb(t
     hook = training_video_hook(cfg, dirs, [0, 1], "cpu", [[other], [tb, wb, object()]])  # one logger list per agent
     hook(1, 64, _always(1))
     assert other.summaries == []  # agent 0's loggers get nothing of agent 1's video
-    path = str(dirs[1] / "videos" / f"train-step64-seed{1 + 30_000}.mp4")
+    path = str(dirs[1] / "videos" / f"train-step64-seed1-env-seed{1 + 30_000}.mp4")  # the agent's seed, the episode's
     assert Path(path).is_file() and not (dirs[0] / "videos").exists()
     ((summary, step),) = tb.summaries
     image = summary.value[0].image

@@ -19,7 +19,7 @@ def test_dqn_records_a_video_every_nth_evaluation_into_tensorboard_and_wandb(mak
     (record,) = run(cfg, tmp_path)
     assert record["status"] == "ok", record["error"]
     assert [e["env_step"] for e in record["evaluations"]] == [128]
-    (video,) = (tmp_path / "videos").glob("train-step128-seed*.mp4")
+    (video,) = (tmp_path / "videos").glob("train-step128-seed3-env-seed30003.mp4")  # the agent's seed, the episode's env seed
     frames = imageio.mimread(video, memtest=False)
     assert len(frames) >= 2 and frames[0].ndim == 3 and frames[0].std() > 0  # a real rendered episode
     events = EventAccumulator(str(tmp_path / "tensorboard")).Reload()

@@ -328,7 +328,8 @@ def add_video_to_tensorboard(writer, tag: str, path: Path | str, step: int) -> N
 
 def training_video_hook(cfg: DictConfig, dirs: list[Path], seeds: list[int], device: str, agent_loggers: list[list]):
     """What the lifecycle gives an RL task as `video_hook`: agent `i`'s policy at env step `step` plays one greedy
-    episode (the replay engine, on a start state training never used) into `<dirs[i]>/videos/train-step<step>-...mp4`,
+    episode (the replay engine, on a start state training never used) into
+    `<dirs[i]>/videos/train-step<step>-seed<agent's seed>-env-seed<episode's env seed>.mp4`,
     logged as `video/train` at that step to agent `i`'s own TensorBoard (animated image) and W&B (video) runs,
     `agent_loggers[i]`."""
 
@@ -337,7 +338,9 @@ def training_video_hook(cfg: DictConfig, dirs: list[Path], seeds: list[int], dev
     def record(agent: int, step: int, state_dict: dict, files: dict | None = None) -> None:
         options = Options(run_dir=Path(dirs[agent]), episodes=1, video=True, device=device)
         try:
-            result = play(options, cfg, int(seeds[agent]), state_dict=state_dict, video_name=f"train-step{step}", files=files)
+            # train-step<step>-seed<agent's seed>-env-seed<episode's env seed>.mp4: both seeds, each named.
+            result = play(options, cfg, int(seeds[agent]), state_dict=state_dict,
+                          video_name=f"train-step{step}-seed{int(seeds[agent])}-env", files=files)
         except Exception as exc:  # a video problem must not stop the training: say it once, go on without videos
             text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             if not warned:
