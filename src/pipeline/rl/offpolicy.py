@@ -14,6 +14,10 @@ caller sums over agents before `backward()` and agent k gets exactly the gradien
 - `exploration_actions`: TD3's Gaussian exploration noise, clipped to the action bounds;
 - `scale_to_bounds`: actions in [-1, 1] to an env's [low, high].
 Polyak averaging of the target networks is `pipeline.rl.targets.soft_update`.
+
+One gradient step's losses as functions of the networks and of noise drawn beforehand (`sac_critic_losses`,
+`sac_actor_losses`, `td3_critic_losses`, `td3_actor_losses`): the eager step and `device.compile=true` call the
+same function (through `pipeline.nets.ensemble.compile_over_members`), the draws made eagerly in the same order.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from collections.abc import Sequence
 
 import torch
 
-from pipeline.rl.squashed_gaussian import per_agent_normal
+from pipeline.rl.squashed_gaussian import per_agent_normal, squashed_gaussian_from_noise
 
 
 def twin_q_target(
@@ -81,6 +85,11 @@ def smoothed_target_actions(
     if noise_std < 0 or noise_clip < 0:
         raise ValueError(f"smoothing noise_std and noise_clip must be >= 0, got {noise_std} and {noise_clip}")
     noise = per_agent_normal(actions.shape, generators, actions.device, actions.dtype) * noise_std
+    return smoothed_from_noise(actions, noise, noise_clip)
+
+
+def smoothed_from_noise(actions: torch.Tensor, noise: torch.Tensor, noise_clip: float) -> torch.Tensor:
+    """TD3's smoothing on noise drawn beforehand (already scaled by its std): a + clip(noise), back into [-1, 1]."""
     return (actions + noise.clamp(-noise_clip, noise_clip)).clamp(-1.0, 1.0)
 
 
@@ -88,3 +97,36 @@ def exploration_actions(actions: torch.Tensor, noise_std: float, generators: Seq
     """TD3's behaviour policy on actions in [-1, 1]: a + N(0, noise_std), clipped back into [-1, 1]."""
     noise = per_agent_normal(actions.shape, generators, actions.device, actions.dtype) * noise_std
     return (actions + noise).clamp(-1.0, 1.0)
+
+
+def sac_critic_losses(actor, critic, critic_target, obs, actions, rewards, next_obs, terminated, next_noise,
+                      alpha: torch.Tensor, gamma: float, log_det_epsilon: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """SAC's critic step: (each agent's twin-Q loss [K], its Q1 mean [K]). The soft target's next actions come from
+    the actor at the NEXT observations with the draws `next_noise` [K, B, D]; no gradient reaches the target."""
+    with torch.no_grad():
+        next_actions, next_log_prob = squashed_gaussian_from_noise(*actor.distribution(next_obs), next_noise, log_det_epsilon)
+        target = twin_q_target(rewards, terminated, *critic_target(next_obs, next_actions), gamma, next_log_prob, alpha)
+    q1, q2 = critic(obs, actions)
+    return twin_q_loss(q1, q2, target), q1.detach().mean(-1)
+
+
+def sac_actor_losses(actor, critic, obs, noise, alpha: torch.Tensor, log_det_epsilon: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """SAC's actor step: (each agent's loss [K], the log-probabilities of its reparameterised actions [K, B])."""
+    actions, log_prob = squashed_gaussian_from_noise(*actor.distribution(obs), noise, log_det_epsilon)
+    return sac_actor_loss(*critic(obs, actions), log_prob, alpha), log_prob.detach()
+
+
+def td3_critic_losses(actor_target, critic, critic_target, obs, actions, rewards, next_obs, terminated, smoothing_noise,
+                      noise_clip: float, gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """TD3's critic step: (each agent's twin-Q loss [K], its Q1 mean [K]); the target actor's next actions smoothed by
+    `smoothing_noise` [K, B, D] (already scaled by policy_noise), clipped to +-noise_clip."""
+    with torch.no_grad():
+        next_actions = smoothed_from_noise(actor_target.unit(next_obs), smoothing_noise, noise_clip)
+        target = twin_q_target(rewards, terminated, *critic_target(next_obs, next_actions), gamma)
+    q1, q2 = critic(obs, actions)
+    return twin_q_loss(q1, q2, target), q1.detach().mean(-1)
+
+
+def td3_actor_losses(actor, critic, obs) -> torch.Tensor:
+    """TD3's actor step: each agent's -mean Q1(s, actor(s)) [K]."""
+    return -critic(obs, actor.unit(obs))[0].mean(-1)

@@ -38,21 +38,29 @@ def per_agent_normal(shape: Sequence[int], generators: Sequence[torch.Generator]
     return torch.stack([torch.randn(tuple(shape[1:]), generator=g, device=device, dtype=dtype) for g in generators])
 
 
-def squashed_gaussian_log_prob(mean: torch.Tensor, log_std: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """log pi(tanh(u)) [...] for pre-squash samples u [..., D]: the Gaussian's log-density minus the tanh log-det."""
+def squashed_gaussian_log_prob(mean: torch.Tensor, log_std: torch.Tensor, u: torch.Tensor, epsilon: float = 0.0) -> torch.Tensor:
+    """log pi(tanh(u)) [...] for pre-squash samples u [..., D]: the Gaussian's log-density minus the tanh log-det, exact
+    (`epsilon` = 0) or CleanRL's and SB3's log(1 - tanh(u)^2 + epsilon)."""
     z = (u - mean) * torch.exp(-log_std)
-    return (-0.5 * z**2 - log_std - _HALF_LOG_2PI - tanh_log_det(u)).sum(-1)
+    log_det = tanh_log_det(u) if epsilon == 0 else torch.log(1.0 - torch.tanh(u) ** 2 + epsilon)
+    return (-0.5 * z**2 - log_std - _HALF_LOG_2PI - log_det).sum(-1)
 
 
 def squashed_gaussian_sample(
-    mean: torch.Tensor, log_std: torch.Tensor, generators: Sequence[torch.Generator] | None = None
+    mean: torch.Tensor, log_std: torch.Tensor, generators: Sequence[torch.Generator] | None = None, epsilon: float = 0.0
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """A reparameterised draw: (actions in (-1, 1) [K, ..., D], their log-probabilities [K, ...]).
 
     Gradients flow to `mean` and `log_std` through the sample (SAC's actor loss needs them); agent k's
     noise comes from generators[k].
     """
-    noise = per_agent_normal(mean.shape, generators, mean.device, mean.dtype)
+    return squashed_gaussian_from_noise(mean, log_std, per_agent_normal(mean.shape, generators, mean.device, mean.dtype), epsilon)
+
+
+def squashed_gaussian_from_noise(mean: torch.Tensor, log_std: torch.Tensor, noise: torch.Tensor,
+                                 epsilon: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """`squashed_gaussian_sample` on standard normal `noise` drawn beforehand (so a compiled step can take the draws as
+    an input and eager code keeps the generators' order)."""
     u = mean + torch.exp(log_std) * noise
-    return torch.tanh(u), squashed_gaussian_log_prob(mean, log_std, u)
+    return torch.tanh(u), squashed_gaussian_log_prob(mean, log_std, u, epsilon)
 

@@ -180,6 +180,9 @@ class SACConfig(OffPolicyConfig):
     # autotune's loss: "cleanrl" -alpha (log pi + target) on a fresh draw after the actor step (CleanRL's);
     # "log_alpha" -log_alpha (log pi + target) on the actor step's own draw (SB3's; alpha falls faster once small).
     temperature_loss: str = one_of("cleanrl", "log_alpha")
+    # The tanh squashing's log-det: 0 exact, log(1 - tanh(u)^2) in a stable form; CleanRL's and SB3's 1e-6 gives
+    # log(1 - a^2 + 1e-6), biased once |a| nears 1.
+    log_det_epsilon: float = number(0.0, low=0)
     target_entropy: float | None = number(None, example=-1.0)  # autotune's target (null: -dim(action))
     critic_hidden: list[int] = items([256, 256], whole=True, low=1)  # each Q critic's hidden layers
     eval_every: int = count(5_000)
