@@ -6,7 +6,6 @@ import csv
 import functools
 import math
 import os
-import socket
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ import numpy as np
 
 from pipeline.store.curves import read_run_curve
 from pipeline.store.layout import RESULT, read_owner, record_dirs, result_path
+from pipeline.store.owner import owner_alive
 from pipeline.store.record import STATUSES, RecordError, RunRecord, read_result
 
 REQUIRED_KEYS = ("seed", "status")
@@ -80,8 +80,9 @@ class ReportedRun:
 
     @functools.cached_property
     def owner(self) -> dict[str, Any] | None:
-        """The run dir's owner as its lock file names it ({pid, host, since}), or None."""
-        return read_owner(self.dir)
+        """The run's owner ({pid, host, since}) as its record names it, else as its run dir's lock file does, or None."""
+        owner = self.result.get("owner")
+        return owner if isinstance(owner, dict) and isinstance(owner.get("pid"), int) else read_owner(self.dir)
 
     @property
     def ok(self) -> bool:
@@ -192,21 +193,6 @@ class ReportedRun:
             return None
         steps, values = zip(*points)
         return ("env_step" if self.counts_env_steps else "step"), np.asarray(steps, dtype=float), np.asarray(values, dtype=float)
-
-
-def owner_alive(owner: dict[str, Any]) -> bool | None:
-    """Whether the process a lock file names still runs: on this host, the same pid, started before it took
-    the lock (a reused pid started later). None for a process on another host: it cannot be checked from here."""
-    import psutil
-
-    if owner.get("host") != socket.gethostname():
-        return None
-    try:
-        started = psutil.Process(owner["pid"]).create_time()
-    except (psutil.Error, ValueError, OverflowError):
-        return False
-    since = owner.get("since")
-    return not isinstance(since, (int, float)) or started <= since + 1.0
 
 
 def finite_or_none(value: Any) -> float | None:

@@ -70,6 +70,7 @@ from pipeline.store.checkpoint import load_safely, save_model
 from pipeline.store.curves import CurveLog
 from pipeline.store.integrity import DamagedCheckpoint, damaged_line
 from pipeline.store.layout import RESULT, agent_dirs, checkpoint_path, error_log_path, metrics_path
+from pipeline.store.owner import this_process
 from pipeline.store.record import RunRecord, git_commit, versions
 from pipeline.tasks.base import PART_GROUPS, Task, TaskParts
 
@@ -396,8 +397,7 @@ class _Lifecycle:
             r.checkpoint = info
             # A segment killed later still counts the time up to its last checkpoint.
             r.segments[-1].update(wall_time_s=round(time.perf_counter() - self.t_start, 3), to_step=step)
-            # What a reader of a killed run's record needs: how far the checkpoint got and how to go on.
-            r.error = f"run did not finish (killed, or still running); its checkpoint holds step {step}: continue with ckpt_path=last"
+            # A reader that finds this process gone says how far the checkpoint got and how to go on (store.owner).
             r.wall_time_s = round(sum(float(seg.get("wall_time_s") or 0.0) for seg in r.segments), 3)
             r.write()
         for c in self.curves:
@@ -589,6 +589,7 @@ def _start_records(cfg, ctx: JobContext, dirs, seeds, previous, resume_step, sid
         )
         # What continues this run if it is killed: a later command refused in this dir repeats it (runtime.preflight).
         r.update(choices=dict(ctx.choices), resume_command=ctx.resume_command())
+        r.update(status="running", error=None, owner=this_process())  # until it ends: ok, failed or interrupted
         if resume_step is None:
             error_log_path(d).unlink(missing_ok=True)
         if side_file is not None:

@@ -103,7 +103,10 @@ def _overwrite_in_place(path: Path, data: dict) -> bool:
 
 def read_result(run_dir: Path) -> dict | None:
     """The raw JSON of `<run_dir>/result.json`, or None when there is none or it is not JSON (half-written by
-    something else: ours are written atomically)."""
+    something else: ours are written atomically). A `running` record whose process is gone reads as `failed`
+    (store.owner.settled)."""
+    from pipeline.store.owner import settled
+
     path = result_path(run_dir)
     if not path.is_file():
         return None
@@ -111,7 +114,7 @@ def read_result(run_dir: Path) -> dict | None:
         data = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError, UnicodeDecodeError):
         return None
-    return data if isinstance(data, dict) else None
+    return settled(data, Path(run_dir)) if isinstance(data, dict) else None
 
 
 @dataclasses.dataclass
