@@ -95,3 +95,21 @@ def test_a_live_run_says_running_and_after_kill_9_its_readers_say_failed(tmp_pat
     report = run_module("pipeline.report", str(tmp_path), "--out", str(tmp_path.parent / "rep"))
     counts = json.loads((tmp_path.parent / "rep" / "report.json").read_text())["status_counts"]
     assert counts["failed"] == 1 and counts["running"] == 0, report.stdout + report.stderr
+
+
+def test_a_killed_process_not_yet_reaped_is_gone(tmp_path):
+    """A zombie (killed, its parent has not waited for it yet) is not the run's live owner."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    since = time.time()
+    owner = {"pid": proc.pid, "host": socket.gethostname(), "since": since}
+    try:
+        assert read_result(_live_record(tmp_path / "r", owner))["status"] == "running"
+        os.kill(proc.pid, signal.SIGKILL)
+        deadline = time.time() + 30
+        import psutil
+
+        while psutil.Process(proc.pid).status() != psutil.STATUS_ZOMBIE and time.time() < deadline:
+            time.sleep(0.05)
+        assert read_result(tmp_path / "r")["status"] == "failed"
+    finally:
+        proc.wait()

@@ -26,7 +26,10 @@ def owner_alive(owner: dict[str, Any]) -> bool | None:
     if owner.get("host") != socket.gethostname():
         return None
     try:
-        started = psutil.Process(owner["pid"]).create_time()
+        process = psutil.Process(owner["pid"])
+        started = process.create_time()
+        if process.status() == psutil.STATUS_ZOMBIE:  # ended (killed), not yet reaped by its parent
+            return False
     except (psutil.Error, ValueError, OverflowError, KeyError, TypeError):
         return False
     since = owner.get("since")
