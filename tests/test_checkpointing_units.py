@@ -106,6 +106,18 @@ def test_no_step_count_never_makes_it_due(clock, every_steps):
     assert policy.due(10**6) is False
 
 
+def test_the_first_safe_point_after_start_up_saves_then_the_interval_counts_from_it(clock):
+    policy = CheckpointPolicy(every_s=60, first=True)
+    policy.start(0)
+    assert policy.due(1) is True and policy.due(1) is True  # until it is saved
+    policy.saved(1)
+    clock.now += 59
+    assert policy.due(500) is False
+    clock.now += 1
+    assert policy.due(500) is True
+    assert CheckpointPolicy(enabled=False, first=True).due(1) is False
+
+
 def test_a_disabled_policy_is_never_due(clock):
     policy = CheckpointPolicy(enabled=False, every_s=1, every_steps=1)
     clock.now += 100

@@ -45,3 +45,19 @@ def test_a_name_longer_than_the_file_system_takes_is_one_line(tmp_path, key):
 def test_an_empty_sweep_dir_is_refused(tmp_path):
     line = one_line_refusal(tmp_path, "-m", "seed=0,1", "hydra.sweep.dir=")
     assert "hydra.sweep.dir= is empty" in line
+
+
+@pytest.mark.slow
+def test_a_simulator_whose_import_raises_oserror_is_one_line(tmp_path):
+    """MuJoCo installed without the GL library it loads: its import raises OSError (38 lines of traceback before)."""
+    fake = tmp_path / "site" / "mujoco"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text('raise OSError("libGL.so.1: cannot open shared object file: No such file or directory")\n')
+    work = tmp_path / "work"
+    work.mkdir()
+    done = run_cli("experiment=sac_halfcheetah", "trainer=debug", cwd=work, env={"PYTHONPATH": str(tmp_path / "site")})
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    assert done.returncode == 2 and lines == [
+        "error: env.id=HalfCheetah-v5: the mujoco package is installed but cannot be loaded (OSError: libGL.so.1: cannot "
+        "open shared object file: No such file or directory); repair its installation, or choose another env"], lines
+    assert list(work.iterdir()) == []

@@ -187,8 +187,9 @@ def test_a_second_process_on_a_busy_run_dir_refuses(tmp_path):
     finally:
         proc.kill()
         proc.wait()
-    # The owner was killed: the lock is stale now and a new run takes the dir over.
-    third = run_cli(*DQN, "task.total_steps=512", f"hydra.run.dir={tmp_path}")
+    # The owner was killed: the lock is stale now, and the killed run's own resume takes the dir over (a fresh start
+    # is refused once it holds a checkpoint: tests/test_durable_handover.py).
+    third = run_cli(*DQN, "task.total_steps=2048", "ckpt_path=last", f"hydra.run.dir={tmp_path}")
     assert third.returncode == 0, third.stdout[-2000:]
     assert "took over" in (tmp_path / "run.log").read_text()
 

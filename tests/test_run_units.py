@@ -111,11 +111,11 @@ def test_check_start_refuses_bad_seeds_and_counts(make_cfg):
         run_module._check_start(make_cfg("experiment=dqn_cartpole", "task.gamma=2.0"), 1)
 
 
-@pytest.mark.parametrize(("spec", "expected"), [
-    (None, CheckpointPolicy(enabled=True, every_s=None, every_steps=None)),
-    ({"enabled": False, "every_s": 30, "every_steps": 0}, CheckpointPolicy(enabled=False, every_s=30.0, every_steps=None)),
-    ({"every_s": None, "every_steps": 500}, CheckpointPolicy(enabled=True, every_s=None, every_steps=500)),
-    ({"every_s": "2.5", "every_steps": "7"}, CheckpointPolicy(enabled=True, every_s=2.5, every_steps=7)),
+@pytest.mark.parametrize(("spec", "expected"), [  # a run's policy saves at its first safe point too
+    (None, CheckpointPolicy(enabled=True, every_s=None, every_steps=None, first=True)),
+    ({"enabled": False, "every_s": 30, "every_steps": 0}, CheckpointPolicy(enabled=False, every_s=30.0, every_steps=None, first=True)),
+    ({"every_s": None, "every_steps": 500}, CheckpointPolicy(enabled=True, every_s=None, every_steps=500, first=True)),
+    ({"every_s": "2.5", "every_steps": "7"}, CheckpointPolicy(enabled=True, every_s=2.5, every_steps=7, first=True)),
 ])
 def test_checkpoint_policy_from_config(spec, expected):
     policy = run_module._policy(OmegaConf.create({"checkpoint": spec}))

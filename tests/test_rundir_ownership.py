@@ -56,6 +56,16 @@ def test_foreign_entries_knows_a_run_dir_of_ours_from_a_users_folder(tmp_path):
     assert foreign_entries(run) == ["result.json"]
     with pytest.raises(RunRefused, match="did not write"):
         check_run_dir_is_ours(run)
+    # A half-written record among the pipeline's own files is ours (its run may be resumed); beside a user's file, or
+    # alone, it is not.
+    (run / "result.json").write_text('{"experiment": "x", "se')
+    assert foreign_entries(run) == ["result.json", "notes.txt"]
+    (run / "notes.txt").unlink()
+    assert foreign_entries(run) == []
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    (alone / "result.json").write_text('{"experiment": "x", "se')
+    assert foreign_entries(alone) == ["result.json"]
 
 
 @pytest.mark.slow

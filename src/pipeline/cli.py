@@ -89,6 +89,21 @@ def _check_before_running(cfg: DictConfig, choices: dict | None = None, device: 
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
+    except OSError as exc:  # a native library that does not load (MuJoCo without its GL library): one line, not 38
+        print(f"error: {_unloadable_line(cfg, exc)}", file=sys.stderr)
+        sys.exit(2)
+
+
+def _unloadable_line(cfg: DictConfig, exc: OSError) -> str:
+    """What failed to load while the config was checked (the package of the innermost frame), and for which env."""
+    import traceback
+
+    frames = [frame for frame, _ in traceback.walk_tb(exc.__traceback__)]
+    package = str(frames[-1].f_globals.get("__name__", "")).split(".")[0] if frames else ""
+    env_id = OmegaConf.select(cfg, "env.id", default=None)
+    where = f"env.id={env_id}" if env_id else "the config's check"
+    what = f"the {package} package is installed but cannot be loaded" if package else "a library cannot be loaded"
+    return f"{where}: {what} ({one_line(exc)[:200]}); repair its installation, or choose another env"
 
 
 def _check_device(cfg: DictConfig) -> None:

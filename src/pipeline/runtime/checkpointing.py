@@ -22,7 +22,9 @@ log = logging.getLogger("pipeline")
 
 @dataclass
 class CheckpointPolicy:
-    """When to save: every `every_s` seconds of wall time or every `every_steps` steps, whichever comes first.
+    """When to save: every `every_s` seconds of wall time or every `every_steps` steps, whichever comes first, and
+    (`first`) once at the first safe point after start-up, so a kill in the first `every_s` loses one iteration or
+    epoch, not all of it (docs/durability.md: the first save's cost).
 
     `enabled: false` turns periodic checkpoints off (the run then saves only on an interruption).
     """
@@ -30,6 +32,7 @@ class CheckpointPolicy:
     enabled: bool = True
     every_s: float | None = 60.0
     every_steps: int | None = None
+    first: bool = False
 
     def __post_init__(self) -> None:
         self._last_time = time.monotonic()
@@ -41,11 +44,14 @@ class CheckpointPolicy:
     def due(self, step: int) -> bool:
         if not self.enabled:
             return False
+        if self.first:
+            return True
         if self.every_s is not None and time.monotonic() - self._last_time >= float(self.every_s):
             return True
         return bool(self.every_steps) and step - self._last_step >= int(self.every_steps)
 
     def saved(self, step: int) -> None:
+        self.first = False
         self.start(step)
 
 
@@ -92,8 +98,10 @@ class EpochCheckpointer(Checkpoint):
     """
 
     def __init__(self, path: Path, policy: CheckpointPolicy, stop: StopRequests, on_save, saved_epoch: int | None = None,
-                 curve_step=None, writes: bool = True) -> None:
+                 curve_step=None, writes: bool = True, history=None) -> None:
         self.path, self.policy, self.stop, self.on_save = Path(path), policy, stop, on_save
+        # history(step): the record's segments as they stand once this step is saved (kept in the checkpoint).
+        self.history = history
         # False on ranks > 0 of a run on several processes: rank 0 writes the one checkpoint.
         self.writes = writes
         self.saved_epoch = saved_epoch
@@ -112,22 +120,42 @@ class EpochCheckpointer(Checkpoint):
 
     def _stop_agreed(self, trainer) -> bool:
         """Whether to stop now; with several processes, whether any rank was asked (each one's signal, the largest
-        number wins), so every rank stops at the same batch and the one that was not signalled exits as interrupted."""
+        number wins), so every rank stops at the same batch and the one that was not signalled exits as interrupted.
+
+        The answer is the agreed one, never this rank's flag read afterwards: a signal that lands while this rank
+        waits in the all-reduce (a rank held back, e.g. stopped) is seen at the next batch by all, not now by one
+        (which then stopped alone, and the others failed in their next collective)."""
         if trainer.world_size <= 1:
             return self.stop.requested
         asked = torch.tensor([self.stop.signal or 0], device=trainer.strategy.root_device)
         torch.distributed.all_reduce(asked, op=torch.distributed.ReduceOp.MAX)
-        if asked.item() and self.stop.signal is None:
-            self.stop.signal = int(asked.item())
-        return self.stop.requested
+        agreed = int(asked.item())
+        if agreed and self.stop.signal is None:
+            self.stop.signal = agreed
+        if agreed:
+            self.stop.requested  # noqa: B018 - announces the stop in the log (its first poll)
+        return bool(agreed)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        """With several processes, a stop asked after the last batch's agreement is agreed here too, so every rank
+        ends the fit the same way (interrupted, or on to the test)."""
+        if trainer.world_size > 1 and self._stop_agreed(trainer):
+            self.save_last_finished_epoch()
+            raise Interrupted(self.saved_epoch)
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
-        if not self.policy.enabled or not self.writes:
+        if not self.policy.enabled:
             return
         epoch = trainer.current_epoch
         # What trainer.save_checkpoint would write now (one device: the same dict, without its temp-file handling).
+        # Every rank dumps, as trainer.save_checkpoint has them do: a task's hooks gather each rank's random states
+        # (store.checkpoint.rng_state); rank 0 writes.
         state = trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
+        if not self.writes:
+            return
         state[PIPELINE_KEY] = {"curve_step": self.curve_step()}
+        if self.history is not None:
+            state[RECORD_KEY] = {"segments": self.history(epoch)}
         if self.policy.due(epoch) or epoch + 1 >= (trainer.max_epochs or 0) or self.stop.requested:
             t0 = time.perf_counter()
             try:
@@ -169,6 +197,16 @@ def save_atomic(state: dict, path: Path) -> int:
 
 # A Lightning checkpoint's entry of our own (Lightning ignores keys it does not know).
 PIPELINE_KEY = "pipeline_curves"
+# Every checkpoint's copy of its run record's history ({"segments": [...]}, as they stand once it is saved): a resume
+# whose result.json cannot be read (half-written) rebuilds it from here instead of starting a new history.
+RECORD_KEY = "pipeline_record"
+
+
+def history_of(state: dict) -> list[dict] | None:
+    """The record segments a loaded checkpoint kept, or None (an older checkpoint, or one that kept none)."""
+    kept = state.get(RECORD_KEY) if isinstance(state, dict) else None
+    segments = kept.get("segments") if isinstance(kept, dict) else None
+    return [dict(s) for s in segments if isinstance(s, dict)] if isinstance(segments, list) else None
 
 
 def curve_step_of(state: dict, resume_step: int | None) -> int | None:
@@ -178,8 +216,11 @@ def curve_step_of(state: dict, resume_step: int | None) -> int | None:
     return int(saved) if isinstance(saved, int) else resume_step
 
 
-def state_checkpointer(task, path: Path, policy: CheckpointPolicy, stop: StopRequests, note_save):
-    """For tasks that keep their own state (DQN): save when due; on a stop request save and end the fit."""
+def state_checkpointer(task, path: Path, policy: CheckpointPolicy, stop: StopRequests, note_save, history=None,
+                       note_progress=None):
+    """For tasks that keep their own state (DQN): save when due; on a stop request save and end the fit.
+    `history(step)`: the record's segments to keep in the checkpoint; `note_progress()`: called at every other safe
+    point (the lifecycle writes what the records learnt since, e.g. an evaluation and the best weights it kept)."""
 
     failures = FailedSaves()
 
@@ -187,6 +228,8 @@ def state_checkpointer(task, path: Path, policy: CheckpointPolicy, stop: StopReq
         t0 = time.perf_counter()
         try:
             state = task.checkpoint_state()
+            if history is not None:
+                state[RECORD_KEY] = {"segments": history(task.resume_step)}
             size = save_checkpoint(path, lambda f: torch.save(state, f), step=task.resume_step)
         except (OSError, RuntimeError) as exc:  # a failed save (disk full, ...) must not end the training
             policy.saved(task.resume_step)
@@ -202,5 +245,7 @@ def state_checkpointer(task, path: Path, policy: CheckpointPolicy, stop: StopReq
             raise Interrupted(task.resume_step)
         if policy.due(task.resume_step) or (final and policy.enabled):
             save()  # the final one lets ckpt_path=last continue a finished run to a larger budget
+        elif note_progress is not None:
+            note_progress()
 
     return hook

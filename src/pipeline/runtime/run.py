@@ -48,6 +48,7 @@ from pipeline.runtime.checkpointing import (
     EpochCheckpointer,
     ValidationTimer,
     curve_step_of,
+    history_of,
     state_checkpointer,
 )
 from pipeline.runtime.cluster import slurm_rank
@@ -69,7 +70,14 @@ from pipeline.store.atomic import StoreWriteError, write_error
 from pipeline.store.checkpoint import load_safely, save_model
 from pipeline.store.curves import CurveLog
 from pipeline.store.integrity import DamagedCheckpoint, damaged_line
-from pipeline.store.layout import RESULT, agent_dirs, checkpoint_path, error_log_path, metrics_path
+from pipeline.store.layout import (
+    RESULT,
+    UNREADABLE_RECORD,
+    agent_dirs,
+    checkpoint_path,
+    error_log_path,
+    metrics_path,
+)
 from pipeline.store.owner import this_process
 from pipeline.store.record import RunRecord, git_commit, versions
 from pipeline.tasks.base import PART_GROUPS, Task, TaskParts
@@ -288,6 +296,7 @@ class _Lifecycle:
         self.task: Task | None = None
         self.ranks: RankProcesses | None = None
         self.saves = {"count": 0, "seconds": 0.0}
+        self._evaluations_noted = 0
 
     def run(self, trial_reporter) -> list[dict]:
         """The failure policy, in one place: a resume that cannot load its checkpoint is refused and leaves the earlier
@@ -336,12 +345,13 @@ class _Lifecycle:
             if isinstance(exc, DamagedCheckpoint):
                 raise RunRefused(damaged_line(exc, self.ckpt)) from None
             raise RunRefused(f"cannot resume {self.run_dir} from {self.ckpt}: {one_line(exc)}; the earlier record is kept") from None
-        self.device, self.datamodule, self.task, self.resume_step, self.curve_step, self.setup_s = built
+        self.device, self.datamodule, self.task, self.resume_step, self.curve_step, self.setup_s, self.history_kept = built
 
     def start(self) -> None:
         """The records say the run has started (a resumed one carries its segments); the other local ranks start."""
         task, side = self.task, EXTENDING if self.plan.extending else None
-        self.records = _start_records(self.cfg, self.ctx, self.dirs, self.seeds, self.plan.previous, self.resume_step, side)
+        self.records = _start_records(self.cfg, self.ctx, self.dirs, self.seeds, self.plan.previous, self.resume_step, side,
+                                      self.history_kept)
         for r in self.records:
             r.update(task=type(task).__name__, primary_metric=task.primary_metric, primary_curve=task.primary_curve,
                      higher_is_better=task.higher_is_better, device=str(self.device),
@@ -377,13 +387,44 @@ class _Lifecycle:
         self.timer, self.epochs = ValidationTimer(), None
         callbacks: list = [self.timer]
         if task.checkpointing == "state":
-            task.checkpoint_hook = state_checkpointer(task, self.ckpt_file, policy, self.stop, self.note_save)
+            task.checkpoint_hook = state_checkpointer(task, self.ckpt_file, policy, self.stop, self.note_save,
+                                                      history=self.history, note_progress=self.note_progress)
         else:
             self.epochs = EpochCheckpointer(self.ckpt_file, policy, self.stop, self.note_save, saved_epoch=self.resume_step,
-                                            curve_step=lambda: max((c.last_step() for c in self.curves if c.rows), default=None))
+                                            curve_step=lambda: max((c.last_step() for c in self.curves if c.rows), default=None),
+                                            history=self.history)
             callbacks.append(self.epochs)
         policy.start(self.resume_step or 0)
         self.trainer = make_trainer(cfg, self.device.type, self.run_dir, trainer_loggers, callbacks, self.ranks, task)
+
+    def history(self, step: int | None) -> list[dict]:
+        """The records' segments as they stand once a checkpoint of `step` is saved (what the checkpoint keeps)."""
+        segments = [dict(seg) for seg in self.records[0].segments] if self.records else []
+        if segments:
+            segments[-1].update(wall_time_s=round(time.perf_counter() - self.t_start, 3), to_step=step)
+        return segments
+
+    def note_progress(self) -> None:
+        """At a safe point without a save: a new evaluation (a value of the task's primary curve) goes into the
+        records at once, with what the task says of it (its evaluations, the `best` its best.pt holds), so a run
+        killed before its next checkpoint still says which evaluation best.pt holds."""
+        key = self.task.primary_curve
+        seen = sum(c.counts.get(key, 0) for c in self.curves) if key else 0
+        if seen == self._evaluations_noted:
+            return
+        self._evaluations_noted = seen
+        self._note_task()
+        for c in self.curves:
+            c.flush()
+        for r in self.records:
+            r.write()
+
+    def _note_task(self) -> None:
+        for i, r in enumerate(self.records):
+            try:  # what the task knows so far (env steps, evaluations, best): as _end_unfinished keeps it
+                r.update(**self.task.agent_record(i))
+            except Exception:  # noqa: BLE001 - a record without these fields is still a record
+                pass
 
     def note_save(self, step: int, seconds: float, size: int, replay_saved: bool | None = None) -> None:
         """A checkpoint was saved: the records say where it is, what it holds and how to go on from it."""
@@ -393,6 +434,7 @@ class _Lifecycle:
                 "saves": self.saves["count"], "save_seconds": round(self.saves["seconds"], 3)}
         if replay_saved is not None:
             info["replay_saved"] = replay_saved
+        self._note_task()
         for r in self.records:
             r.checkpoint = info
             # A segment killed later still counts the time up to its last checkpoint.
@@ -465,12 +507,13 @@ def _build(cfg: DictConfig, ctx: JobContext, k: int, run_dir: Path, ckpt: Path |
         datamodule.prepare_data()
         datamodule.setup("fit")
     task = build_task(cfg, datamodule, k, run_dir, device)
-    resume_step = curve_step = None
+    resume_step = curve_step = history = None
     if ckpt is not None:
         resume_state = load_safely(ckpt, "checkpoint")
         resume_step = task.load_checkpoint_state(resume_state)
         curve_step = curve_step_of(resume_state, resume_step)
-    return device, datamodule, task, resume_step, curve_step, time.perf_counter() - t0
+        history = history_of(resume_state)
+    return device, datamodule, task, resume_step, curve_step, time.perf_counter() - t0, history
 
 
 def _check_batches(cfg: DictConfig, datamodule, processes: int) -> None:
@@ -564,21 +607,31 @@ def _policy(cfg: DictConfig) -> CheckpointPolicy:
         enabled=bool(spec.get("enabled", True)),
         every_s=None if spec.get("every_s") is None else float(spec.get("every_s")),
         every_steps=None if not spec.get("every_steps") else int(spec.get("every_steps")),
+        first=True,
     )
 
 
 EXTENDING = "result.extending.json"
 
 
-def _start_records(cfg, ctx: JobContext, dirs, seeds, previous, resume_step, side_file: str | None = None) -> list[RunRecord]:
-    """Fresh records that say the run has not finished; a resumed run carries its earlier segments."""
+def _start_records(cfg, ctx: JobContext, dirs, seeds, previous, resume_step, side_file: str | None = None,
+                   kept: list[dict] | None = None) -> list[RunRecord]:
+    """Fresh records that say the run has not finished; a resumed run carries its earlier segments (from its record,
+    or, when that cannot be read, from its checkpoint's copy `kept`: the unreadable record is kept aside)."""
     resolved = OmegaConf.to_container(cfg, resolve=True)
     config, group = semantic_config(resolved), group_name(resolved, str(cfg.name))
     vers, commit = versions(), git_commit()
     records = []
     for i, (d, s, prev) in enumerate(zip(dirs, seeds, previous)):
         d.mkdir(parents=True, exist_ok=True)
-        segments = [dict(seg) for seg in prev.segments] if (prev is not None and resume_step is not None) else []
+        if prev is None and resume_step is not None:
+            _keep_unreadable_record(d, kept)
+        if resume_step is None:
+            segments = []
+        elif prev is not None:
+            segments = [dict(seg) for seg in prev.segments]
+        else:
+            segments = [dict(seg) for seg in kept or []]
         for seg in segments:
             seg.setdefault("end", "killed")  # it never closed: the process was killed or crashed
         segments.append({"started": _now(), "from_step": resume_step, "pid": os.getpid()})
@@ -597,6 +650,18 @@ def _start_records(cfg, ctx: JobContext, dirs, seeds, previous, resume_step, sid
         r.write()
         records.append(r)
     return records
+
+
+def _keep_unreadable_record(run_dir: Path, kept: list[dict] | None) -> None:
+    """A result.json that cannot be read (half-written by something, or damaged) is never silently replaced: it is
+    moved aside whole, and the resumed run's record starts from the history its checkpoint kept."""
+    path = Path(run_dir) / RESULT
+    if not path.is_file():
+        return
+    aside = Path(run_dir) / UNREADABLE_RECORD
+    path.replace(aside)
+    rebuilt = f"its history is rebuilt from the checkpoint ({len(kept)} segment(s))" if kept else "the checkpoint kept no history"
+    log.warning(f"{path} cannot be read (half-written?): kept as {aside.name}; {rebuilt}")
 
 
 def _close_segment(records: list[RunRecord], t_start: float, end: str) -> None:

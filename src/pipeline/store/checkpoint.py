@@ -54,8 +54,15 @@ def load_safely(path: Path, what: str = "checkpoint", map_location="cpu") -> dic
 
 
 # ---- random number generators ------------------------------------------------------------------
-def rng_state() -> dict:
-    """The global python, numpy and torch RNG states, as plain values a weights_only load accepts."""
+def _distributed() -> tuple[int, int]:
+    """(rank, world size) of the process group this process is in; (0, 1) outside one."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _local_rng_state() -> dict:
     py = random.getstate()
     np_state = np.random.get_state(legacy=False)
     np_state["state"] = {"key": [int(k) for k in np_state["state"]["key"]], "pos": int(np_state["state"]["pos"])}
@@ -67,7 +74,29 @@ def rng_state() -> dict:
     }
 
 
+def rng_state() -> dict:
+    """The global python, numpy and torch RNG states, as plain values a weights_only load accepts.
+
+    In a run on several processes (a process group of more than one) every rank's states, under `ranks`: the ranks
+    draw apart (dropout on batches of other sizes), and a checkpoint holding only rank 0's made a resumed run differ
+    from the first row after it. A collective: every rank calls it at the same point (as every rank dumps a Lightning
+    checkpoint, `trainer.save_checkpoint` and runtime.checkpointing.EpochCheckpointer alike)."""
+    state = _local_rng_state()
+    rank, world = _distributed()
+    if world > 1:
+        ranks: list = [None] * world
+        torch.distributed.all_gather_object(ranks, state)
+        state["ranks"] = ranks
+    return state
+
+
 def set_rng_state(state: dict) -> None:
+    """Restore what `rng_state` saved: in a run on several processes, this rank's own states (when the checkpoint
+    holds one per rank of a group of this size; else the states it holds)."""
+    rank, world = _distributed()
+    ranks = state.get("ranks")
+    if isinstance(ranks, list) and len(ranks) == world and world > 1:
+        state = ranks[rank]
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
     np_state = dict(state["numpy"])

@@ -53,6 +53,8 @@ class CurveLog:
         self.step_key = step_key
         self.rows: dict[int, dict[str, float]] = {}
         self.columns: list[str] = []
+        # How many values of each metric this process logged (the lifecycle notes a new evaluation by it).
+        self.counts: dict[str, int] = {}
         self.flush_every_s = float(flush_every_s)
         self._last_flush = time.monotonic()
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -77,6 +79,8 @@ class CurveLog:
         values = {str(k): float(v) for k, v in metrics.items() if k != self.step_key and v is not None}
         self.rows.setdefault(int(step), {}).update(values)
         self._add_columns(values)
+        for key in values:
+            self.counts[key] = self.counts.get(key, 0) + 1
         if time.monotonic() - self._last_flush >= self.flush_every_s:
             self.flush()
 

@@ -18,6 +18,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 RESULT = "result.json"
+# A result.json that could not be read when its run was resumed, kept aside whole (runtime/run.py).
+UNREADABLE_RECORD = "result.unreadable.json"
 METRICS = "metrics.csv"
 MODEL = "model.pt"
 # PPO with normalize_obs: the agent's observation statistics, beside model.pt (its policy needs both).
@@ -42,7 +44,7 @@ NOT_RUNS = ("report", "tune", "wandb")
 # What the pipeline, Hydra and the loggers write into a run dir: a dir holding only these (or a record of ours) is a
 # run dir of ours, which a run may continue or refuse by its record; anything else is a user's folder, never written.
 OWN_ENTRIES = frozenset({
-    RESULT, "result.extending.json", METRICS, MODEL, OBS_NORM, BEST, CHECKPOINTS, ERROR_LOG, LOCK, EVAL_FILE, "run.log",
+    RESULT, "result.extending.json", UNREADABLE_RECORD, METRICS, MODEL, OBS_NORM, BEST, CHECKPOINTS, ERROR_LOG, LOCK, EVAL_FILE, "run.log",
     ".hydra", ".pipeline", "tensorboard", "wandb", "videos", "lightning_logs", "hparams.yaml", *NOT_RUNS,
 })
 
@@ -80,13 +82,14 @@ def foreign_entries(run_dir: Path) -> list[str]:
     except NotADirectoryError:
         return [run_dir.name]
     record = result_path(run_dir)
+    others = [n for n in names if not is_own_entry(n)]
     if record.is_file():
         try:
             data = json.loads(record.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            data = None
+        except (OSError, ValueError):  # half-written: ours when everything beside it is (a run resumed over it keeps it)
+            return [RESULT, *others] if others or names == [RESULT] else []
         return [] if is_own_record(data) else [RESULT]
-    return [n for n in names if not is_own_entry(n)]
+    return others
 
 
 def agent_dirs(run_dir: Path, seeds: Sequence[int]) -> list[Path]:
