@@ -370,7 +370,11 @@ class _Lifecycle:
         trainer_loggers = list(agent_loggers[0]) if k == 1 else []  # K > 1: each seed's loggers are the task's to feed
         task.agent_loggers = agent_loggers
         task.compile_updates = bool(OmegaConf.select(cfg, "device.compile", default=False))
-        if task.compile_updates:
+        if task.compile_updates and task.checkpointing == "lightning":
+            # Lightning's own loop (supervised, GAN) runs eagerly: the switch is said to do nothing, not silently ignored.
+            log.warning(f"device.compile=true: {type(task).__name__} trains in Lightning's loop, which is not compiled "
+                        "(the RL tasks compile their updates); it runs eagerly")
+        elif task.compile_updates:
             log.info("device.compile=true: results are not bitwise eager's for the same seeds (compiled kernels round "
                      "float32 in another order; docs/compiled_updates.md): compare seed distributions, not single runs")
         if task.writes_curves:
