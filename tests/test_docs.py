@@ -149,3 +149,62 @@ def test_documented_command_composes(page, command, tmp_path, monkeypatch):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).touch()
     config_checks.check_values(cfg, choices)
+
+
+# ---- Python examples: every ```python block of README.md and docs/*.md runs as pasted (docs/python_api.md's in
+# tests/test_python_api_docs.py), or, marked `<!-- excerpt of <file> -->`, shows lines its file holds.
+_PYTHON = re.compile(r"(?:^<!-- excerpt of (?P<excerpt>\S+) -->\n)?^```python\n(?P<code>.*?)^```", re.M | re.S)
+# A page whose examples run from a folder it names (`tests/user_envs` stands for the user's project there).
+RUN_FROM = {"bring_your_own_env.md": ROOT / "tests" / "user_envs"}
+
+
+def python_blocks(pages=PAGES) -> list[tuple[str, int, str, str | None]]:
+    """(page, index on the page, code, the file it is an excerpt of or None) for each Python block."""
+    return [(str(page.relative_to(ROOT)), i, m.group("code"), m.group("excerpt"))
+            for page in pages if page.name != "python_api.md"
+            for i, m in enumerate(_PYTHON.finditer(page.read_text()))]
+
+
+def code_lines(code: str) -> list[str]:
+    """The lines that say something: without trailing comments and indentation, none blank, comment-only or `...`."""
+    lines = (re.sub(r"\s+#\s.*$", "", line).strip() for line in code.splitlines())
+    return [line for line in lines if line and not line.startswith("#") and "..." not in line]
+
+
+def missing_from(excerpt: str, file: Path) -> list[str]:
+    held = set(code_lines(file.read_text()))
+    return [line for line in code_lines(excerpt) if line not in held]
+
+
+BLOCKS = python_blocks()
+RUNNABLE = [b for b in BLOCKS if b[3] is None]
+
+
+def test_the_docs_have_python_examples_to_run():
+    assert any(page == "README.md" for page, *_ in RUNNABLE) and len(RUNNABLE) >= 3
+    assert len(BLOCKS) > len(RUNNABLE)  # and excerpts, checked against their files below
+
+
+@pytest.mark.parametrize(("page", "index", "code", "file"), [b for b in BLOCKS if b[3] is not None],
+                         ids=lambda v: v if isinstance(v, str) and v.endswith(".md") else "")
+def test_an_excerpt_holds_only_lines_of_its_file(page, index, code, file):
+    assert (ROOT / file).is_file(), f"{page}: its excerpt names {file}, which does not exist"
+    assert missing_from(code, ROOT / file) == [], f"{page}'s excerpt {index} has lines {file} does not"
+
+
+def test_an_excerpt_that_drifted_from_its_file_is_found(tmp_path):
+    (tmp_path / "m.py").write_text("def f(x: int) -> int:\n    return x + 1  # one more\n")
+    assert missing_from("def f(x: int) -> int:  # f\n    ...\n    return x + 1\n", tmp_path / "m.py") == []
+    assert missing_from("def f(x):\n    return x + 2\n", tmp_path / "m.py") == ["def f(x):", "return x + 2"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("page", "index", "code", "file"), RUNNABLE, ids=lambda v: v if isinstance(v, str) and v.endswith(".md") else "")
+def test_a_python_example_runs_as_pasted(page, index, code, file, tmp_path, monkeypatch):
+    """In a fresh folder (or the one its page runs from), in this interpreter, as a notebook cell runs it."""
+    folder = RUN_FROM.get(Path(page).name)
+    if folder is not None:
+        monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.chdir(folder or tmp_path)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    exec(compile(code, f"{page}, Python example {index + 1}", "exec"), {"__name__": "__main__"})  # noqa: S102
