@@ -108,6 +108,22 @@ def test_each_agents_replay_rows_are_its_own_envs_steps_with_time_limits_not_ter
         assert ended and cut, f"agent {agent}: the window must hold both endings (terminated {ended}, truncated {cut})"
 
 
+@pytest.mark.parametrize("algo", ["sac", "td3"])
+def test_on_pendulum_the_env_gets_the_stored_actions_scaled_to_its_bounds(algo):
+    """Pendulum's torque is in [-2, 2]: the replay keeps actions in [-1, 1] and the env must get them scaled (Hopper's
+    bounds are [-1, 1], where a missing scale changes nothing). Its episodes end by the clock only."""
+    task = build(f"{algo}_hopper", "env=pendulum", total_steps=80, learning_starts=40)
+    fit(task)
+    replay = task.buffer.state_dict()
+    low, high = task.action_space.low, task.action_space.high
+    assert (low, high) == (-2.0, 2.0) and task.updates == [20] * K
+    for agent in range(K):
+        played = [play("Pendulum-v1", {"max_episode_steps": LIMIT}, row_seed(SEED + agent, e),
+                       env_actions(replay["actions"][agent, e::E].numpy(), low, high)) for e in range(E)]
+        check_replay_rows(replay, agent, E, played)
+        assert endings(played) == (0, 2 * (80 // E // LIMIT))
+
+
 def test_learning_starts_after_learning_starts_steps_of_each_agent_and_each_network_steps_as_often_as_the_preset_says(trained):
     task, _ = trained
     assert task.env_steps == TOTAL_STEPS and task.updates == [UPDATES] * K
