@@ -26,7 +26,6 @@ def trained(request):
             f"task.total_steps={ROUNDS * TRAIN_FREQUENCY}", f"task.envs_per_agent={E}", f"task.train_frequency={TRAIN_FREQUENCY}",
             f"task.learning_starts={LEARNING_STARTS}", f"task.gradient_steps={GRADIENT_STEPS}", "task.batch_size=8",
             "task.buffer_size=500", "task.eps_duration=24", "task.eps_end=0.6", "task.eval_every=100000", "task.log_every=100000",
-            "optimizer.fused=false",
         ])
     seed_everything(SEED)  # as the lifecycle does
     task = build_task(cfg, None, K)
