@@ -207,7 +207,11 @@ def test_the_exported_file_is_all_there_is_and_runs_copied_alone(make_cfg, tmp_p
     before = set(p.name for p in run.iterdir())
     assert export_main([str(run), f"format={fmt}", "n=8"]) == 0
     name = "policy.onnx" if fmt == "onnx" else "policy.torchscript.pt"
-    assert set(p.name for p in run.iterdir()) - before == {name}  # nothing else written beside it
+    # Nothing beside it but its digest, which the store checks (a user may copy it or leave it).
+    assert set(p.name for p in run.iterdir()) - before == {name, f"{name}.sha256"}
+    from pipeline.store.integrity import verify_file
+
+    assert verify_file(run / name) is not None
     (tmp_path / "elsewhere").mkdir()
     alone = shutil.copy(run / name, tmp_path / "elsewhere" / name)
     shutil.rmtree(run)
@@ -248,7 +252,7 @@ def test_out_an_existing_dir_writes_the_usual_name_into_it(make_cfg, tmp_path, c
     assert export_main([str(run), f"out={tmp_path / 'exports'}", "n=4"]) == 0  # was: a 14-line IsADirectoryError
     out = capsys.readouterr().out.strip()
     assert out.startswith(f"wrote {tmp_path / 'exports' / 'policy.torchscript.pt'} (TorchScript policy") and "\n" not in out
-    assert [p.name for p in (tmp_path / "exports").iterdir()] == ["policy.torchscript.pt"]
+    assert sorted(p.name for p in (tmp_path / "exports").iterdir()) == ["policy.torchscript.pt", "policy.torchscript.pt.sha256"]
 
 
 @pytest.fixture

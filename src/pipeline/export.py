@@ -12,7 +12,8 @@ format=torchscript (the default) writes `<run dir>/policy.torchscript.pt` (RL) o
 batch size free), which onnxruntime runs without torch; it needs `pip install -e '.[onnx]'`. weights=best
 exports the run's best-evaluated weights (best.pt, kept when the run was asked to keep them): `policy.best.onnx`, ...
 
-Every file is self-contained (an ONNX file holds its weights: no `.data` file beside it). `out=<dir>` writes the
+Every file is self-contained (an ONNX file holds its weights: no `.data` file beside it); its sha256 is written
+beside it (`<file>.sha256`, as for every file the pipeline writes), which a user may copy or leave. `out=<dir>` writes the
 file under that name into the dir. Before it says done, the written file is copied alone into an empty temporary
 folder, loaded from there (by torch, or by onnxruntime) and checked against the run's own network on `n` inputs: observations the policy meets in its env (start states it never trained on), the
 data's test split, or noise. Outputs must agree within a bound on float32 rounding computed for these inputs
@@ -32,7 +33,8 @@ from pathlib import Path
 
 from pipeline.eval import writable
 from pipeline.runtime.replay import REPLAY_SEED_OFFSET, EvalError
-from pipeline.store.atomic import write_error
+from pipeline.store.atomic import StoreWriteError, write_error
+from pipeline.store.integrity import save_verified
 
 USAGE = "usage: python -m pipeline.export <run dir> [format=torchscript|onnx] [out=<file or dir>] [n=64] [weights=model|best]"
 FORMATS = {"torchscript": ".torchscript.pt", "onnx": ".onnx"}
@@ -255,9 +257,9 @@ def export(run_dir: Path, out: Path | None = None, n: int = 64, format: str = "t
     out = Path(run_dir) / name if out is None else Path(out) / name if Path(out).is_dir() else Path(out)
     with torch.inference_mode():
         expected = module(inputs)
-    written = out.with_name(f"{out.name}.tmp")  # becomes `out` once checked: a file that fails the check is not left
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
+    # Made and checked in a temporary folder; only a file that passed is stored, with its digest beside it.
+    with tempfile.TemporaryDirectory(prefix="pipeline-export-") as folder:
+        written = Path(folder) / out.name
         if format == "onnx":
             io_names = (("obs", "action") if isinstance(loaded, Agent) else ("noise", "images") if loaded.task == "GANTask"
                         else ("input", "output"))
@@ -267,11 +269,10 @@ def export(run_dir: Path, out: Path | None = None, n: int = 64, format: str = "t
             _write_torchscript(module, inputs, written)
             got = run_alone(written, out.name, lambda copy: _run_torchscript(copy, inputs))
         check = compare(out, got.to(expected.device), expected, module, values, inputs)
-        written.replace(out)
-    except OSError as exc:  # a disk that fills, a folder made read-only meanwhile: one line naming the file
-        raise EvalError(str(write_error(out, exc))) from None
-    finally:
-        written.unlink(missing_ok=True)
+        try:
+            save_verified(out, lambda f: f.write(written.read_bytes()))
+        except OSError as exc:  # a disk that fills, a folder made read-only meanwhile: one line naming the file
+            raise EvalError(str(exc if isinstance(exc, StoreWriteError) else write_error(out, exc))) from None
     kind = "policy" if isinstance(loaded, Agent) else "model"
     return {"run_dir": str(run_dir), "path": str(out), "format": format, "weights": weights, "exported": kind,
             "check": {"inputs": int(len(inputs)), "input_shape": list(inputs.shape[1:]),
