@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
+from pipeline.store.record import read_record
 from pipeline_testing import ROOT, read_result, run_cli, start_module
 
 pytestmark = pytest.mark.slow
@@ -57,7 +58,7 @@ def test_kill_9_then_ckpt_path_last_continues_a_dqn_run(tmp_path, batch):
     wait_for(lambda: (checkpoint_step(agent_dir) or 0) >= 4096, proc=proc)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    killed = read_result(agent_dir)
+    killed = read_record(agent_dir).to_dict()  # as a reader sees it: its process gone, `running` reads `failed`
     assert proc.returncode == -signal.SIGKILL, f"the run ended ({proc.returncode}) before the kill: raise the budget"
     assert killed["status"] == "failed" and killed["checkpoint"]["replay_saved"] is True
     saved_at = killed["checkpoint"]["step"]
