@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -41,6 +42,7 @@ from pipeline.games.rmac import (
     effective_lattice,
     first_order_values,
     fit_logged_auction,
+    interp,
     nice_step,
     reported_bounds,
     result_key,
@@ -51,6 +53,7 @@ from pipeline.games.rmac import (
 )
 from pipeline.games.rules import Rule, parse_rule
 from pipeline.games.solver import DEFAULT_ITERS, Equilibrium, solve_bounds, solve_equilibrium
+from pipeline.games.value_sieve import MIN_BIDS, TAIL_SHARE, fit_sieve, plug_in_sd, untrusted_reserves
 
 NOT_ESTIMATED = (
     "first-price rules with another number of bidders than the logged one are not estimated for asymmetric "
@@ -168,12 +171,31 @@ def inverted_value_cdfs(
     return [(values, cdf) for values, cdf, _, _ in _inversions(table, bandwidth, max_value)]
 
 
+def asymmetric_sieve(table: Tensor, bandwidth: float | None = None):
+    """Every bidder's value distribution by the value sieve's ``inverse`` family (`pipeline.games.value_sieve`: one
+    inverse bid function per bidder, the bid CDFs from the first-order conditions; bids on a rounding lattice
+    censored to their cells), or None where the local inversion is used instead: a ``bandwidth`` given or under
+    `MIN_BIDS` bids in some column."""
+    table = torch.as_tensor(table, dtype=torch.float64)
+    if bandwidth is not None or table.shape[0] < MIN_BIDS:
+        return None
+    lattice = effective_lattice(table.flatten(), bandwidth)
+    return fit_sieve([table[:, i].cpu() for i in range(table.shape[1])], table.shape[1], lattice)
+
+
 def _inversions(
-    table: Tensor, bandwidth: float | None = None, max_value: float | None = None
+    table: Tensor, bandwidth: float | None = None, max_value: float | None = None, local: bool = False
 ) -> list[tuple[Tensor, Tensor, Tensor, float]]:
     """`inverted_value_cdfs` with the bids each value point inverts and the top's SD: per bidder (values, cdf, bids,
-    top SD)."""
+    top SD). The value sieve (`asymmetric_sieve`; every bidder's top SD is that of the highest top) where it
+    applies and ``local`` is not asked for, else the local inversion."""
     table = torch.as_tensor(table, dtype=torch.float64)
+    sieve = None if local else asymmetric_sieve(table, bandwidth)
+    if sieve is not None:
+        bids, values, cdf = (x.to(table.device) for x in sieve.curves())
+        _, top_sd = sieve.top_sd()
+        cap = math.inf if max_value is None else float(max_value)
+        return [(values[i].clamp_max(cap), cdf[i], bids[i], top_sd) for i in range(table.shape[1])]
     if (lattice := effective_lattice(table.flatten(), bandwidth)) is not None:
         table = spread_in_cells(table, lattice)  # rounded bids: censored to their cells (`spread_in_cells`)
     competing = highest_competing_bids(table)
@@ -295,28 +317,52 @@ def asymmetric_bounds(
 # The table
 
 
-def asymmetric_table(
-    table: Tensor, rules: Sequence[str], grid: float = 0.01, device=None, scale: ValueScale | None = None
-) -> tuple[dict[str, float], list[str]]:
+@dataclass
+class AsymmetricPoint:
+    """What `asymmetric_point` found: the points, the skipped rules, the second-price points' SDs and the reserves
+    not to be trusted (as `pipeline.games.rmac.Counterfactuals`), and which inversion made them."""
+
+    table: dict[str, float]
+    skipped: list[str]
+    inversion: str
+    value_top: float
+    value_top_sd: float
+    point_sd: dict[str, float] = field(default_factory=dict)
+    floor_sd: dict[str, float] = field(default_factory=dict)
+    untrusted: dict[float, str] = field(default_factory=dict)
+
+    def untrusted_reserves(self, reserves: Sequence[float]) -> list[float]:
+        return [r for r in reserves if any(math.isclose(r, u, rel_tol=1e-9, abs_tol=1e-12) for u in self.untrusted)]
+
+
+def asymmetric_point(
+    table: Tensor, rules: Sequence[str], grid: float = 0.01, device=None, scale: ValueScale | None = None,
+    bandwidth: float | None = None,
+) -> AsymmetricPoint:
     """``cf/<rule>/point`` and ``cfw/<rule>/point`` per rule; the skipped rules (first price with another
     number of bidders than the table's columns) listed. ``scale`` (a known value top) caps every
     bidder's values at its top; ``grid`` sets the first-price grid (1 / grid cells up to the largest value,
-    at least `FIRST_PRICE_CELLS`)."""
+    at least `FIRST_PRICE_CELLS`). Second-price points within `TOP_BAND` SDs below the highest estimated top are
+    shrunk toward 0 (`top_shrink`); with the value sieve each carries its SD and the untrusted reserves are named
+    (`pipeline.games.value_sieve.untrusted_reserves`)."""
     table = torch.as_tensor(table, dtype=torch.float64).to(device)
     max_value = None if scale is None else scale.top * scale.unit
-    inversions = _inversions(table, max_value=max_value)
+    inversions = _inversions(table, bandwidth, max_value)
+    sieve = asymmetric_sieve(table, bandwidth)
     cdfs = [(values, cdf) for values, cdf, _, _ in inversions]
     top, top_sd = _highest_top(inversions)
     cells = max(FIRST_PRICE_CELLS, int(math.ceil(1 / grid - 1e-9)))
     out: dict[str, float] = {}
     skipped: list[str] = []
     first_price: Equilibrium | None = None
+    second: list[Rule] = []
     for name in rules:
         rule: Rule = parse_rule(name)
         if rule.n_bidders not in (None, table.shape[1]):
             skipped.append(rule.name)
             continue
         if rule.kind == "second_price":
+            second.append(rule)
             revenue, welfare = second_price_from_cdfs(cdfs, rule.reserve)
             shrink = top_shrink(rule.reserve, top, top_sd)  # reserves within the top's noise (as for alike bidders)
             revenue, welfare = revenue * shrink, welfare * shrink
@@ -326,4 +372,29 @@ def asymmetric_table(
             revenue, welfare = first_price.revenue, first_price.welfare
         out[result_key(rule, "point", "revenue")] = revenue
         out[result_key(rule, "point", "welfare")] = welfare
-    return out, skipped
+    method = (f"value sieve: {sieve.describe()}" if sieve is not None else
+              f"local inversion ({'a bandwidth given' if bandwidth is not None else f'under {MIN_BIDS} auctions'})")
+    found = AsymmetricPoint(out, skipped, method, top, top_sd)
+    at = [rule.reserve for rule in second]
+    sd = floor = [math.nan] * len(second)
+    points, rivals = None, None
+    if sieve is not None and second:
+        points_at, sd = sieve.revenue_sd(at)
+        points, sd = points_at.tolist(), sd.tolist()
+        floor = plug_in_sd(sieve.curves(), sieve.counts, torch.tensor(at, dtype=torch.float64), table.shape[0]).tolist()
+        found.point_sd = {result_key(rule, "point", "revenue"): v for rule, v in zip(second, sd)}
+        found.floor_sd = {result_key(rule, "point", "revenue"): v for rule, v in zip(second, floor)}
+        local = [(values, cdf) for values, cdf, _, _ in _inversions(table, None, max_value, local=True)]
+        rivals = {"local inversion": [second_price_from_cdfs(local, r)[0] for r in at]}
+    # the highest bidder's tail: the value with 1% of its estimated values above it
+    tail = max(float(interp(cdf.new_tensor([1 - TAIL_SHARE]), cdf, values)) for values, cdf in cdfs)
+    found.untrusted = untrusted_reserves(at, sd, floor, top, top_sd, points, rivals, tail)
+    return found
+
+
+def asymmetric_table(
+    table: Tensor, rules: Sequence[str], grid: float = 0.01, device=None, scale: ValueScale | None = None
+) -> tuple[dict[str, float], list[str]]:
+    """`asymmetric_point`'s points and skipped rules."""
+    found = asymmetric_point(table, rules, grid, device, scale)
+    return found.table, found.skipped

@@ -134,3 +134,70 @@ def excess_zeros(bids: Tensor | np.ndarray) -> int:
         return zeros
     at_step = int((torch.round(x / found[0]) == 1).sum())
     return max(0, zeros - round(at_step / 2))
+
+
+MASS_SHARE = 0.01  # one nonzero bid value holding this share of the bids beyond its neighbours' is a mass point
+MASS_SPIKE = 2.0  # ... and (on a lattice) at least this many times the larger of its two neighbours' counts
+RESERVE_GAP = 0.02  # positive bids starting this share of their highest above 0 may start at a reserve ...
+RESERVE_WINDOW = 0.02  # ... when the lowest window of this share of their range holds ...
+RESERVE_PILE = 1.6  # ... at least this many times the bids of the window above it
+
+
+def mass_points(bids: Tensor | np.ndarray) -> list[tuple[float, float, int]]:
+    """(value, share, excess) of each nonzero bid value that holds at least `MASS_SHARE` of the bids more than a
+    continuous bid distribution puts there: one bid (continuous bids), or on a rounding lattice (`bid_lattice`) the
+    larger count of its two neighbouring lattice points, and at least `MASS_SPIKE` times that (a density that is
+    high at an end of the bids fills its end cell without a spike). Equilibrium bids of continuous values have no
+    mass point (a default bid, a bot or a price cap logged as bids do); largest first."""
+    x = np.asarray(torch.as_tensor(bids, dtype=torch.float64).flatten().cpu())
+    x = x[x > 0]
+    if x.size < 10:
+        return []
+    values, counts = np.unique(x, return_counts=True)
+    lattice = bid_lattice(x)
+    if lattice is None:
+        expected = np.ones_like(counts, dtype=np.float64)
+    else:
+        index = np.round(values / lattice[0]).astype(np.int64)
+        count_at = dict(zip(index.tolist(), counts.tolist()))
+        expected = np.array([max(count_at.get(k - 1, 0), count_at.get(k + 1, 0)) for k in index.tolist()], dtype=float)
+    excess = counts - expected
+    found = np.flatnonzero((excess >= MASS_SHARE * x.size) & (counts >= MASS_SPIKE * expected))
+    found = found[np.argsort(-excess[found])]
+    return [(float(values[i]), float(counts[i] / x.size), int(excess[i])) for i in found]
+
+
+def without_mass_points(bids: Tensor) -> Tensor:
+    """``bids`` (1-D) without the excess bids of each mass point (`mass_points`): the rest is the equilibrium's."""
+    bids = torch.as_tensor(bids, dtype=torch.float64).flatten()
+    keep = torch.ones_like(bids, dtype=torch.bool)
+    for value, _, excess in mass_points(bids):
+        at = (bids == value).nonzero().flatten()[:excess]
+        keep[at] = False
+    return bids[keep]
+
+
+def logged_reserve(bids: Tensor | np.ndarray) -> float | None:
+    """The hard reserve the logged auctions had (the lowest positive bid), or None.
+
+    With a reserve R the values under it do not bid (logged as 0, or their auctions not logged) and the others bid
+    b_R(v) = v - int_R^v F^(n-1) / F(v)^(n-1), so b - R ~ (v - R)^2 near R: the positive bids start above 0 and their
+    density is infinite at the lowest (their CDF rises like sqrt(b - R): the lowest window holds 2.4 times the
+    next one). Read as a reserve: the lowest positive bid at least `RESERVE_GAP` of the highest, and the lowest
+    `RESERVE_WINDOW` of their range holding `RESERVE_PILE` times the bids of the window above it (a value density
+    that is finite at a positive lowest value holds about 1 time, one vanishing there less). Bids on a rounding
+    lattice (`bid_lattice`, step s): the lowest positive bid at least 3 s (small bids round to 0 and s), each window
+    at least 2 s (a reserve then shows only where its pile-up is wider than the rounding)."""
+    x = np.asarray(torch.as_tensor(bids, dtype=torch.float64).flatten().cpu())
+    x = x[x > 0]
+    if x.size < 100:
+        return None
+    low, high = float(x.min()), float(x.max())
+    step = (bid_lattice(x) or (0.0, 0.0))[0]
+    if low < max(RESERVE_GAP * high, 3 * step) or high <= low:
+        return None
+    width = max(RESERVE_WINDOW * (high - low), 2 * step)
+    if step:  # whole cells: bids within half a step of a window's edge belong to one side
+        low -= step / 2
+    first, second = int((x <= low + width).sum()), int(((x > low + width) & (x <= low + 2 * width)).sum())
+    return float(x.min()) if first >= RESERVE_PILE * max(second, 10) else None

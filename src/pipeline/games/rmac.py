@@ -50,7 +50,15 @@ import torch
 from torch import Tensor
 
 from pipeline.games.auction import truth
-from pipeline.games.bid_checks import LATTICE_CELLS, ZERO_WARN, bid_lattice, check_bids, excess_zeros
+from pipeline.games.bid_checks import (
+    LATTICE_CELLS,
+    ZERO_WARN,
+    bid_lattice,
+    check_bids,
+    excess_zeros,
+    logged_reserve,
+    without_mass_points,
+)
 from pipeline.games.rules import STATISTICS, Rule, eps_label, parse_rule, result_key
 from pipeline.games.solver import (
     DEFAULT_ITERS,
@@ -61,7 +69,15 @@ from pipeline.games.solver import (
     solve_equilibrium,
     win_probability,
 )
-from pipeline.games.value_sieve import KS_GATE, MIN_BIDS, fit_value_sieve
+from pipeline.games.value_sieve import (
+    MIN_BIDS,
+    TAIL_SHARE,
+    TOP_BAND,
+    fit_sieve,
+    fit_value_sieve,
+    plug_in_sd,
+    untrusted_reserves,
+)
 
 DEFAULT_EPSILONS = (0.001, 0.005, 0.02)
 MAX_GRID_POINTS = 2001
@@ -166,25 +182,32 @@ def inverted_value_cdf(
     return values, cdf
 
 
+def point_sieve(bids: Tensor, n_bidders: int, bandwidth: float | None = None, lattice: float | None = None):
+    """The value sieve of the point estimate (`pipeline.games.value_sieve.fit_value_sieve`, cached per log), or None
+    where the local inversion makes the point instead: a ``bandwidth`` given (its own parameter) or under
+    `MIN_BIDS` bids."""
+    if bandwidth is not None or bids.numel() < MIN_BIDS:
+        return None
+    return fit_value_sieve(bids, n_bidders, lattice)
+
+
 def point_value_curve(
     bids: Tensor, n_bidders: int, grid: float, bandwidth: float | None = None, lattice: float | None = None
 ) -> tuple[Tensor, Tensor, Tensor, float, str]:
     """The point estimate's value curve, as `inverted_value_curve` returns it (bids, values, CDF, top SD), and which
     inversion made it (one line).
 
-    With the default smoothing: the global sieve (`pipeline.games.value_sieve.fit_value_sieve`; bids on a
-    ``lattice`` censored to their cells) when the bid CDF it implies passes its check (`KS_GATE`; top SD 0 then: its
-    top is read off the whole fit and no point is shrunk toward it); otherwise, and for a given ``bandwidth``, the
-    local inversion `inverted_value_curve`."""
-    if bandwidth is None and bids.numel() >= MIN_BIDS:
-        sieve = fit_value_sieve(bids, n_bidders, lattice)
-        if sieve.misfit <= KS_GATE:
-            device = bids.device
-            method = f"value sieve (degree {sieve.degree}, misfit {sieve.misfit:.2f} <= {KS_GATE})"
-            return sieve.bids.to(device), sieve.values.to(device), sieve.cdf.to(device), 0.0, method
-        why = f"the value sieve missed the bids by {sieve.misfit:.2f} > {KS_GATE}"
-    else:
-        why = "a bandwidth given" if bandwidth is not None else f"under {MIN_BIDS} bids"
+    With the default smoothing: the value sieve (`point_sieve`; bids on a ``lattice`` censored to their cells), the
+    model chosen by AIC across its families and degrees, the top's SD through the fit and the choice
+    (`pipeline.games.value_sieve.SieveFit.top_sd`); for a given ``bandwidth`` or under `MIN_BIDS` bids, the local
+    inversion `inverted_value_curve`."""
+    sieve = point_sieve(bids, n_bidders, bandwidth, lattice)
+    if sieve is not None:
+        device = bids.device
+        _, top_sd = sieve.top_sd()
+        bids_at, values, cdf = (x[0].to(device) for x in sieve.curves())
+        return bids_at, values, cdf, top_sd, f"value sieve: {sieve.describe()}"
+    why = "a bandwidth given" if bandwidth is not None else f"under {MIN_BIDS} bids"
     return *inverted_value_curve(bids, n_bidders, grid, bandwidth, lattice), f"local inversion ({why})"
 
 
@@ -672,7 +695,7 @@ def choose_value_scale(
     bid CDF, unbiased at the top to first order), rounded up to the grid. Values above the top the
     fit implies are not cut: the grid reaches it, at least one cell above the highest bid.
     """
-    bids = without_zero_bids(bids.flatten().to(device))
+    bids = equilibrium_bids(bids.flatten().to(device))
     top_bid = float(bids.max())
     lattice = effective_lattice(bids, bandwidth)
     # Rounded bids: a window narrower than the rounding step would see one lattice point (a top of 5-7 for values
@@ -705,6 +728,12 @@ def without_zero_bids(bids: Tensor) -> Tensor:
     keep = torch.ones_like(bids, dtype=torch.bool)
     keep[zero] = False
     return bids[keep]
+
+
+def equilibrium_bids(bids: Tensor) -> Tensor:
+    """``bids`` without what no equilibrium of continuous values bids: the excess zeros (`without_zero_bids`) and
+    the excess of each mass point (`pipeline.games.bid_checks.without_mass_points`)."""
+    return without_mass_points(without_zero_bids(bids))
 
 
 def effective_lattice(bids: Tensor, bandwidth: float | None = None) -> float | None:
@@ -740,6 +769,15 @@ class Counterfactuals:
     value_top_sd: float = math.nan  # the sampling SD of ``value_top`` (`first_order_values`), data units
     plug_in: dict[str, float] = field(default_factory=dict)  # each point before `top_shrink` (the bounds hold these)
     inversion: str = ""  # which inversion gave the point's value curve, one line (`point_value_curve`)
+    point_sd: dict[str, float] = field(default_factory=dict)  # second-price points' SDs (value sieve), data units
+    floor_sd: dict[str, float] = field(default_factory=dict)  # the values' own sampling SD there (`plug_in_sd`)
+    untrusted: dict[float, str] = field(default_factory=dict)  # second-price reserves not to be trusted, and why
+    skipped: dict[str, str] = field(default_factory=dict)  # rules not estimated, and why (a reserve in the logs)
+    logged_reserve: float | None = None  # the hard reserve the logged auctions had (`reserve_counterfactuals`)
+
+    def untrusted_reserves(self, reserves: Sequence[float]) -> list[float]:
+        """The reserves among ``reserves`` whose second-price point is not to be trusted (`untrusted_reserves`)."""
+        return [r for r in reserves if any(math.isclose(r, u, rel_tol=1e-9, abs_tol=1e-12) for u in self.untrusted)]
 
     def top_reserves(self, reserves: Sequence[float]) -> list[float]:
         """The reserves whose point rests on the estimated top alone: at or above `tail_value`, where fewer than
@@ -752,8 +790,6 @@ class Counterfactuals:
         return [r for r in reserves if top_shrink(r, self.value_top, self.value_top_sd) < 1.0]
 
 
-TAIL_SHARE = 0.01
-TOP_BAND = 2.0  # SDs of the estimated top: the band below it where a second-price point is shrunk (`top_shrink`)
 
 
 def top_shrink(reserve: float, top: float, top_sd: float) -> float:
@@ -782,8 +818,12 @@ def predict_counterfactuals(
     point_iters: int = DEFAULT_POINT_ITERS,
     scale: ValueScale | None = None,
     headroom: float = 1.5,
+    reserve_in_logs: float | str | None = "detect",
 ) -> Counterfactuals:
     """Point estimate and epsilon bounds of ``statistic`` under each rule, from logged first-price bids.
+
+    ``reserve_in_logs``: a hard reserve the logged auctions had (`reserve_counterfactuals`); "detect" reads it off the
+    bids (`pipeline.games.bid_checks.logged_reserve`), None declares there was none.
 
     Bids, reserves, epsilons (regrets) and the results are in the data's own units; ``grid`` is
     the bid grid's step as a fraction of the value scale (`choose_value_scale`; pass ``scale`` to
@@ -813,7 +853,12 @@ def predict_counterfactuals(
     if any(e < 0 for e in epsilons):
         raise ValueError(f"epsilons={list(epsilons)}: every epsilon must be >= 0")
     epsilons = sorted(set(float(e) for e in epsilons))
-    bids = without_zero_bids(torch.as_tensor(bids, dtype=torch.float64).flatten())
+    bids = torch.as_tensor(bids, dtype=torch.float64).flatten()
+    check_bids(bids)
+    reserve = logged_reserve(bids) if reserve_in_logs == "detect" else reserve_in_logs
+    if reserve is not None:
+        return reserve_counterfactuals(bids, n_bidders, rules, float(reserve), statistic, bandwidth)
+    bids = equilibrium_bids(bids)
     if scale is None:
         scale = choose_value_scale(bids, n_bidders, grid, device, None if bandwidth is None else float(bandwidth))
     unit = scale.unit
@@ -866,8 +911,87 @@ def predict_counterfactuals(
         raw |= raw_bounds
         clamps += lines
     tail = interp(cdf.new_tensor([1 - TAIL_SHARE]), cdf, values)
-    return Counterfactuals(table, raw, clamps, scale, float(values[-1]) * unit, float(tail) * unit, lattice,
-                           top_sd * unit, plug_ins, inversion)
+    found = Counterfactuals(table, raw, clamps, scale, float(values[-1]) * unit, float(tail) * unit, lattice,
+                            top_sd * unit, plug_ins, inversion)
+    second = [parse_rule(name) for name in rules if parse_rule(name).kind == "second_price"]
+    sieve = point_sieve(bids / unit, n_bidders, point_bandwidth, internal_lattice)
+    sd = floor = [math.nan] * len(second)
+    at = [rule.reserve / unit for rule in second]
+    points, rivals = None, None
+    if sieve is not None and second:
+        welfare = statistic == "welfare"
+        points_at, sd = sieve.revenue_sd(at, welfare)
+        points, sd = (points_at * unit).tolist(), (sd * unit).tolist()
+        floor = (plug_in_sd(sieve.curves(), sieve.counts, torch.tensor(at, dtype=torch.float64),
+                            max(1, bids.numel() // n_bidders), welfare) * unit).tolist()
+        found.point_sd = {result_key(rule, "point", statistic): v for rule, v in zip(second, sd)}
+        found.floor_sd = {result_key(rule, "point", statistic): v for rule, v in zip(second, floor)}
+        rivals = {name: [v * unit for v in values] for name, values in sieve.rival_revenues(at, welfare).items()}
+        _, local_values, local_cdf, _ = inverted_value_curve(bids / unit, n_bidders, grid, None, internal_lattice)
+        rivals["local inversion"] = [second_price_point(local_values, local_cdf, n_bidders, r, statistic, scale.top) * unit
+                                     for r in at]
+    found.untrusted = untrusted_reserves([rule.reserve for rule in second], sd, floor, found.value_top,
+                                         found.value_top_sd, points, rivals, found.tail_value)
+    return found
+
+
+NOT_IDENTIFIED = ("values under the logged reserve {reserve:g} never bid, so only their share is known: second price "
+                  "with a lower reserve and first price are not estimated; robust bounds are not computed for such logs")
+
+
+def reserve_counterfactuals(
+    bids: Tensor, n_bidders: int, rules: Sequence[str], reserve: float, statistic: str = "revenue",
+    bandwidth: float | None = None,
+) -> Counterfactuals:
+    """Second-price points from logs of auctions that had a hard ``reserve`` R (data units): the values under R did
+    not bid, logged as bids of 0 (each a non-bid: P = F(R)) or not logged at all (no zeros: only the auctions where
+    everybody bid; F(R) is then read off the bids' shape near R).
+
+    The value sieve's ``cdf`` family with the bids starting at R (`pipeline.games.value_sieve`, known truncation).
+    Only F above R and F(R) are identified, so second price with a reserve under R and first price (whose revenue
+    depends on the values under R) are not estimated: ``skipped`` names them with the reason. No bounds."""
+    if bandwidth is not None:
+        raise ValueError(f"the bids start at a hard reserve {reserve:g} (values under it did not bid): a log with a "
+                         "reserve is read by the value sieve, which takes no bandwidth; drop task.bandwidth")
+    bids = torch.as_tensor(bids, dtype=torch.float64).flatten().cpu()
+    zeros = int((bids == 0).sum())
+    positive = without_mass_points(bids[bids > 0])
+    if positive.numel() < MIN_BIDS:
+        raise ValueError(f"the bids start at a hard reserve {reserve:g}, and only {positive.numel()} bids lie above it: "
+                         f"the value sieve needs at least {MIN_BIDS}")
+    lattice = effective_lattice(positive)
+    sieve = fit_sieve([positive], n_bidders, lattice, ("cdf",), reserve=reserve, zeros=[zeros] if zeros else None,
+                      complete_only=zeros == 0)
+    second = [parse_rule(name) for name in rules if parse_rule(name).kind == "second_price"]
+    kept = [rule for rule in second if rule.reserve >= reserve - 1e-12]
+    why = NOT_IDENTIFIED.format(reserve=reserve)
+    skipped = {parse_rule(name).name: why for name in rules if parse_rule(name) not in kept}
+    welfare = statistic == "welfare"
+    at = [rule.reserve for rule in kept]
+    top, top_sd = sieve.top_sd()
+    _, values, cdf = sieve.curves()
+    tail = float(interp(cdf.new_tensor([1 - TAIL_SHARE]), cdf[0], values[0]))
+    table, plug_ins, sd_table, floor_table = {}, {}, {}, {}
+    sd, floor = [], []
+    if kept:
+        points, sd_tensor = sieve.revenue_sd(at, welfare)
+        floor = plug_in_sd(sieve.curves(), sieve.counts, torch.tensor(at, dtype=torch.float64),
+                           max(1, (positive.numel() + zeros) // n_bidders), welfare).tolist()
+        sd = sd_tensor.tolist()
+        for rule, point, s, f in zip(kept, points.tolist(), sd, floor):
+            key = result_key(rule, "point", statistic)
+            plug_ins[key] = point
+            table[key] = point * top_shrink(rule.reserve, top, top_sd)
+            sd_table[key], floor_table[key] = s, f
+        rivals = sieve.rival_revenues(at, welfare)
+    found = Counterfactuals(table, {}, [], known_value_scale(top), top, tail, lattice, top_sd, plug_ins,
+                            f"value sieve with the logged reserve {reserve:g} as a known truncation "
+                            f"({'zeros as non-bids' if zeros else 'complete auctions only'}): {sieve.describe()}")
+    found.point_sd, found.floor_sd = sd_table, floor_table
+    found.untrusted = untrusted_reserves(at, sd, floor, top, top_sd, [plug_ins[k] for k in sd_table],
+                                         rivals if kept else None, tail)
+    found.skipped, found.logged_reserve = skipped, reserve
+    return found
 
 
 def clamp_bounds(point: float, lower: Tensor, upper: Tensor) -> tuple[Tensor, Tensor]:

@@ -13,9 +13,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pipeline.games.asymmetric import ESTIMATED, NOT_ESTIMATED, asymmetric_bounds, asymmetric_table
+from pipeline.games.asymmetric import ESTIMATED, NOT_ESTIMATED, asymmetric_bounds, asymmetric_point
 from pipeline.games.auction import default_rules, parse_rule, reserve_top
-from pipeline.games.bid_checks import ZERO_WARN, bid_lattice, excess_zeros, zero_share
+from pipeline.games.bid_checks import (
+    ZERO_WARN,
+    bid_lattice,
+    excess_zeros,
+    logged_reserve,
+    mass_points,
+    zero_share,
+)
 from pipeline.games.plots import plot_revenue_vs_reserve
 from pipeline.games.rmac import (
     choose_value_scale,
@@ -109,8 +116,14 @@ class CounterfactualTask(Task):
         logged number of bidders, points and RMAC bounds, each bidder with its own value distribution."""
         t0 = time.perf_counter()
         scale = self._known_scale(float(logged.by_bidder.max()))
-        table, skipped = asymmetric_table(logged.by_bidder, self.rules, self.grid, self.compute_device, scale)
+        found = asymmetric_point(logged.by_bidder, self.rules, self.grid, self.compute_device, scale)
+        table, skipped = found.table, found.skipped
         self.add_time("asymmetric", time.perf_counter() - t0)
+        self.extras["value_top"] = {"estimated": found.value_top, "sd": found.value_top_sd,
+                                    "from": "task.value_top" if self.value_top is not None else "estimated",
+                                    "inversion": found.inversion}
+        self._report_trust(found)
+        log.info(f"point estimate: {found.inversion}")
         table = {k: v for k, v in table.items() if k.split("/")[0] in [PREFIX[s] for s in self.statistics]}
         t0 = time.perf_counter()
         bounds, clamps = asymmetric_bounds(logged.by_bidder, self.rules, table, self.epsilons, self.statistics,
@@ -123,10 +136,12 @@ class CounterfactualTask(Task):
         return metrics
 
     def _symmetric(self, logged, metrics: dict) -> dict:
-        """Pooled bidders: point estimates and RMAC bounds per statistic, on one value grid."""
+        """Pooled bidders: point estimates and RMAC bounds per statistic, on one value grid (a log with a hard
+        reserve: points only, `pipeline.games.rmac.reserve_counterfactuals`)."""
         t0 = time.perf_counter()
+        reserve = self.extras["bid_checks"].get("logged_reserve")
         scale = self._known_scale(float(logged.bids.max()))
-        if scale is None:
+        if scale is None and reserve is None:
             scale = choose_value_scale(logged.bids, logged.n_bidders, self.grid, self.compute_device)
         self.add_time("value_grid", time.perf_counter() - t0)
         clamps: list[str] = []
@@ -136,6 +151,7 @@ class CounterfactualTask(Task):
             found = predict_counterfactuals(
                 logged.bids, logged.n_bidders, self.rules, self.epsilons, statistic=statistic, n_iters=self.n_iters,
                 point_iters=self.point_iters, device=self.compute_device, grid=self.grid, scale=scale,
+                reserve_in_logs=reserve,
             )
             self.add_time(f"bounds_{statistic}", time.perf_counter() - t0)
             table = found.table
@@ -146,6 +162,10 @@ class CounterfactualTask(Task):
         self._record_clamps(metrics, clamps)
         if found is not None:
             self._report_top(found)
+            if found.skipped:
+                self.extras["logged_reserve"] |= {"skipped_rules": found.skipped}
+                log.warning(f"rules not estimated: {sorted(found.skipped)}: {next(iter(found.skipped.values()))}")
+        scale = found.scale if found is not None and scale is None else scale
         self.extras["value_grid"] = {"step": scale.unit * self.grid, "top": scale.unit * scale.top,
                                      "top_from": "task.value_top" if self.value_top is not None else "estimated",
                                      "rough_top_value": scale.estimated_top_value}
@@ -160,6 +180,7 @@ class CounterfactualTask(Task):
                                     "reserves_shrunk_to_the_top": found.shrunk_reserves(reserves),
                                     "from": "task.value_top" if self.value_top is not None else "estimated",
                                     "inversion": found.inversion}
+        self._report_trust(found)
         log.info(f"point estimate: {found.inversion}")
         if top_alone and self.value_top is None:
             log.warning(f"second-price reserves {top_alone} are at or above {found.tail_value:.4g}, the value with 1% "
@@ -168,14 +189,47 @@ class CounterfactualTask(Task):
                         "alone; pass task.value_top=<largest "
                         "value> if you know it")
 
+    def _report_trust(self, found) -> None:
+        """The second-price points' SDs and the reserves whose points are not to be trusted (result.json
+        `point_sd`, `untrusted_reserves`; one line naming them and why)."""
+        self.extras["point_sd"] = dict(found.point_sd)
+        self.extras["values_sampling_sd"] = dict(found.floor_sd)
+        self.extras["untrusted_reserves"] = {f"{r:g}": why for r, why in found.untrusted.items()}
+        if found.untrusted:
+            reasons = "; ".join(f"r={r:g}: {why}" for r, why in found.untrusted.items())
+            log.warning(f"second-price points not to be trusted at reserves {[float(r) for r in found.untrusted]} "
+                        f"({reasons}); read them with their SD (point_sd in result.json), or pass "
+                        "task.value_top=<largest value> if you know it")
+
     def _check_bids(self, logged) -> None:
-        """A rounding lattice and exact-zero bids: recorded in result.json (`bid_checks`), each named in one line."""
+        """A rounding lattice, exact-zero bids, mass points and a hard reserve in the logs: recorded in result.json
+        (`bid_checks`), each named in one line."""
         bids = logged.bids
         checks: dict = {"zero_share": zero_share(bids), "excess_zero_share": excess_zeros(bids) / bids.numel()}
-        if checks["excess_zero_share"] > ZERO_WARN:
+        reserve = logged_reserve(bids)
+        asymmetric = self.extras["symmetry"]["decision"].startswith("asymmetric")
+        if reserve is not None:
+            zeros = int((bids == 0).sum())
+            if asymmetric:
+                raise ValueError(f"the positive bids start at {reserve:g} and pile up there: the logged auctions had a "
+                                 "hard reserve (values under it did not bid), which is read for alike bidders only; "
+                                 "pass data.symmetric=true to pool the bidders, or log auctions without a reserve")
+            how = (f"{zeros} bids of 0 read as the values under it (non-bids)" if zeros else
+                   "no bids of 0: read as only the auctions where everybody bid")
+            checks["logged_reserve"] = reserve
+            self.extras["logged_reserve"] = {"reserve": reserve, "zeros_as_non_bids": zeros}
+            log.warning(f"the positive bids start at {reserve:g} and pile up there: the logged auctions had a hard "
+                        f"reserve {reserve:g} (values under it did not bid; {how}); it is read as a known truncation "
+                        "(value sieve), and rules that need the values under it are not estimated")
+        for value, share, excess in mass_points(bids):
+            checks.setdefault("mass_points", []).append({"bid": value, "share": share, "excess": excess})
+            log.warning(f"{share:.1%} of the bids are exactly {value:g} ({excess} more than the bids around it): a mass "
+                        "point no equilibrium of continuous values makes (a default bid, a bot, a cap?); its excess is "
+                        "left out of the inversion")
+        if checks["excess_zero_share"] > ZERO_WARN and reserve is None:
             what = ("dropped from the pooled inversion as bids not made (continuous values bid 0 with probability "
                     "0; if they are real bids of 0 the estimate is off)" if logged.by_bidder is None or
-                    not self.extras["symmetry"]["decision"].startswith("asymmetric") else
+                    not asymmetric else
                     "kept (asymmetric bidders: each bidder's inversion reads them as bids)")
             log.warning(f"{checks['zero_share']:.1%} of the bids are exactly 0 ({checks['excess_zero_share']:.1%} more "
                         f"than rounding explains): {what}")
