@@ -17,7 +17,7 @@ help: ## list the targets
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet "$(TORCH)"
-	$(PY) -m pip install --quiet -e ".[dev,mujoco,onnx]"
+	$(PY) -m pip install --quiet -e ".[dev,mujoco,onnx,envpool]"
 	bash tools/headless_gl.sh || echo "headless GL not installed: MuJoCo videos need a display (make headless-gl as root)"
 	touch $(STAMP)
 

@@ -153,7 +153,7 @@ def test_without_envpool_the_backend_says_how_to_install_it(monkeypatch):
 
 @pytest.mark.slow
 def test_atari_frames_match_gymnasium_frame_for_frame():
-    pytest.importorskip("ale_py")
+    pytest.importorskip("ale_py", reason="Atari needs ale-py, a dependency of the project: pip install -e .")
     # One no-op and no sticky actions: nothing random is left, so both start from the same frames.
     kwargs = {"frame_skip": 4, "screen_size": 84, "noop_max": 1, "frame_stack": 4, "clip_rewards": True,
               "repeat_action_probability": 0.0}
