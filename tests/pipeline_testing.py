@@ -196,7 +196,11 @@ def _read_and_remove(path: str) -> str:
 
 
 def read_result(run_dir: Path) -> dict:
-    return json.loads((Path(run_dir) / "result.json").read_text())
+    """The run's record as the pipeline's readers see it (a `running` record whose process is gone reads `failed`:
+    store.owner); a missing or unreadable file raises as reading it raw does."""
+    from pipeline.store.record import read_result as read
+
+    return read(run_dir) or json.loads((Path(run_dir) / "result.json").read_text())
 
 
 def sweep_dir(root: Path) -> Path:
