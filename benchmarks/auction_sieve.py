@@ -8,8 +8,11 @@ weights), degree by AIC or BIC, then GPV's first-order condition v(b) = b + H(b)
 the highest competing bid; asymmetric pairs: per bidder). ``--generic`` runs `rmac_grid.py`'s equilibrium logs of
 other value distributions (sqrt(v), a truncated normal, Beta(1.5, 3), Beta(3, 1.5), U[0.2, 1], ...) with 2, 3 and 5
 bidders: median over seeds of the worst error over reserves 0-1 and of its ratio to the true-values oracle.
+``--parametric FAMILY ...``: the parametric oracle, the maximum-likelihood fit within the TRUE finite model (the
+value CDF family at the degree that holds the family exactly, started at the truth), against the bids-only oracle:
+what an estimator that knew the family would reach (families: uniform 1, v2 2, beta22 3, mix28 9, kuma25 10).
 `python benchmarks/auction_sieve.py [--cases ...] [--sizes 5000] [--seeds 10] [--methods shipped local ...]
-[--generic [names ...]] [--bidders 2 3 5]`
+[--generic [names ...]] [--bidders 2 3 5] [--parametric mix28 kuma25 --bidders 2 4 6 --sizes 5000 20000]`
 """
 
 from __future__ import annotations
@@ -27,8 +30,9 @@ from scipy import optimize, special, stats
 sys.path.insert(0, str(Path(__file__).parent))
 import auction_accuracy  # noqa: E402
 import rmac_grid  # noqa: E402
-from auction_logs import CASES, oracle  # noqa: E402
+from auction_logs import CASES, bids_oracle_values, oracle, truth  # noqa: E402
 
+from pipeline.games import value_sieve  # noqa: E402
 from pipeline.games.rmac import default_bandwidth, predict_counterfactuals, second_price_from_cdfs  # noqa: E402
 from pipeline.games.rules import parse_rule  # noqa: E402
 from pipeline.games.value_sieve import fit_value_sieve  # noqa: E402
@@ -189,6 +193,57 @@ def generic_errors(name: str, n: int, n_auctions: int, seeds: int, methods) -> d
     return out
 
 
+def _bernstein_weights(power: list[float]) -> np.ndarray:
+    """The value CDF family's weights of F(x) = sum_i power[i] x^i (a polynomial CDF on [0, 1] of degree M)."""
+    degree = len(power) - 1
+    coefficients = [sum(special.comb(j, i) / special.comb(degree, i) * power[i] for i in range(j + 1))
+                    for j in range(degree + 1)]
+    return np.diff(coefficients)
+
+
+def true_weights(family: str) -> np.ndarray:
+    """The exact value-CDF-family weights of the families that are Bernstein polynomials."""
+    if family == "mix28":  # I_x(2, 8) and I_x(8, 2), half each: components 2 and 8 of degree 9
+        weights = np.zeros(9)
+        weights[[1, 7]] = 0.5
+        return weights
+    if family == "kuma25":  # 1 - (1 - x^2)^5
+        power = -np.polynomial.polynomial.polypow([1, 0, -1], 5)
+        power[0] += 1
+        return _bernstein_weights(list(power))
+    return {"uniform": np.array([1.0]), "v2": _bernstein_weights([0, 0, 1]),
+            "beta22": _bernstein_weights([0, 0, 3, -2])}[family]
+
+
+def parametric_oracle(family: str, n_bidders: int, n_auctions: int, seeds: int) -> dict:
+    """Median over seeds of the worst error of the maximum-likelihood fit within the true finite model, and its ratio
+    to the bids-only oracle's worst error (the same reserves, logs and oracle as `auction_accuracy.py`)."""
+    case = CASES[f"{family}_n{n_bidders}"]
+    weights = true_weights(family)
+    truths = np.array([truth(case, r) for r in case.reserves])
+    top_bid = float(case.bid(np.array([case.dist.hi]))[0])
+    ratios, worst = [], []
+    for seed in range(seeds):
+        values, bids = case.draw(n_auctions, seed)
+        data = value_sieve.bin_bids([torch.from_numpy(bids.ravel())])
+        model = value_sieve.CdfFamily(weights.size, 1, n_bidders)
+        share = (top_bid / data.high / data.top_low - 1) / value_sieve.TOP_SPAN
+        ends = [-30.0, float(np.log(share / (1 - share))) if share > 0 else -30.0]
+        params = torch.tensor([*np.log(np.maximum(weights, 1e-12)), *ends], dtype=torch.float64).requires_grad_(True)
+        with torch.enable_grad():
+            value_sieve.maximise_likelihood(model, params, data)
+        candidate = value_sieve.Candidate(model, params.detach(), 0.0, 0.0)
+        with torch.no_grad():
+            points = value_sieve.second_price(candidate.curves(data), [n_bidders],
+                                              torch.tensor(case.reserves, dtype=torch.float64)).numpy()
+        pseudo = bids_oracle_values(case, bids, values)
+        floor = np.abs([oracle(case, pseudo, r) - t for r, t in zip(case.reserves, truths)]).max()
+        worst.append(np.abs(points - truths).max())
+        ratios.append(worst[-1] / floor)
+    return {"case": case.name, "n": n_auctions, "worst": float(np.median(worst)), "ratio": float(np.median(ratios)),
+            "ratios": np.round(ratios, 2).tolist()}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
@@ -198,8 +253,17 @@ def main(argv: list[str] | None = None) -> None:
                         choices=["shipped", "local", "value", "bid-aic", "bid-bic"])
     parser.add_argument("--generic", nargs="*", default=None, help="rmac_grid-style distributions instead")
     parser.add_argument("--bidders", type=int, nargs="+", default=[2, 3, 5])
+    parser.add_argument("--parametric", nargs="+", default=None, choices=["uniform", "v2", "beta22", "mix28", "kuma25"])
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    if args.parametric:
+        for family in args.parametric:
+            for n in args.bidders:
+                for n_auctions in args.sizes:
+                    row = parametric_oracle(family, n, n_auctions, args.seeds)
+                    print(f"parametric oracle {row['case']:12s} N={n_auctions:>6} worst {row['worst']:.4f} ratio to the "
+                          f"bids-only oracle {row['ratio']:.2f} (per seed {row['ratios']})", flush=True)
+        return
     if args.generic is not None:
         for name in args.generic or list(GENERIC):
             for n in args.bidders:

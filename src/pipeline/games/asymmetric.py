@@ -53,7 +53,14 @@ from pipeline.games.rmac import (
 )
 from pipeline.games.rules import Rule, parse_rule
 from pipeline.games.solver import DEFAULT_ITERS, Equilibrium, solve_bounds, solve_equilibrium
-from pipeline.games.value_sieve import MIN_BIDS, TAIL_SHARE, fit_sieve, plug_in_sd, untrusted_reserves
+from pipeline.games.value_sieve import (
+    MIN_BIDS,
+    TAIL_SHARE,
+    fit_sieve,
+    plug_in_sd,
+    point_shrink,
+    untrusted_reserves,
+)
 
 NOT_ESTIMATED = (
     "first-price rules with another number of bidders than the logged one are not estimated for asymmetric "
@@ -263,9 +270,12 @@ def asymmetric_bounds(
     scale: ValueScale | None = None,
     n_iters: int = DEFAULT_ITERS,
     headroom: float = 1.5,
+    plug_ins: dict[str, float] | None = None,
 ) -> tuple[dict[str, float], list[str]]:
     """``<prefix>/<rule>/lower_eps<e>`` and ``upper_eps<e>`` for every statistic and every rule that ``points``
     (`asymmetric_table`) has a point for, and the clamps (as `pipeline.games.rmac.predict_counterfactuals`' ``clamps``).
+    ``plug_ins``: each point before its shrink toward 0 (`AsymmetricPoint.plug_in`; None: the points are undone by
+    the local inversion's `top_shrink`).
 
     The grid: step ``grid`` of the value unit (`pipeline.games.rmac.nice_step` of the largest inverted
     value, or ``scale``'s), types up to ``headroom`` times that value, so that bids shaded more than
@@ -305,7 +315,8 @@ def asymmetric_bounds(
             lower, upper = solve_bounds(logged, start, inside, bidders, actions, types, [e / unit for e in epsilons],
                                         statistic, n_iters, masks)
             # As for alike bidders: the bounds hold the plug-in, a point shrunk near the top takes the lower ones down.
-            plug_in = point / shrink if shrink > 0 else point
+            key = result_key(rule, "point", statistic)
+            plug_in = plug_ins[key] if plug_ins is not None else point / shrink if shrink > 0 else point
             reported, _, lines = reported_bounds(rule, statistic, epsilons, plug_in, lower * unit, upper * unit,
                                                  top_value)
             out |= {k: min(v, point) if "/lower_eps" in k else v for k, v in reported.items()}
@@ -327,6 +338,7 @@ class AsymmetricPoint:
     inversion: str
     value_top: float
     value_top_sd: float
+    plug_in: dict[str, float] = field(default_factory=dict)  # each point before its shrink toward 0 (bounds hold these)
     point_sd: dict[str, float] = field(default_factory=dict)
     floor_sd: dict[str, float] = field(default_factory=dict)
     untrusted: dict[float, str] = field(default_factory=dict)
@@ -352,29 +364,7 @@ def asymmetric_point(
     cdfs = [(values, cdf) for values, cdf, _, _ in inversions]
     top, top_sd = _highest_top(inversions)
     cells = max(FIRST_PRICE_CELLS, int(math.ceil(1 / grid - 1e-9)))
-    out: dict[str, float] = {}
-    skipped: list[str] = []
-    first_price: Equilibrium | None = None
-    second: list[Rule] = []
-    for name in rules:
-        rule: Rule = parse_rule(name)
-        if rule.n_bidders not in (None, table.shape[1]):
-            skipped.append(rule.name)
-            continue
-        if rule.kind == "second_price":
-            second.append(rule)
-            revenue, welfare = second_price_from_cdfs(cdfs, rule.reserve)
-            shrink = top_shrink(rule.reserve, top, top_sd)  # reserves within the top's noise (as for alike bidders)
-            revenue, welfare = revenue * shrink, welfare * shrink
-        else:
-            if first_price is None:  # every first-price rule solved here has the logged bidders and no reserve
-                first_price = first_price_from_cdfs(cdfs, 0.0, cells)
-            revenue, welfare = first_price.revenue, first_price.welfare
-        out[result_key(rule, "point", "revenue")] = revenue
-        out[result_key(rule, "point", "welfare")] = welfare
-    method = (f"value sieve: {sieve.describe()}" if sieve is not None else
-              f"local inversion ({'a bandwidth given' if bandwidth is not None else f'under {MIN_BIDS} auctions'})")
-    found = AsymmetricPoint(out, skipped, method, top, top_sd)
+    second = [parse_rule(name) for name in rules if parse_rule(name).kind == "second_price"]
     at = [rule.reserve for rule in second]
     sd = floor = [math.nan] * len(second)
     points, rivals = None, None
@@ -382,10 +372,38 @@ def asymmetric_point(
         points_at, sd = sieve.revenue_sd(at)
         points, sd = points_at.tolist(), sd.tolist()
         floor = plug_in_sd(sieve.curves(), sieve.counts, torch.tensor(at, dtype=torch.float64), table.shape[0]).tolist()
-        found.point_sd = {result_key(rule, "point", "revenue"): v for rule, v in zip(second, sd)}
-        found.floor_sd = {result_key(rule, "point", "revenue"): v for rule, v in zip(second, floor)}
         local = [(values, cdf) for values, cdf, _, _ in _inversions(table, None, max_value, local=True)]
         rivals = {"local inversion": [second_price_from_cdfs(local, r)[0] for r in at]}
+    sd_at = {rule.name: s for rule, s in zip(second, sd)}
+    out: dict[str, float] = {}
+    plug_ins: dict[str, float] = {}
+    skipped: list[str] = []
+    first_price: Equilibrium | None = None
+    for name in rules:
+        rule: Rule = parse_rule(name)
+        if rule.n_bidders not in (None, table.shape[1]):
+            skipped.append(rule.name)
+            continue
+        if rule.kind == "second_price":
+            revenue, welfare = second_price_from_cdfs(cdfs, rule.reserve)
+            plug_ins[result_key(rule, "point", "revenue")], plug_ins[result_key(rule, "point", "welfare")] = revenue, welfare
+            # points within their noise of 0 (the sieve's SD), or the local inversion's within the top's noise
+            shrink = (point_shrink(revenue, sd_at[rule.name]) if sieve is not None else
+                      top_shrink(rule.reserve, top, top_sd))
+            revenue, welfare = revenue * shrink, welfare * shrink
+        else:
+            if first_price is None:  # every first-price rule solved here has the logged bidders and no reserve
+                first_price = first_price_from_cdfs(cdfs, 0.0, cells)
+            revenue, welfare = first_price.revenue, first_price.welfare
+            plug_ins[result_key(rule, "point", "revenue")], plug_ins[result_key(rule, "point", "welfare")] = revenue, welfare
+        out[result_key(rule, "point", "revenue")] = revenue
+        out[result_key(rule, "point", "welfare")] = welfare
+    method = (f"value sieve: {sieve.describe()}" if sieve is not None else
+              f"local inversion ({'a bandwidth given' if bandwidth is not None else f'under {MIN_BIDS} auctions'})")
+    found = AsymmetricPoint(out, skipped, method, top, top_sd, plug_ins)
+    if sieve is not None and second:
+        found.point_sd = {result_key(rule, "point", "revenue"): v for rule, v in zip(second, sd)}
+        found.floor_sd = {result_key(rule, "point", "revenue"): v for rule, v in zip(second, floor)}
     # the highest bidder's tail: the value with 1% of its estimated values above it
     tail = max(float(interp(cdf.new_tensor([1 - TAIL_SHARE]), cdf, values)) for values, cdf in cdfs)
     found.untrusted = untrusted_reserves(at, sd, floor, top, top_sd, points, rivals, tail)

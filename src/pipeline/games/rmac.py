@@ -76,6 +76,7 @@ from pipeline.games.value_sieve import (
     fit_sieve,
     fit_value_sieve,
     plug_in_sd,
+    point_shrink,
     untrusted_reserves,
 )
 
@@ -774,6 +775,7 @@ class Counterfactuals:
     untrusted: dict[float, str] = field(default_factory=dict)  # second-price reserves not to be trusted, and why
     skipped: dict[str, str] = field(default_factory=dict)  # rules not estimated, and why (a reserve in the logs)
     logged_reserve: float | None = None  # the hard reserve the logged auctions had (`reserve_counterfactuals`)
+    shrink: dict[float, float] = field(default_factory=dict)  # second-price reserve -> the factor on its plug-in
 
     def untrusted_reserves(self, reserves: Sequence[float]) -> list[float]:
         """The reserves among ``reserves`` whose second-price point is not to be trusted (`untrusted_reserves`)."""
@@ -785,9 +787,8 @@ class Counterfactuals:
         return [r for r in reserves if r >= self.tail_value]
 
     def shrunk_reserves(self, reserves: Sequence[float]) -> list[float]:
-        """The reserves within `TOP_BAND` SDs below the estimated top, whose second-price points are shrunk
-        (`top_shrink`)."""
-        return [r for r in reserves if top_shrink(r, self.value_top, self.value_top_sd) < 1.0]
+        """The reserves whose second-price points are shrunk toward 0 (`point_shrink`, `top_shrink`)."""
+        return [r for r in reserves if self.shrink.get(r, 1.0) < 1.0]
 
 
 
@@ -877,10 +878,28 @@ def predict_counterfactuals(
                                                                point_bandwidth, internal_lattice)
     point_mask = curve_point_mask(logged, values, points, scale.top)
     type_weights = value_type_weights(values, cdf, logged.actions, scale.top)
+    # The value sieve's SDs and the values' own sampling SD at the second-price reserves (`point_shrink`, trust).
+    second_rules = [parse_rule(name) for name in rules if parse_rule(name).kind == "second_price"]
+    sieve = point_sieve(bids / unit, n_bidders, point_bandwidth, internal_lattice)
+    sd = floor = [math.nan] * len(second_rules)
+    at = [rule.reserve / unit for rule in second_rules]
+    sieve_points, rivals = None, None
+    if sieve is not None and second_rules:
+        welfare = statistic == "welfare"
+        points_at, sd = sieve.revenue_sd(at, welfare)
+        sieve_points, sd = (points_at * unit).tolist(), (sd * unit).tolist()
+        floor = (plug_in_sd(sieve.curves(), sieve.counts, torch.tensor(at, dtype=torch.float64),
+                            max(1, bids.numel() // n_bidders), welfare) * unit).tolist()
+        rivals = {label: [v * unit for v in revenues] for label, revenues in sieve.rival_revenues(at, welfare).items()}
+        _, local_values, local_cdf, _ = inverted_value_curve(bids / unit, n_bidders, grid, None, internal_lattice)
+        rivals["local inversion"] = [second_price_point(local_values, local_cdf, n_bidders, r, statistic, scale.top) * unit
+                                     for r in at]
+    sd_at = {rule.name: s for rule, s in zip(second_rules, sd)}
     table: dict[str, float] = {}
     raw: dict[str, float] = {}
     clamps: list[str] = []
     plug_ins: dict[str, float] = {}
+    factors: dict[float, float] = {}
     internal_eps = [e / unit for e in epsilons]
     for name in rules:
         rule = parse_rule(name)
@@ -893,7 +912,10 @@ def predict_counterfactuals(
             type_weights, logged.types, inside, n_new, logged.actions, point_iters)
         if second:
             plug_in = second_price_point(values, cdf, n_new, inside.reserve, statistic, scale.top) * unit
-            point = plug_in * top_shrink(inside.reserve, min(float(values[-1]), scale.top), top_sd)
+            factor = (point_shrink(plug_in, sd_at[rule.name]) if sieve is not None else
+                      top_shrink(inside.reserve, min(float(values[-1]), scale.top), top_sd))
+            point = plug_in * factor
+            factors[rule.reserve] = factor
         else:
             plug_in = point = start.value(statistic) * unit
         table[result_key(rule, "point", statistic)] = point
@@ -903,7 +925,7 @@ def predict_counterfactuals(
         lower, upper = solve_bounds([logged], start, inside, n_new, logged.actions, logged.types, internal_eps,
                                     statistic, n_iters, [point_mask])
         # The bounds hold the plug-in (their own value curve's point; a clamp is the optimiser's shortfall); a point
-        # shrunk toward 0 near the top (`top_shrink`) takes the lower bounds down with it, not counted as a clamp.
+        # shrunk toward 0 (`point_shrink`, `top_shrink`) takes the lower bounds down with it, not counted as a clamp.
         reported, raw_bounds, lines = reported_bounds(rule, statistic, epsilons, plug_in, lower * unit, upper * unit,
                                                       scale.top * unit)
         reported = {k: min(v, point) if "/lower_eps" in k else v for k, v in reported.items()}
@@ -913,25 +935,12 @@ def predict_counterfactuals(
     tail = interp(cdf.new_tensor([1 - TAIL_SHARE]), cdf, values)
     found = Counterfactuals(table, raw, clamps, scale, float(values[-1]) * unit, float(tail) * unit, lattice,
                             top_sd * unit, plug_ins, inversion)
-    second = [parse_rule(name) for name in rules if parse_rule(name).kind == "second_price"]
-    sieve = point_sieve(bids / unit, n_bidders, point_bandwidth, internal_lattice)
-    sd = floor = [math.nan] * len(second)
-    at = [rule.reserve / unit for rule in second]
-    points, rivals = None, None
-    if sieve is not None and second:
-        welfare = statistic == "welfare"
-        points_at, sd = sieve.revenue_sd(at, welfare)
-        points, sd = (points_at * unit).tolist(), (sd * unit).tolist()
-        floor = (plug_in_sd(sieve.curves(), sieve.counts, torch.tensor(at, dtype=torch.float64),
-                            max(1, bids.numel() // n_bidders), welfare) * unit).tolist()
-        found.point_sd = {result_key(rule, "point", statistic): v for rule, v in zip(second, sd)}
-        found.floor_sd = {result_key(rule, "point", statistic): v for rule, v in zip(second, floor)}
-        rivals = {name: [v * unit for v in values] for name, values in sieve.rival_revenues(at, welfare).items()}
-        _, local_values, local_cdf, _ = inverted_value_curve(bids / unit, n_bidders, grid, None, internal_lattice)
-        rivals["local inversion"] = [second_price_point(local_values, local_cdf, n_bidders, r, statistic, scale.top) * unit
-                                     for r in at]
-    found.untrusted = untrusted_reserves([rule.reserve for rule in second], sd, floor, found.value_top,
-                                         found.value_top_sd, points, rivals, found.tail_value)
+    found.shrink = factors
+    if sieve is not None and second_rules:
+        found.point_sd = {result_key(rule, "point", statistic): v for rule, v in zip(second_rules, sd)}
+        found.floor_sd = {result_key(rule, "point", statistic): v for rule, v in zip(second_rules, floor)}
+    found.untrusted = untrusted_reserves([rule.reserve for rule in second_rules], sd, floor, found.value_top,
+                                         found.value_top_sd, sieve_points, rivals, found.tail_value)
     return found
 
 
@@ -971,7 +980,7 @@ def reserve_counterfactuals(
     top, top_sd = sieve.top_sd()
     _, values, cdf = sieve.curves()
     tail = float(interp(cdf.new_tensor([1 - TAIL_SHARE]), cdf[0], values[0]))
-    table, plug_ins, sd_table, floor_table = {}, {}, {}, {}
+    table, plug_ins, sd_table, floor_table, factors = {}, {}, {}, {}, {}
     sd, floor = [], []
     if kept:
         points, sd_tensor = sieve.revenue_sd(at, welfare)
@@ -981,7 +990,8 @@ def reserve_counterfactuals(
         for rule, point, s, f in zip(kept, points.tolist(), sd, floor):
             key = result_key(rule, "point", statistic)
             plug_ins[key] = point
-            table[key] = point * top_shrink(rule.reserve, top, top_sd)
+            factors[rule.reserve] = point_shrink(point, s)
+            table[key] = point * factors[rule.reserve]
             sd_table[key], floor_table[key] = s, f
         rivals = sieve.rival_revenues(at, welfare)
     found = Counterfactuals(table, {}, [], known_value_scale(top), top, tail, lattice, top_sd, plug_ins,
@@ -990,7 +1000,7 @@ def reserve_counterfactuals(
     found.point_sd, found.floor_sd = sd_table, floor_table
     found.untrusted = untrusted_reserves(at, sd, floor, top, top_sd, [plug_ins[k] for k in sd_table],
                                          rivals if kept else None, tail)
-    found.skipped, found.logged_reserve = skipped, reserve
+    found.skipped, found.logged_reserve, found.shrink = skipped, reserve, factors
     return found
 
 

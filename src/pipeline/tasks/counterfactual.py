@@ -127,7 +127,7 @@ class CounterfactualTask(Task):
         table = {k: v for k, v in table.items() if k.split("/")[0] in [PREFIX[s] for s in self.statistics]}
         t0 = time.perf_counter()
         bounds, clamps = asymmetric_bounds(logged.by_bidder, self.rules, table, self.epsilons, self.statistics,
-                                           self.grid, self.compute_device, scale, self.n_iters)
+                                           self.grid, self.compute_device, scale, self.n_iters, plug_ins=found.plug_in)
         self.add_time("asymmetric_bounds", time.perf_counter() - t0)
         metrics |= table | bounds
         self._record_clamps(metrics, clamps)
