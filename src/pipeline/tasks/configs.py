@@ -225,7 +225,7 @@ class CEMConfig(RLBatchConfig):
     elite_percentile: float = number(70.0, low=0, high=100)  # keep episodes at or above this percentile of the batch's returns
     fit_epochs: int = count(1)
     max_iterations: int = count(200)
-    stop_at_return: float | None = number(475.0)
+    stop_at_return: float | None = number(None, example=475.0)  # on the env's scale: the presets set it
     # A batch mean reaching stop_at_return is confirmed on this many fresh greedy episodes before the agent stops
     # (their mean must reach it too); 0: the batch alone decides.
     stop_confirm_episodes: int = count(30, low=0, note="0: the batch alone decides")
