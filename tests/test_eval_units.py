@@ -18,7 +18,8 @@ from pipeline.runtime import devices
 from pipeline.runtime.replay import EvalError, Options
 from pipeline.store.checkpoint import save_atomic  # as the pipeline writes it: with its digest
 
-USAGE = ("usage: python -m pipeline.eval <run dir> [device=cpu] [out=<dir for eval.json>]  RL: [episodes=10] [video=false] [seed=<first episode>]  "
+USAGE = ("usage: python -m pipeline.eval <run dir> [device=cpu] [out=<dir for eval.json>]  "
+         "RL (DQN, PPO, SAC, TD3, CEM): [episodes=10] [video=false] [seed=<first episode>] [weights=model|best]  "
          "supervised: [split=test|val|train] [data.<key>=<value>]  GAN: [seed=<noise seed>] [data.<key>=<value>]")
 NUMBER = "expected a whole number >= 0 (>= 1 for episodes)"
 
@@ -140,10 +141,10 @@ def test_an_rl_run_is_replayed_and_summed_up_in_one_line(tmp_path, capsys):
 def test_the_replay_line_rounds_and_drops_an_undefined_spread(monkeypatch, capsys):
     result = {"run_dir": "runs/a", "env_id": "Pendulum-v1", "episodes": 3, "mean": -123.456, "std": 7.06,
               "seeds": [30_000, 30_001, 30_002]}
-    monkeypatch.setattr(evaluation, "evaluate_run", lambda options, out=None: dict(result))
+    monkeypatch.setattr(evaluation, "evaluate_run", lambda options, out=None, weights="model": dict(result))
     assert main(["runs/a"]) == 0
     assert capsys.readouterr().out == "3 episodes of Pendulum-v1: return -123.5 ± 7.1 (seeds 30000-30002) -> runs/a/eval.json\n"
-    monkeypatch.setattr(evaluation, "evaluate_run", lambda options, out=None: {**result, "std": float("nan"), "episodes": 1,
+    monkeypatch.setattr(evaluation, "evaluate_run", lambda options, out=None, weights="model": {**result, "std": float("nan"), "episodes": 1,
                                                                      "seeds": [4]})
     assert main(["runs/a"]) == 0
     assert capsys.readouterr().out == "1 episodes of Pendulum-v1: return -123.5 (seeds 4-4) -> runs/a/eval.json\n"
@@ -153,7 +154,7 @@ def test_a_scored_run_prints_its_metrics(monkeypatch, capsys):
     seen = []
     result = {"run_dir": "runs/s", "task": "ClassifierTask", "run_seed": 3, "split": "val", "data": {"split_seed": "1"},
               "primary_metric": "val/acc", "metrics": {"val/loss": 0.25, "val/acc": 0.875}}
-    monkeypatch.setattr(evaluation, "evaluate_run", lambda options, out=None: seen.append(options) or result)
+    monkeypatch.setattr(evaluation, "evaluate_run", lambda options, out=None, weights="model": seen.append(options) or result)
     assert main(["runs/s", "split=val", "data.split_seed=1"]) == 0
     assert capsys.readouterr().out == (
         "ClassifierTask seed 3, val split data.split_seed=1: val/acc=0.875 val/loss=0.25 -> runs/s/eval.json\n")
