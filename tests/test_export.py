@@ -229,11 +229,11 @@ def test_the_check_loads_the_file_copied_alone_so_a_file_that_needs_a_neighbour_
     it (what torch.onnx writes by default) passes in place but is refused by the check."""
     onnx = pytest.importorskip("onnx", reason=ONNX_REASON)
     onnxruntime_or_skip()
-    from pipeline.export import _write_onnx, run_alone
+    from pipeline.export import run_alone, write_onnx
 
     net = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 2)).eval()
     x = torch.randn(4, 3)
-    _write_onnx(net, x, tmp_path / "whole.onnx", ("obs", "out"))
+    write_onnx(net, x, tmp_path / "whole.onnx", ("obs", "out"))
     assert run_alone(tmp_path / "whole.onnx", "whole.onnx", lambda p: onnx.load(str(p))) is not None
     model = onnx.load(str(tmp_path / "whole.onnx"))
     onnx.save_model(model, str(tmp_path / "split.onnx"), save_as_external_data=True, location="split.onnx.data",

@@ -31,7 +31,7 @@ import tempfile
 from pathlib import Path
 
 from pipeline.runtime.replay import EvalError, Options, find_config, has_env, log_to_run_loggers, play
-from pipeline.store.layout import EVAL_FILE
+from pipeline.store.layout import BEST, EVAL_FILE, MODEL
 from pipeline.store.record import write_json
 
 USAGE = ("usage: python -m pipeline.eval <run dir> [device=cpu] [out=<dir for eval.json>]  "
@@ -144,7 +144,7 @@ def evaluate_run(options: Options, out: Path | None = None, weights: str = "mode
     cfg, run_seed = find_config(options.run_dir)
     state = None
     if weights == "best":
-        state = best_weights(cfg, options.run_dir, fix="evaluate model.pt: leave out weights=best")
+        state = best_weights(cfg, options.run_dir, fix=f"evaluate {MODEL}: leave out weights=best")
     if has_env(cfg):
         task_only = sorted(options.given & {"split", "data"})
         if task_only:
@@ -176,8 +176,8 @@ def main(argv: list[str] | None = None) -> int:
         if out == "":
             raise EvalError("out= needs a dir; e.g. out=evals/my_run")
         if weights not in ("model", "best"):
-            raise EvalError(f"weights={weights}: choose model (model.pt, the weights at the end of training) or best "
-                            "(best.pt, an RL run's best-evaluated weights)")
+            raise EvalError(f"weights={weights}: choose model ({MODEL}, the weights at the end of training) or best "
+                            f"({BEST}, an RL run's best-evaluated weights)")
         options = parse_args(argv)
         check_writable(options, None if out is None else Path(out))  # before any work
         result = evaluate_run(options, None if out is None else Path(out), weights)

@@ -190,7 +190,7 @@ def _run_torchscript(path: Path, inputs):
         return exported(inputs)
 
 
-def _write_onnx(module, inputs, out: Path, names: tuple[str, str]) -> None:
+def write_onnx(module, inputs, out: Path, names: tuple[str, str]) -> None:
     import torch
 
     batch = torch.export.Dim("batch")
@@ -263,7 +263,7 @@ def export(run_dir: Path, out: Path | None = None, n: int = 64, format: str = "t
         if format == "onnx":
             io_names = (("obs", "action") if isinstance(loaded, Agent) else ("noise", "images") if loaded.task == "GANTask"
                         else ("input", "output"))
-            _write_onnx(module, inputs, written, io_names)
+            write_onnx(module, inputs, written, io_names)
             got = run_alone(written, out.name, lambda copy: _run_onnx(copy, inputs, io_names[0]))
         else:
             _write_torchscript(module, inputs, written)
