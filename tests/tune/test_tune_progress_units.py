@@ -8,7 +8,14 @@ import logging
 import pytest
 
 from pipeline.sweep_progress import plan_jobs, read_snapshot, start_sweep
-from pipeline.tune.progress import launcher_logger, planned_jobs, quiet_launches, shown, trial_scored, trial_started
+from pipeline.tune.progress import (
+    launcher_logger,
+    planned_jobs,
+    quiet_launches,
+    shown,
+    trial_scored,
+    trial_started,
+)
 
 
 def test_trial_lines_say_n_of_m_and_round_floats_for_reading_only():
