@@ -1,7 +1,7 @@
 """`make bench`: speed as ratios against a reference measured in the same invocation, on one CPU thread.
 
     make bench                                   # everything below (~30 min on 2 shared cores, ppo16 ~13 of it)
-    make bench ARGS="--only k1"                  # one or more parts: k1 k16 k64 acrobot atari rmac_million rmac_grid ppo16 debug rmac_solver
+    make bench ARGS="--only k1"                  # one or more parts: k1 k16 k64 acrobot atari rmac_million rmac_grid ppo16 debug rmac_solver stacked
     make bench ARGS="--only envpool"             # not in the default set: needs pip install -e ".[envpool]"
 
 k1      `experiment=dqn_cartpole` (K = 1: Lightning, Hydra, loggers, run record) against
@@ -21,6 +21,9 @@ debug   every preset with `trainer=debug device=cpu`, in seconds and as a multip
         `python -c "import torch"` timed alongside (`benchmarks/debug_presets.py`).
 rmac_solver  the one auction solver (`pipeline.games.solver`) against the symmetric solver it replaced
         (read from git), alternately on the same inputs: time ratio (target <= 1.5x) and equality.
+stacked any module stacked generically (vmap over functional_call) against the hand-written ensemble on the same MLP:
+        CPU per DQN and PPO update at K = 16 and 64, eager and compiled (`benchmarks/bench_stacked.py`; targets
+        <= 1.5x eager, <= 1.15x compiled).
 envpool the EnvPool backend against the gymnasium one (`benchmarks/bench_envpool.py`): env steps/s of CartPole and
         Atari vector envs, their ratio; only with `--only envpool`, and a one-line skip when envpool is not installed.
 
@@ -47,7 +50,7 @@ sys.path.insert(0, str(HERE))
 import bare_dqn  # noqa: E402
 import seed_batching  # noqa: E402
 
-PARTS = ("k1", "k16", "k64", "acrobot", "atari", "rmac_million", "rmac_grid", "ppo16", "debug", "rmac_solver")
+PARTS = ("k1", "k16", "k64", "acrobot", "atari", "rmac_million", "rmac_grid", "ppo16", "debug", "rmac_solver", "stacked")
 OPTIONAL_PARTS = ("envpool",)  # run only when named in --only
 # The default preset's hyperparameters, spelled out for the bare loop.
 SHARED = dict(
@@ -252,6 +255,10 @@ def main(argv: list[str] | None = None) -> None:
         import rmac_solver
 
         results["rmac_solver"] = rmac_solver.measure()
+    if "stacked" in args.only:
+        import bench_stacked
+
+        results["stacked"] = bench_stacked.measure()
     if "envpool" in args.only:
         import bench_envpool
 
