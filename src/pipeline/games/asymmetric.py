@@ -181,11 +181,11 @@ def inverted_value_cdfs(
 def asymmetric_sieve(table: Tensor, bandwidth: float | None = None):
     """Every bidder's value distribution by the value sieve's ``inverse`` family (`pipeline.games.value_sieve`: one
     inverse bid function per bidder, the bid CDFs from the first-order conditions; bids on a rounding lattice
-    censored to their cells), or None where the local inversion is used instead: a ``bandwidth`` given or under
-    `MIN_BIDS` bids in some column."""
+    censored to their cells), or None where the local inversion is used instead: a ``bandwidth`` given, under
+    `MIN_BIDS` auctions, or a bidder who always bids the same."""
     table = torch.as_tensor(table, dtype=torch.float64)
-    if bandwidth is not None or table.shape[0] < MIN_BIDS:
-        return None
+    if bandwidth is not None or table.shape[0] < MIN_BIDS or bool((table.amax(0) <= table.amin(0)).any()):
+        return None  # (a bidder with one bid: the local inversion refuses it by name)
     lattice = effective_lattice(table.flatten(), bandwidth)
     return fit_sieve([table[:, i].cpu() for i in range(table.shape[1])], table.shape[1], lattice)
 
