@@ -340,3 +340,68 @@ def test_rounded_and_zero_bids_are_named_in_one_line_each_and_recorded(caplog):
     top = task.extras["value_top"]
     assert 0.9 < top["tail_value"] < top["estimated"] and top["from"] == "estimated"
     assert 0.5 not in top["reserves_on_the_top_alone"]
+
+
+def _reserve_log(n_auctions: int, reserve: float, seed: int = 0) -> torch.Tensor:
+    """U[0, 1], 3 bidders, a hard reserve: values under it bid 0, the others (2 v^3 + R^3) / (3 v^2)."""
+    values = torch.rand(n_auctions, 3, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    return torch.where(values < reserve, 0.0, (2 * values**3 + reserve**3) / (3 * values.clamp_min(reserve) ** 2))
+
+
+def test_a_hard_reserve_in_the_logs_is_named_recorded_and_read_as_a_truncation(caplog):
+    """1,500 auctions of 3 bidders with a reserve of 0.2 (values under it logged as 0): one line names the reserve
+    and how the zeros are read, one the rules not estimated; the record holds both, and no zero-bid line says the
+    zeros were dropped as bids not made."""
+    bids = _reserve_log(1500, 0.2).flatten()
+    rules = ["second_price_r0.1", "second_price_r0.5", "second_price_r0.9", "first_price_n3"]
+    task = make_task(stand_in(LoggedBids(bids, 3, None, None)), rules=rules, epsilons=[0.01])
+    with caplog.at_level(logging.WARNING, logger="pipeline.tasks.counterfactual"):
+        (metrics,) = task.fit_and_evaluate(SimpleNamespace(loggers=[]), None, None)
+    lines = [r.getMessage() for r in caplog.records]
+    assert sum("the logged auctions had a hard reserve 0.2" in line and "bids of 0 read as the values under it" in line
+               for line in lines) == 1
+    assert sum(line.startswith("rules not estimated: ['first_price_n3', 'second_price_r0.1']") for line in lines) == 1
+    assert not any("dropped from the pooled inversion" in line for line in lines)
+    record = task.extras["logged_reserve"]
+    assert record["reserve"] == pytest.approx(0.2, abs=1e-3) and record["zeros_as_non_bids"] == int((bids == 0).sum())
+    assert sorted(record["skipped_rules"]) == ["first_price_n3", "second_price_r0.1"]
+    assert {k.split("/")[1] for k in metrics if k.startswith("cf/") and k.count("/") == 2} == {
+        "second_price_r0.5", "second_price_r0.9"}
+
+
+def test_a_mass_point_is_named_in_one_line_and_recorded(caplog):
+    """3% of 3,000 bids of U[0, 1] values (2 bidders) moved to 0.2: one line names the value and its share."""
+    generator = torch.Generator().manual_seed(0)
+    bids = torch.rand(3000, generator=generator, dtype=torch.float64) * 0.5
+    bids[torch.randperm(3000, generator=generator)[:90]] = 0.2
+    task = make_task(stand_in(LoggedBids(bids, 2, None, None)), rules=["second_price_r0.5"], epsilons=[])
+    with caplog.at_level(logging.WARNING, logger="pipeline.tasks.counterfactual"):
+        task.fit_and_evaluate(SimpleNamespace(loggers=[]), None, None)
+    lines = [r.getMessage() for r in caplog.records if "are exactly 0.2 (" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].startswith("3.0% of the bids are exactly 0.2 (89 more than the bids around it)")
+    (point,) = task.extras["bid_checks"]["mass_points"]
+    assert point == {"bid": 0.2, "share": pytest.approx(0.03), "excess": 89}
+
+
+def test_the_points_sds_and_untrusted_reserves_are_recorded_and_named(caplog):
+    """2,000 equilibrium bids v / 2 (2 bidders): every second-price point has its SD and the values' own sampling SD
+    in the record; the top reserve (1.0, at the estimated top) is named as not to be trusted in one line."""
+    bids = torch.rand(2000, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 0.5
+    rules = ["second_price_r0.5", "second_price_r1.0"]
+    task = make_task(stand_in(LoggedBids(bids, 2, None, None)), rules=rules, epsilons=[])
+    with caplog.at_level(logging.WARNING, logger="pipeline.tasks.counterfactual"):
+        task.fit_and_evaluate(SimpleNamespace(loggers=[]), None, None)
+    assert set(task.extras["point_sd"]) == set(task.extras["values_sampling_sd"]) == {f"cf/{r}/point" for r in rules}
+    assert all(v >= 0 for v in task.extras["point_sd"].values())
+    assert "1" in task.extras["untrusted_reserves"] and "0.5" not in task.extras["untrusted_reserves"]
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("second-price points not to be trusted")]
+    assert len(lines) == 1 and "r=1: " in lines[0]
+
+
+def test_a_bid_column_with_a_typo_in_its_header_is_refused_at_start_up(tmp_path):
+    """bid_0, bid_1, bdi_2: read as 2 bidders it would drop the third silently; the data module refuses it naming
+    the column before any work."""
+    path = tmp_path / "typo.csv"
+    path.write_text("bid_0,bid_1,bdi_2\n" + "".join(f"0.{i:02d},0.{i + 1:02d},0.{i + 2:02d}\n" for i in range(10, 80)))
+    with pytest.raises(ValueError, match=r"column\(s\) \['bdi_2'\] look like bid columns but are not read"):
+        AuctionBidsData(path=str(path)).prepare_data()
