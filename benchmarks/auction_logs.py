@@ -134,7 +134,9 @@ class Family:
         power = self.dist.cdf(grid) ** (self.n_bidders - 1)
         integral = integrate.cumulative_simpson(power, x=grid, initial=0.0)
         with np.errstate(divide="ignore", invalid="ignore"):
-            bids = grid - integral / power
+            # the shading int F^(n-1) / F(v)^(n-1) lies in [0, v - start]; where F^(n-1) is tiny (a lognormal's
+            # bottom) the quadrature's rounding would break that and, through the running maximum, every bid
+            bids = grid - np.clip(integral / power, 0.0, grid - start)
         # where F^(n-1) underflows (the bottom; only with no reserve) a value bids about (n - 1) / n of its excess
         small = ~(power > 1e-250)
         bids[small] = start + (grid[small] - start) * (self.n_bidders - 1) / self.n_bidders

@@ -141,6 +141,7 @@ MASS_SPIKE = 2.0  # ... and (on a lattice) at least this many times the larger o
 RESERVE_GAP = 0.02  # positive bids starting this share of their highest above 0 may start at a reserve ...
 RESERVE_WINDOW = 0.02  # ... when the lowest window of this share of their range holds ...
 RESERVE_PILE = 1.6  # ... at least this many times the bids of the window above it
+RESERVE_PILE_ZEROS = 1.2  # ... or this many, with more than `ZERO_WARN` of the bids exactly 0 (the non-bids logged)
 
 
 def mass_points(bids: Tensor | np.ndarray) -> list[tuple[float, float, int]]:
@@ -187,8 +188,11 @@ def logged_reserve(bids: Tensor | np.ndarray) -> float | None:
     `RESERVE_WINDOW` of their range holding `RESERVE_PILE` times the bids of the window above it (a value density
     that is finite at a positive lowest value holds about 1 time, one vanishing there less). Bids on a rounding
     lattice (`bid_lattice`, step s): the lowest positive bid at least 3 s (small bids round to 0 and s), each window
-    at least 2 s (a reserve then shows only where its pile-up is wider than the rounding)."""
+    at least 2 s (a reserve then shows only where its pile-up is wider than the rounding). With the non-bids logged
+    as 0 (more than `ZERO_WARN` of the bids) a pile of `RESERVE_PILE_ZEROS` is enough: measured on 10 families x 2,
+    4, 6 bidders x 3 seeds, R = 0.2, the weaker pile-up where F(R) is a few percent (F = v^2: 4%) was missed."""
     x = np.asarray(torch.as_tensor(bids, dtype=torch.float64).flatten().cpu())
+    pile = RESERVE_PILE_ZEROS if float((x == 0).mean()) > ZERO_WARN else RESERVE_PILE
     x = x[x > 0]
     if x.size < 100:
         return None
@@ -200,4 +204,4 @@ def logged_reserve(bids: Tensor | np.ndarray) -> float | None:
     if step:  # whole cells: bids within half a step of a window's edge belong to one side
         low -= step / 2
     first, second = int((x <= low + width).sum()), int(((x > low + width) & (x <= low + 2 * width)).sum())
-    return float(x.min()) if first >= RESERVE_PILE * max(second, 10) else None
+    return float(x.min()) if first >= pile * max(second, 10) else None
