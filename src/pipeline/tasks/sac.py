@@ -37,8 +37,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from pipeline.nets import contracts
 from pipeline.nets.continuous_control import SquashedGaussianActor, TwinQ, make_offpolicy_agents
+from pipeline.nets.contracts import ModelContract
 from pipeline.nets.ensemble import keep_optimizer_members_
+from pipeline.nets.stacked import check_outputs
 from pipeline.rl.offpolicy import sac_actor_loss, temperature_loss, twin_q_loss, twin_q_target
 from pipeline.rl.replay import ReplayBuffer, Transitions
 from pipeline.rl.squashed_gaussian import squashed_gaussian_sample
@@ -69,6 +72,7 @@ class OffPolicyActorCriticTask(RLTask):
     RunProgress = OffPolicyProgress
     checkpointed_nets = ("net", "agents_net", "critic", "critic_target")
     actor_class: ClassVar[type[nn.Module]]
+    actor_contract: ClassVar[ModelContract]  # what any actor must have (ours meets it: `actor_class`)
     model_option: ClassVar[str]
 
     # ---- what an algorithm writes --------------------------------------------------------------
@@ -110,9 +114,6 @@ class OffPolicyActorCriticTask(RLTask):
         if line := self.unused_lr_line():
             log.warning(line)
         actor = parts.require("net", self.algorithm, f"choose the actor with model={self.model_option}")
-        if not (isinstance(actor, functools.partial) and isinstance(actor.func, type) and issubclass(actor.func, self.actor_class)):
-            raise ValueError(f"task={self.algorithm} needs model={self.model_option} ({self.actor_class.__name__}); "
-                             f"got {getattr(actor, 'func', actor)}")
         if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
             raise ValueError(f"task={self.algorithm} needs continuous actions (a flat Box); {self.env_id} has {space}: "
                              "use task=dqn or task=ppo")
@@ -122,7 +123,22 @@ class OffPolicyActorCriticTask(RLTask):
         self.action_dim = int(space.shape[0])
         bounded = functools.partial(actor, action_low=space.low.tolist(), action_high=space.high.tolist())
         critic = functools.partial(TwinQ, hidden=tuple(hp.critic_hidden))
-        net, self.critic = make_offpolicy_agents(bounded, critic, self.agent_seeds, math.prod(self.obs_shape), self.action_dim)
+        # Our actor class as a hand-written ensemble; any other actor meeting `actor_contract` stacked generically.
+        duty = f"model={self.model_option} or an actor of your own: {self.actor_contract.describe()}"
+        methods = [name for name, _, _ in self.actor_contract.calls if name != "forward"]
+        try:
+            net, self.critic = make_offpolicy_agents(bounded, critic, self.agent_seeds, math.prod(self.obs_shape),
+                                                     self.action_dim, methods)
+        except TypeError as exc:  # the actor's constructor refused the task's keywords
+            raise ValueError(f"task={self.algorithm} needs {duty}; building {getattr(actor, 'func', actor)} failed: {exc}") from None
+        if missing := [name for name in methods if not hasattr(net, name)]:
+            raise ValueError(f"task={self.algorithm} needs {duty}; {getattr(actor, 'func', actor)} has no {', '.join(missing)}")
+        D = self.action_dim
+        check_outputs(net, self.algorithm, duty, self.obs_shape, ("N", D))
+        for name, _, _ in self.actor_contract.calls:
+            if name != "forward":
+                want = [("N", D), ("N", D)] if name == "distribution" else ("N", D)
+                check_outputs(net, self.algorithm, duty, (D,) if name == "bounds" else self.obs_shape, want, name)
         self.critic_target = freeze(copy.deepcopy(self.critic))
         self.replay_bytes_per_transition = ReplayBuffer.bytes_per_transition(self.obs_shape, torch.float32, (self.action_dim,), torch.float32)
         self.replay_restored: bool | None = None
@@ -278,6 +294,7 @@ class SACTask(OffPolicyActorCriticTask):
     Config = SACConfig
     algorithm = "sac"
     actor_class = SquashedGaussianActor
+    actor_contract = contracts.SAC
     model_option = "squashed_gaussian_actor"
     checkpoint_format = "pipeline.sac/1"
 

@@ -16,6 +16,7 @@ import copy
 import torch
 from torch import nn
 
+from pipeline.nets import contracts
 from pipeline.nets.continuous_control import DeterministicActor
 from pipeline.rl.offpolicy import exploration_actions, smoothed_target_actions, twin_q_target
 from pipeline.rl.replay import Transitions
@@ -31,6 +32,7 @@ class TD3Task(OffPolicyActorCriticTask):
     Config = TD3Config
     algorithm = "td3"
     actor_class = DeterministicActor
+    actor_contract = contracts.TD3
     model_option = "deterministic_actor"
     checkpoint_format = "pipeline.td3/1"
     checkpointed_nets = (*OffPolicyActorCriticTask.checkpointed_nets, "actor_target")
