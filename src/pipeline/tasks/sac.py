@@ -28,7 +28,7 @@ import functools
 import logging
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -40,11 +40,16 @@ from torch import nn
 from pipeline.nets import contracts
 from pipeline.nets.continuous_control import SquashedGaussianActor, TwinQ, make_offpolicy_agents
 from pipeline.nets.contracts import ModelContract
-from pipeline.nets.ensemble import keep_optimizer_members_
+from pipeline.nets.ensemble import (
+    compile_over_members,
+    compiled_graphs,
+    keep_optimizer_members_,
+    stacked_optimizer,
+)
 from pipeline.nets.stacked import check_outputs
-from pipeline.rl.offpolicy import sac_actor_loss, temperature_loss, twin_q_loss, twin_q_target
+from pipeline.rl.offpolicy import sac_actor_losses, sac_critic_losses, temperature_loss
 from pipeline.rl.replay import ReplayBuffer, Transitions
-from pipeline.rl.squashed_gaussian import squashed_gaussian_sample
+from pipeline.rl.squashed_gaussian import per_agent_normal, squashed_gaussian_sample
 from pipeline.rl.targets import freeze, soft_update
 from pipeline.tasks.base import TaskParts, check_finite
 from pipeline.tasks.configs import SACConfig
@@ -64,9 +69,12 @@ class OffPolicyProgress(RLProgress):
 class OffPolicyActorCriticTask(RLTask):
     """K agents with an actor (`net`), twin critics and their targets, each learning from its replay rows (SAC, TD3).
 
-    A subclass sets `actor_class`, `model_option`, `algorithm`, `checkpoint_format`, and writes `behaviour_actions`
-    (what the agents play while learning) and `learn_step` (one gradient step, through `critic_step` and
-    `actor_step`); `own_optimizers`, `keep_own_`, `own_state` / `load_own_state` carry any per-agent state of its own.
+    A subclass sets `actor_class`, `model_option`, `algorithm`, `checkpoint_format`, `loss_functions` (its steps'
+    losses as functions of the networks and of noise drawn beforehand: `pipeline.rl.offpolicy`), and writes
+    `behaviour_actions` (what the agents play while learning) and `learn_step` (one gradient step, through `losses`,
+    `critic_step` and `actor_step`); `own_optimizers`, `keep_own_`, `own_state` / `load_own_state` carry any per-agent
+    state of its own. With `device.compile=true` every loss function runs through torch.compile (forward and
+    backward; `compile_over_members`), and an update that compiled is booked as compile time, not learn.
     """
 
     RunProgress = OffPolicyProgress
@@ -74,6 +82,7 @@ class OffPolicyActorCriticTask(RLTask):
     actor_class: ClassVar[type[nn.Module]]
     actor_contract: ClassVar[ModelContract]  # what any actor must have (ours meets it: `actor_class`)
     model_option: ClassVar[str]
+    loss_functions: ClassVar[dict[str, Callable]]
 
     # ---- what an algorithm writes --------------------------------------------------------------
     def behaviour_actions(self, obs: torch.Tensor) -> torch.Tensor:
@@ -143,13 +152,15 @@ class OffPolicyActorCriticTask(RLTask):
         self.replay_bytes_per_transition = ReplayBuffer.bytes_per_transition(self.obs_shape, torch.float32, (self.action_dim,), torch.float32)
         self.replay_restored: bool | None = None
         self._recent: dict[str, torch.Tensor] = {}  # the last update's statistics, [learning agents]
+        self.compiled_losses: dict[str, Callable] = {}  # device.compile=true: made on first use
+        self.compile_s = 0.0  # seconds spent compiling the updates so far
         return net
 
     def configure_optimizers(self):
         """The optimizer group's optimizer for the actor (task.policy_lr; what RLTask keeps and checkpoints) and for the
-        critics (task.q_lr; kept here)."""
-        self.critic_opt = self.optimizer_factory(self.critic.parameters(), lr=self.config.q_lr)
-        self.actor_opt = self.optimizer_factory(self.net.parameters(), lr=self.config.policy_lr)
+        critics (task.q_lr; kept here); Adam fused over the stacked weights (`stacked_optimizer`)."""
+        self.critic_opt = stacked_optimizer(functools.partial(self.optimizer_factory, lr=self.config.q_lr), self.critic.parameters())
+        self.actor_opt = stacked_optimizer(functools.partial(self.optimizer_factory, lr=self.config.policy_lr), self.net.parameters())
         return self.actor_opt
 
     def on_fit_start(self) -> None:
@@ -165,9 +176,14 @@ class OffPolicyActorCriticTask(RLTask):
         for _ in range(min(ROUND_STEPS, math.ceil((hp.total_steps - self.env_steps) / self.envs_per_agent))):
             self.act_and_store()
             if self.env_steps > hp.learning_starts:
-                t0 = time.perf_counter()
+                graphs, t0 = compiled_graphs() if self.compile_updates else 0, time.perf_counter()
                 self.learn_step(self.sample_batch())
-                self.add_time("learn", time.perf_counter() - t0)
+                seconds = time.perf_counter() - t0
+                if self.compile_updates and compiled_graphs() != graphs:  # this update compiled (forward, backward)
+                    self.compile_s += seconds
+                    self.add_time("compile", seconds)
+                else:
+                    self.add_time("learn", seconds)
 
     def evaluation_policy(self, net: nn.Module, agents: torch.Tensor | None) -> nn.Module:
         # The actor's forward is the deterministic action in the env's units; a Module: evaluated in eval mode.
@@ -250,10 +266,22 @@ class OffPolicyActorCriticTask(RLTask):
         """One minibatch per learning agent, [K, B, ...], drawn with its generator."""
         return Transitions(*(x[0] for x in self.buffer.sample(1, self.config.batch_size, self.generators)))
 
-    def critic_step(self, batch: Transitions, target: torch.Tensor) -> None:
-        """One optimizer step of every agent's twin critics toward `target` [K, B]."""
-        q1, q2 = self.critic(batch.obs, batch.actions)
-        loss = twin_q_loss(q1, q2, target)
+    def losses(self, name: str) -> Callable:
+        """`loss_functions[name]`, or the same through torch.compile with `device.compile=true` (compiled on first use:
+        static shapes until agents first stop, then one symbolic-K graph)."""
+        fn = self.loss_functions[name]
+        if not self.compile_updates:
+            return fn
+        if name not in self.compiled_losses:
+            self.compiled_losses[name] = compile_over_members(fn, self.device)
+        return self.compiled_losses[name]
+
+    def noise(self, like: torch.Tensor) -> torch.Tensor:
+        """Standard normal draws shaped like `like` [K, ...], agent k's from its generator."""
+        return per_agent_normal(like.shape, self.generators, like.device, like.dtype)
+
+    def critic_step(self, loss: torch.Tensor, q_mean: torch.Tensor) -> None:
+        """One optimizer step of every agent's twin critics on its loss [K] (Q1's batch mean [K] is logged)."""
         check_finite(loss, self.env_steps, hint="lower task.q_lr")
         self.critic_opt.zero_grad(set_to_none=True)
         loss.sum().backward()
@@ -261,7 +289,7 @@ class OffPolicyActorCriticTask(RLTask):
         for agent in self.slots:
             self.updates[agent] += 1
         self._recent["train/q_loss"] = loss.detach() / 2
-        self._recent["train/q_mean"] = q1.detach().mean(-1)
+        self._recent["train/q_mean"] = q_mean
 
     @contextlib.contextmanager
     def critics_frozen(self) -> Iterator[None]:
@@ -297,6 +325,7 @@ class SACTask(OffPolicyActorCriticTask):
     actor_contract = contracts.SAC
     model_option = "squashed_gaussian_actor"
     checkpoint_format = "pipeline.sac/1"
+    loss_functions = {"critic": sac_critic_losses, "actor": sac_actor_losses}
 
     def build_net(self, parts: TaskParts) -> nn.Module:
         net = super().build_net(parts)
@@ -323,23 +352,20 @@ class SACTask(OffPolicyActorCriticTask):
     def learn_step(self, batch: Transitions) -> None:
         hp = self.config
         alpha = self.log_alpha.detach().exp()
-        with torch.no_grad():
-            next_actions, next_log_prob = squashed_gaussian_sample(*self.net.distribution(batch.next_obs), self.generators)
-            next_q1, next_q2 = self.critic_target(batch.next_obs, next_actions)
-            target = twin_q_target(batch.rewards, batch.dones, next_q1, next_q2, hp.gamma, next_log_prob, alpha)
-        self.critic_step(batch, target)
+        eps = hp.log_det_epsilon
+        self.critic_step(*self.losses("critic")(self.net, self.critic, self.critic_target, *batch, self.noise(batch.actions),
+                                                 alpha, hp.gamma, eps))
         if self.critic_updates() % hp.policy_frequency == 0:
             # Delayed, as CleanRL: policy_frequency actor (and temperature) steps every policy_frequency critic steps.
             for _ in range(hp.policy_frequency):
                 with self.critics_frozen():
-                    actions, log_prob = squashed_gaussian_sample(*self.net.distribution(batch.obs), self.generators)
-                    self.actor_step(sac_actor_loss(*self.critic(batch.obs, actions), log_prob, alpha))
-                log_prob = log_prob.detach()
+                    loss, log_prob = self.losses("actor")(self.net, self.critic, batch.obs, self.noise(batch.actions), alpha, eps)
+                    self.actor_step(loss)
                 if self.alpha_opt is not None:
                     cleanrl = hp.temperature_loss == "cleanrl"
                     if cleanrl:  # CleanRL's: a fresh draw from the actor just updated
                         with torch.no_grad():
-                            log_prob = squashed_gaussian_sample(*self.net.distribution(batch.obs), self.generators)[1]
+                            log_prob = squashed_gaussian_sample(*self.net.distribution(batch.obs), self.generators, eps)[1]
                     self.alpha_opt.zero_grad(set_to_none=True)
                     temperature_loss(self.log_alpha, log_prob, self.target_entropy, scaled=cleanrl).sum().backward()
                     self.alpha_opt.step()

@@ -18,7 +18,7 @@ from torch import nn
 
 from pipeline.nets import contracts
 from pipeline.nets.continuous_control import DeterministicActor
-from pipeline.rl.offpolicy import exploration_actions, smoothed_target_actions, twin_q_target
+from pipeline.rl.offpolicy import exploration_actions, td3_actor_losses, td3_critic_losses
 from pipeline.rl.replay import Transitions
 from pipeline.rl.targets import freeze, soft_update
 from pipeline.tasks.base import TaskParts
@@ -36,6 +36,7 @@ class TD3Task(OffPolicyActorCriticTask):
     model_option = "deterministic_actor"
     checkpoint_format = "pipeline.td3/1"
     checkpointed_nets = (*OffPolicyActorCriticTask.checkpointed_nets, "actor_target")
+    loss_functions = {"critic": td3_critic_losses, "actor": td3_actor_losses}
 
     def build_net(self, parts: TaskParts) -> nn.Module:
         net = super().build_net(parts)
@@ -47,14 +48,12 @@ class TD3Task(OffPolicyActorCriticTask):
 
     def learn_step(self, batch: Transitions) -> None:
         hp = self.config
-        with torch.no_grad():
-            next_actions = smoothed_target_actions(self.actor_target.unit(batch.next_obs), hp.policy_noise, hp.noise_clip, self.generators)
-            next_q1, next_q2 = self.critic_target(batch.next_obs, next_actions)
-            target = twin_q_target(batch.rewards, batch.dones, next_q1, next_q2, hp.gamma)
-        self.critic_step(batch, target)
+        smoothing = self.noise(batch.actions) * hp.policy_noise
+        self.critic_step(*self.losses("critic")(self.actor_target, self.critic, self.critic_target, *batch, smoothing,
+                                                 hp.noise_clip, hp.gamma))
         if self.critic_updates() % hp.policy_frequency == 0:
             with self.critics_frozen():
-                self.actor_step(-self.critic(batch.obs, self.net.unit(batch.obs))[0].mean(-1))
+                self.actor_step(self.losses("actor")(self.net, self.critic, batch.obs))
             soft_update(self.actor_target, self.net, hp.tau)
             soft_update(self.critic_target, self.critic, hp.tau)
 
