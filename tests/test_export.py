@@ -2,7 +2,6 @@
 computes what `pipeline.load` computes; the export's own check is a real bound on float32 rounding (it holds for
 a float64 reference and refuses what lies outside it); without the onnx packages the option is one line."""
 
-import functools
 import shutil
 import sys
 
@@ -17,7 +16,7 @@ import pipeline
 from pipeline.export import compare, float32_error_bound
 from pipeline.export import main as export_main
 from pipeline.nets.factory import make_net
-from pipeline.runtime.replay import EvalError
+from pipeline.runtime.replay import EvalError, policy_class, run_env
 from pipeline.store.checkpoint import save_atomic  # as the pipeline writes it: with its digest
 
 ONNX_REASON = "format=onnx needs onnx, onnxruntime and onnxscript (pip install -e '.[onnx]')"
@@ -53,9 +52,10 @@ def made_run(make_cfg, run_dir, experiment, *overrides, seed=0):
         net = factory(image_shape=(1, 8, 8))
     elif experiment == "supervised_digits":
         net = make_net(factory, 64, 10)
-    else:
-        _, obs_shape, actions, continuous = RUNS[experiment]
-        net = make_net(functools.partial(factory, continuous=True) if continuous else factory, int(np.prod(obs_shape)), actions)
+    else:  # the plain network the run's task declares its policy over (an actor-critic continuous on a Box, ...)
+        env = run_env(cfg)
+        net = policy_class(cfg, run_dir).network(factory, env.observation_space, env.action_space)
+        env.close()
     if experiment in RUNS:
         with torch.no_grad():
             for p in net.parameters():
@@ -92,8 +92,8 @@ def test_the_onnx_policy_acts_as_the_loaded_agent(make_cfg, tmp_path, capsys, ex
         np.testing.assert_allclose(got, expected, rtol=0, atol=1e-4)  # float32 on [-2, 2]: ~1e-7 apart in practice
     else:
         with torch.no_grad():
-            values = agent.policy.net(torch.as_tensor(obs))
-        clear = (values[0] if isinstance(values, tuple) else values).topk(2, dim=1).values.diff(dim=1).abs().squeeze(1) > 1e-4
+            values = agent.policy.outputs(torch.as_tensor(obs))
+        clear = values.topk(2, dim=1).values.diff(dim=1).abs().squeeze(1) > 1e-4
         assert clear.sum() > 0.9 * len(obs) and got.dtype == np.int64 and np.array_equal(got[clear.numpy()], expected[clear.numpy()])
 
 

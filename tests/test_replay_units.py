@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -19,6 +20,7 @@ from omegaconf import OmegaConf
 from pipeline.eval import evaluate_run  # the replay-or-score dispatch lives at the entry point
 from pipeline.nets.actor_critic import ActorCritic
 from pipeline.nets.mlp import MLP
+from pipeline.rl.policies import ActorCriticPolicy, QValuePolicy
 from pipeline.runtime import replay
 from pipeline.runtime.replay import (
     EvalError,
@@ -36,6 +38,8 @@ from pipeline.store.checkpoint import save_atomic  # as the pipeline writes it: 
 from pipeline.store.record import RunRecord
 
 MLP_CFG = {"_target_": "pipeline.nets.mlp.MLP", "_partial_": True, "hidden": [8]}
+PPO = "pipeline.tasks.ppo.PPOTask"
+CARTPOLE_SPACES = (gym.spaces.Box(-np.inf, np.inf, (4,), np.float32), gym.spaces.Discrete(2))
 
 
 def _cfg(**extra):
@@ -187,37 +191,50 @@ def test_has_env_needs_an_env_id(cfg, expected):
 # ---- load_policy -----------------------------------------------------------------------------------------
 def test_load_policy_builds_the_config_s_net_with_the_run_s_weights_in_eval_mode(tmp_path):
     _run_dir(tmp_path, action=1)
-    net = load_policy(_cfg(), tmp_path, (4,), 2, "cpu")
-    assert isinstance(net, MLP) and not net.training
-    assert all(torch.equal(a, b) for a, b in zip(net.state_dict().values(), _always(1).values()))
-    given = load_policy(_cfg(), tmp_path, (2, 2), 2, "cpu", state_dict=_always(0))  # a [2, 2] observation is 4 inputs
-    assert given(torch.zeros(1, 4)).argmax(1).item() == 0
+    policy = load_policy(_cfg(), tmp_path, *CARTPOLE_SPACES)
+    assert isinstance(policy, QValuePolicy) and isinstance(policy.net, MLP) and not policy.training and not policy.net.training
+    assert all(torch.equal(a, b) for a, b in zip(policy.net.state_dict().values(), _always(1).values()))
+    square = gym.spaces.Box(-1.0, 1.0, (2, 2), np.float32)  # a [2, 2] observation is 4 inputs
+    given = load_policy(_cfg(), tmp_path, square, gym.spaces.Discrete(2), state_dict=_always(0))
+    assert given(torch.zeros(1, 2, 2)).tolist() == [0]
 
 
-def test_a_continuous_policy_is_built_continuous(tmp_path):
-    cfg = _cfg(model={"_target_": "pipeline.nets.actor_critic.ActorCritic", "_partial_": True, "hidden": [4]})
+def test_a_continuous_actor_critic_is_built_continuous_as_its_task_declares(tmp_path):
+    cfg = _cfg(task={"_target_": PPO}, model={"_target_": "pipeline.nets.actor_critic.ActorCritic", "_partial_": True, "hidden": [4]})
     state = ActorCritic(3, 1, continuous=True, hidden=(4,)).state_dict()
-    net = load_policy(cfg, tmp_path, (3,), 1, "cpu", continuous=True, state_dict=state)
-    assert net.continuous is True and net.log_std is not None
+    pendulum = gym.make("Pendulum-v1")
+    policy = load_policy(cfg, tmp_path, pendulum.observation_space, pendulum.action_space, state_dict=state)
+    assert isinstance(policy, ActorCriticPolicy) and policy.net.continuous is True and policy.net.log_std is not None
 
 
 def test_load_policy_errors_are_one_line(tmp_path):
     with pytest.raises(EvalError, match=r"^model .*model\.pt: no such file$"):
-        load_policy(_cfg(), tmp_path, (4,), 2, "cpu")
+        load_policy(_cfg(), tmp_path, *CARTPOLE_SPACES)
     _run_dir(tmp_path)
     with pytest.raises(EvalError) as err:
-        load_policy(_cfg(), tmp_path, (4,), 3, "cpu")  # 3 actions: the last layer does not fit
+        load_policy(_cfg(), tmp_path, CARTPOLE_SPACES[0], gym.spaces.Discrete(3))  # 3 actions: the last layer does not fit
     text = str(err.value)
     assert text.startswith(f"{tmp_path / 'model.pt'} does not fit the run's model config (pipeline.nets.mlp.MLP): Error(s) in loading")
     assert "\n" not in text and err.value.__suppress_context__
+    normalising = _cfg(task={"_target_": PPO, "normalize_obs": True}, model={**MLP_CFG, "_target_": "pipeline.nets.actor_critic.ActorCritic"})
+    save_atomic(ActorCritic(4, 2, hidden=(8,)).state_dict(), tmp_path / "model.pt")
     with pytest.raises(EvalError) as err:
-        load_policy(_cfg(task={"normalize_obs": True}), tmp_path, (4,), 2, "cpu")
+        load_policy(normalising, tmp_path, *CARTPOLE_SPACES)
     assert str(err.value).startswith(f"{tmp_path / 'obs_norm.pt'}: no such file; this run normalised its observations "
                                      "(task.normalize_obs=true) and its policy needs their statistics beside model.pt")
     (tmp_path / "obs_norm.pt").write_bytes(b"")
     with pytest.raises(EvalError, match=r"^observation statistics .*obs_norm\.pt: the file is empty"):
-        load_policy(_cfg(task={"normalize_obs": True}), tmp_path, (4,), 2, "cpu")
-    assert load_policy(_cfg(task={"normalize_obs": False}), tmp_path, (4,), 2, "cpu") is not None
+        load_policy(normalising, tmp_path, *CARTPOLE_SPACES)
+    normalising.task.normalize_obs = False
+    assert load_policy(normalising, tmp_path, *CARTPOLE_SPACES) is not None
+    with pytest.raises(EvalError) as err:
+        load_policy(_cfg(task={"_target_": "pipeline.tasks.supervised.SupervisedTask"}), tmp_path, *CARTPOLE_SPACES)
+    assert str(err.value) == ("pipeline.tasks.supervised.SupervisedTask.policy is not a pipeline.rl.policies.Policy class: "
+                              "an RL task declares how its network acts as policy = <a Policy class>")
+    with pytest.raises(EvalError) as err:
+        load_policy(_cfg(task={"_target_": "no_such_module.Task"}), tmp_path, *CARTPOLE_SPACES)
+    assert str(err.value).startswith("task._target_=no_such_module.Task does not import here (")
+    assert str(err.value).endswith("); run from the folder that holds its module")
 
 
 @pytest.mark.parametrize("clip", [None, 0.5])
@@ -225,26 +242,41 @@ def test_a_policy_that_normalised_its_observations_sees_them_normalised_again(tm
     """obs_norm.pt (PPO with task.normalize_obs) is applied before the network: (x - mean) / sqrt(var + eps), clipped."""
     _run_dir(tmp_path)
     torch.manual_seed(0)
-    weights = MLP(4, 2, hidden=(8,)).state_dict()
+    weights = ActorCritic(4, 2, hidden=(8,)).state_dict()
     mean = torch.tensor([0.5, -1.0, 2.0, 0.0], dtype=torch.float64)
     var = torch.tensor([4.0, 0.25, 1.0, 9.0], dtype=torch.float64)
     stats = {"mean": mean, "var": var, "count": torch.tensor(100.0, dtype=torch.float64), "eps": torch.tensor(1e-8, dtype=torch.float64)}
     if clip is not None:
         stats["clip"] = torch.tensor(clip, dtype=torch.float64)
     save_atomic(stats, tmp_path / "obs_norm.pt")
-    cfg = _cfg(task={"normalize_obs": True})
+    cfg = _cfg(task={"_target_": PPO, "normalize_obs": True}, model={**MLP_CFG, "_target_": "pipeline.nets.actor_critic.ActorCritic"})
     x = torch.tensor([[2.5, -0.5, 2.0, 3.0], [0.5, -1.0, 4.0, -6.0]])
     # By hand: [1.0, 1.0, 0.0, 1.0] and [0.0, 0.0, 2.0, -2.0] (up to eps), clipped to +-0.5 when asked.
     seen = torch.tensor([[1.0, 1.0, 0.0, 1.0], [0.0, 0.0, 2.0, -2.0]])
     if clip is not None:
         seen = seen.clamp(-clip, clip)
-    plain = MLP(4, 2, hidden=(8,))
+    plain = ActorCritic(4, 2, hidden=(8,))
     plain.load_state_dict(weights)
-    for net in (load_policy(cfg, tmp_path, (4,), 2, "cpu", state_dict=weights),  # model.pt's weights, obs_norm.pt's statistics
-                load_policy(cfg, tmp_path / "elsewhere", (4,), 2, "cpu", state_dict=weights, files={"obs_norm.pt": stats})):
+    for policy in (load_policy(cfg, tmp_path, *CARTPOLE_SPACES, state_dict=weights),  # model.pt's weights, obs_norm.pt's statistics
+                   load_policy(cfg, tmp_path / "elsewhere", *CARTPOLE_SPACES, state_dict=weights, files={"obs_norm.pt": stats})):
         with torch.no_grad():
-            assert torch.allclose(net(x), plain(seen), atol=1e-6)
-            assert not torch.allclose(net(x), plain(x), atol=1e-3)
+            assert torch.allclose(policy.outputs(x), plain(seen)[0], atol=1e-6)
+            assert not torch.allclose(policy.outputs(x), plain(x)[0], atol=1e-3)
+
+
+def test_the_record_s_policy_is_played_without_importing_the_task(tmp_path):
+    """A record names its policy: a replay imports that (torch), not the task (Lightning); a name that does not import
+    is one line naming the record."""
+    run = _run_dir(tmp_path / "run", _cfg(task={"_target_": "no_such_module.Task"}))
+    RunRecord(experiment="e", group="g", task="Task", seed=5, run_dir=str(run), extras={"policy": "pipeline.rl.policies.QValuePolicy"}).write()
+    code = ("import sys; from pipeline.eval import main; main([sys.argv[1], 'episodes=1']); "
+            "print(sorted(m for m in ('lightning', 'pipeline.tasks.rl_task') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code, str(run)], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]" and json.loads((run / "eval.json").read_text())["episodes"] == 1
+    RunRecord(experiment="e", group="g", task="Task", seed=5, run_dir=str(run), extras={"policy": "pipeline.rl.policies.Gone"}).write()
+    with pytest.raises(EvalError) as err:
+        load_policy(_cfg(), run, *CARTPOLE_SPACES)
+    assert str(err.value).startswith(f"{run / 'result.json'}: its policy pipeline.rl.policies.Gone does not import here (no such module or attribute); ")
 
 
 # ---- play ---------------------------------------------------------------------------------------------------
@@ -271,7 +303,7 @@ def test_play_from_a_seed_given_and_with_weights_given(tmp_path):
 
 
 def test_a_continuous_policy_plays_its_mean_clipped_to_the_action_space(tmp_path):
-    cfg = _cfg(env={"id": "Pendulum-v1", "kwargs": {"max_episode_steps": 3}},
+    cfg = _cfg(env={"id": "Pendulum-v1", "kwargs": {"max_episode_steps": 3}}, task={"_target_": PPO},
                model={"_target_": "pipeline.nets.actor_critic.ActorCritic", "_partial_": True, "hidden": []})
     net = ActorCritic(3, 1, continuous=True, hidden=())
     with torch.no_grad():
@@ -538,7 +570,7 @@ def test_a_continuous_action_outside_the_space_is_clipped_to_it(tmp_path, monkey
     made = []
     real = envs.make_env
     monkeypatch.setattr(envs, "make_env", lambda env_id, **kw: made.append(Recording(real(env_id, **kw))) or made[-1])
-    cfg = _cfg(env={"id": "Pendulum-v1", "kwargs": {"max_episode_steps": 2}},
+    cfg = _cfg(env={"id": "Pendulum-v1", "kwargs": {"max_episode_steps": 2}}, task={"_target_": PPO},
                model={"_target_": "pipeline.nets.actor_critic.ActorCritic", "_partial_": True, "hidden": []})
     net = ActorCritic(3, 1, continuous=True, hidden=())
     with torch.no_grad():

@@ -32,12 +32,6 @@ from typing import Any
 
 log = logging.getLogger("pipeline")
 
-# How each shipped RL task's network output is a policy, for stochastic actions (deterministic ones need only the
-# output: its argmax, or an actor-critic's clipped mean): a Q-network explores epsilon-greedily with the run's final
-# epsilon (SB3's DQN.predict), a CEM policy samples its softmax, PPO samples its categorical or Gaussian policy.
-_POLICY_OF_TASK = {"DQNTask": "q_values", "CEMTask": "logits", "PPOTask": "actor_critic"}
-
-
 @dataclass
 class TrainedModel:
     """A supervised or GAN run's network: `model` is the plain `nn.Module` (a GAN's holds `generator` and
@@ -52,9 +46,10 @@ class TrainedModel:
 
 @dataclass
 class Agent:
-    """A trained RL agent: `act(obs)` as the run's evaluation played (`deterministic=True`) or as its policy
-    samples (`deterministic=False`). `model` is the network with model.pt's weights; `policy` the deterministic
-    policy as a module (observations [N, *shape] -> actions), what `python -m pipeline.export` writes."""
+    """A trained RL agent: `act(obs)` as the run's evaluations played it (`deterministic=True`) or as its policy
+    samples (`deterministic=False`). `policy` is the policy its task declared (`pipeline.rl.policies`, what training
+    evaluations, `python -m pipeline.eval` and `python -m pipeline.export` play: `policy(obs)` is the deterministic
+    action), `model` its plain network with model.pt's weights."""
 
     run_dir: Path
     config: Any
@@ -63,12 +58,13 @@ class Agent:
     policy: Any
     observation_space: Any
     action_space: Any
-    kind: str | None  # "q_values", "logits", "actor_critic"; None: a task this API knows no stochastic policy of
-    epsilon: float | None = None
 
-    def act(self, obs, deterministic: bool = True):
+    def act(self, obs, deterministic: bool = True, generator=None):
         """One observation (the env's shape) -> one action (an int, or an array for a Box); a batch [N, *shape]
-        -> an array of N actions. `deterministic=False` draws from torch's global random stream."""
+        -> an array of N actions. `deterministic=False` samples the policy (SAC's squashed Gaussian, TD3's exploration
+        noise, PPO's categorical or Gaussian, CEM's softmax, DQN epsilon-greedy with the run's final epsilon) from
+        `generator` (a `torch.Generator`, e.g. `torch.Generator().manual_seed(0)`, on the agent's device; None:
+        torch's global random stream)."""
         import numpy as np
         import torch
 
@@ -80,34 +76,11 @@ class Agent:
         x = x.unsqueeze(0) if single else x
         device = next(self.policy.parameters()).device
         with torch.inference_mode():
-            x = x.to(device)
-            actions = self.policy(x) if deterministic else self._sample(x if x.dtype == torch.uint8 else x.float())
+            actions = self.policy.act(x.to(device), deterministic, generator)
         out = actions.cpu().numpy()
         if single:
             return out[0] if out.ndim > 1 else int(out[0])
         return out
-
-    def _sample(self, x):
-        import torch
-
-        from pipeline.nets.actor_critic import categorical_sample, gaussian_sample
-
-        if self.kind is None:
-            raise ValueError(f"{self.config.task._target_}: this API samples the policies of DQN, PPO and CEM runs; "
-                             "use act(obs, deterministic=True)")
-        out = self.policy.net(x)
-        if self.kind == "q_values":
-            greedy = out.argmax(dim=1)
-            explore = torch.rand(len(greedy), device=x.device) < float(self.epsilon or 0.0)
-            random = torch.randint(0, out.shape[1], greedy.shape, device=x.device)
-            return torch.where(explore, random, greedy)
-        if self.kind == "logits":
-            return categorical_sample(out)
-        params, log_std = out[0], self.model.log_std  # an actor-critic: (parameters, value); a log-std when continuous
-        if log_std is None:
-            return categorical_sample(params)
-        action = gaussian_sample(params, log_std.value)
-        return torch.maximum(torch.minimum(action, self.policy.high), self.policy.low)
 
 
 def load(run_dir: str | os.PathLike, device: str = "cpu", weights: str = "model") -> Agent | TrainedModel:
@@ -149,26 +122,16 @@ def _check_device(device) -> None:
 
 
 def _load_agent(cfg, run_dir: Path, seed: int, device: str, state: dict | None = None) -> Agent:
-    import gymnasium as gym
-    from omegaconf import OmegaConf
-
-    from pipeline.runtime.replay import greedy_policy, load_network, load_obs_stats, obs_normalized, run_env
+    from pipeline.runtime.replay import load_policy, run_env
+    from pipeline.store.layout import best_path
 
     env = run_env(cfg)
     observation_space, action_space = env.observation_space, env.action_space
     env.close()
-    continuous = isinstance(action_space, gym.spaces.Box)
-    stats = load_obs_stats(cfg, run_dir)
-    from pipeline.store.layout import best_path
-
-    model = load_network(cfg, run_dir, observation_space.shape, int(action_space.shape[0] if continuous else action_space.n),
-                         continuous, state, source=None if state is None else best_path(run_dir)).to(device).eval()
-    net = model if stats is None else obs_normalized(model, stats)
-    kind = _POLICY_OF_TASK.get(str(OmegaConf.select(cfg, "task._target_", default="")).rsplit(".", 1)[-1])
-    epsilon = OmegaConf.select(cfg, "task.eps_end", default=None) if kind == "q_values" else None
-    return Agent(run_dir=run_dir, config=cfg, seed=seed, model=model, policy=greedy_policy(net, action_space),
-                 observation_space=observation_space, action_space=action_space, kind=kind,
-                 epsilon=None if epsilon is None else float(epsilon))
+    policy = load_policy(cfg, run_dir, observation_space, action_space, device, state,
+                         source=None if state is None else best_path(run_dir))
+    return Agent(run_dir=run_dir, config=cfg, seed=seed, model=policy.net, policy=policy,
+                 observation_space=observation_space, action_space=action_space)
 
 
 def _load_model(cfg, task: str, run_dir: Path, device: str, state: dict | None = None):

@@ -5,8 +5,9 @@ Loads `<run dir>/model.pt` (weights only) into the network the run's own config 
 `weights=best` evaluates the best-evaluated weights an RL run kept instead (`best.pt`, task.keep_best=true;
 a run without them is one line saying why); eval.json's `weights` says which.
 
-- An RL run (DQN, PPO, SAC, TD3, CEM: its config has an env) plays `episodes=N` (10) greedy episodes on fresh start
-  states (seeds the run never trained or was scored on; `seed=S`: the first episode's), with `video=true`
+- An RL run (DQN, PPO, SAC, TD3, CEM: its config has an env) plays `episodes=N` (10) episodes of the
+  deterministic act of the policy its task declares (`pipeline.rl.policies`, as its evaluations played) on fresh
+  start states (seeds the run never trained or was scored on; `seed=S`: the first episode's), with `video=true`
   an MP4 per episode under `<run dir>/videos/`; eval.json holds per-episode returns and lengths, mean, std,
   seeds. When the run logged to W&B or TensorBoard, the replay goes there too.
 - A supervised run is scored on `split=test` (default), `val` or `train` of its own data, with the task's
@@ -20,7 +21,8 @@ a run without them is one line saying why); eval.json's `weights` says which.
 
 `out=<dir>` writes eval.json there instead (a run dir that cannot be written: a read-only copy, another user's runs).
 
-No Lightning for an RL replay: it starts in about the time torch and gymnasium take to import.
+No Lightning for an RL replay: its record names its policy (a record made before records named it: the run's task
+class is imported to find it), so it starts in about the time torch and gymnasium take to import.
 """
 
 from __future__ import annotations
@@ -118,6 +120,7 @@ def best_weights(cfg, run_dir: Path, fix: str = "load weights='model'") -> dict:
     """best.pt's state_dict, or one line saying why there is none to load, ending with `fix`."""
     from omegaconf import OmegaConf
 
+    from pipeline.runtime.replay import policy_class, task_settings
     from pipeline.store.checkpoint import CheckpointError, load_safely
     from pipeline.store.layout import best_path
 
@@ -127,9 +130,10 @@ def best_weights(cfg, run_dir: Path, fix: str = "load weights='model'") -> dict:
         why = ("it ran without task.keep_best=true" if asked is False else
                "it has no evaluation yet" if asked else "only RL runs keep their best-evaluated weights")
         raise EvalError(f"{path}: no such file: this run kept no best-evaluated weights ({why}); {fix}")
-    if OmegaConf.select(cfg, "task.normalize_obs", default=False):
-        raise EvalError(f"{path}: this run normalised its observations, and best.pt has no statistics of the evaluation "
-                        f"it was kept at (obs_norm.pt holds the final ones); {fix}")
+    if needed := policy_class(cfg, run_dir).files_needed(task_settings(cfg)):
+        names = ", ".join(needed)
+        raise EvalError(f"{path}: this run's policy acts with {names} beside its weights, and best.pt has none of the "
+                        f"evaluation it was kept at ({names} {'holds' if len(needed) == 1 else 'hold'} the final ones); {fix}")
     try:
         return load_safely(path, "best-evaluated weights")
     except CheckpointError as exc:

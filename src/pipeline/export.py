@@ -1,9 +1,10 @@
 """Export a trained run's network: `python -m pipeline.export <run dir> [format=torchscript|onnx] [out=<file or dir>] [n=64]
 [weights=model|best]`.
 
-- An RL run (DQN, PPO, SAC, TD3, CEM): its deterministic policy, observations [N, *shape] -> actions ([N] for
-  discrete actions, [N, D] clipped to the bounds for continuous ones), observation statistics included (a PPO
-  run with task.normalize_obs). What `pipeline.load(run).act(obs)` and `python -m pipeline.eval` play.
+- An RL run (DQN, PPO, SAC, TD3, CEM, or an algorithm of your own): the deterministic act of the policy its task
+  declares (`pipeline.rl.policies`), observations [N, *shape] -> actions ([N] for discrete actions, [N, D] within
+  the bounds for continuous ones), its agent files included (a PPO run's observation statistics). What
+  `pipeline.load(run).act(obs)`, `python -m pipeline.eval` and the run's own evaluations play.
 - A supervised run: its network, inputs [N, in_features] -> outputs (logits).
 - A GAN run: its generator, noise [N, latent_dim] -> images.
 
@@ -75,13 +76,8 @@ def module_and_inputs(loaded, n: int):
     from pipeline.api import Agent
 
     if isinstance(loaded, Agent):
-        policy = loaded.policy  # runtime.replay.greedy_policy: argmax or clip of its `net`'s output
-
-        def values(x):
-            out = policy.net(x if x.dtype == torch.uint8 else x.float())
-            return out[0] if isinstance(out, tuple) else out  # an actor-critic: (policy parameters, value)
-
-        return policy, torch.as_tensor(env_observations(loaded, n)), values, "policy"
+        # The run's declared policy: its forward is the deterministic action, `outputs` what that is read from.
+        return loaded.policy, torch.as_tensor(env_observations(loaded, n)), loaded.policy.outputs, "policy"
     model = loaded.model
     device = next(model.parameters()).device
     if loaded.task == "GANTask":  # its generator (nets/gan.py), from noise

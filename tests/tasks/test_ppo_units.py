@@ -208,14 +208,14 @@ def test_gaussian_actions_are_clipped_for_the_env_and_stored_unclipped():
     assert torch.allclose(task.obs, obs)
     # the deterministic policy is the mean clipped to the bounds
     means = torch.tensor([[[3.0], [-0.5], [-7.0]]])
-    got = task.deterministic_actions(lambda x: (means, None), torch.zeros(1, 3, 3))
+    got = task.evaluation_policy(lambda x: (means, None), None)(torch.zeros(1, 3, 3))
     assert got.tolist() == [[[2.0], [-0.5], [-2.0]]]
 
 
 def test_deterministic_discrete_actions_are_the_argmax():
     task = make()
     logits = torch.tensor([[[0.1, 0.3], [2.0, -1.0], [-5.0, 5.0]]])
-    got = task.deterministic_actions(lambda x: (logits, None), torch.zeros(1, 3, 4))
+    got = task.evaluation_policy(lambda x: (logits, None), None)(torch.zeros(1, 3, 4))
     assert got.tolist() == [[1, 0, 1]]
     assert task.env_actions(torch.tensor([[0, 1]])).tolist() == [[0, 1]]
 
@@ -483,7 +483,7 @@ def test_observations_are_normalised_by_each_agents_running_statistics():
     # the evaluation policy sees normalised observations too
     x = torch.randn(1, 3, 4)
     params, _ = clipped.net(clipped.obs_stats.normalize(x.float(), 0.5))
-    assert torch.equal(clipped.deterministic_actions(clipped.net, x), params.argmax(-1))
+    assert torch.equal(clipped.evaluation_policy(clipped.net, None)(x), params.argmax(-1))
 
 
 def test_evaluations_fold_nothing_into_the_observation_statistics(monkeypatch):

@@ -12,6 +12,7 @@ import torch
 
 from pipeline.nets.ensemble import make_ensemble
 from pipeline.nets.mlp import MLP
+from pipeline.rl.policies import QValuePolicy
 from pipeline.tasks import rl_task
 from pipeline.tasks.base import Progress
 from pipeline.tasks.configs import RLConfig
@@ -34,6 +35,7 @@ class Tiny(RLTask):
     algorithm = "tiny"
     checkpoint_format = "tiny/1"
     RunProgress = TinyProgress
+    policy = QValuePolicy
 
     def build_net(self, parts):
         return make_ensemble(parts.net, self.agent_seeds, self.obs_shape, int(self.action_space.n))
@@ -162,6 +164,7 @@ def test_the_record_fields_of_an_agent(monkeypatch):
         "env_id": "CartPole-v1", "env_steps": 300, "env_steps_per_s": 75.0, "threshold": 5.0,
         "time_to_threshold_s": 1.235, "evaluations": [{"env_step": 10, "return_mean": 1.5, "return_std": 0.25}],
         "early_stop": None, "batch_env_steps_per_s": 100.0,  # (300 + 100) / 4
+        "policy": "pipeline.rl.policies.QValuePolicy",  # what a replay plays (the task's declaration)
         "metric_bounds": {"eval/return_mean": [0.0, 500.0], "train/episodic_return": [0.0, 500.0]}}
     stopped = task.agent_record(0)
     assert stopped["env_steps"] == 100 and stopped["env_steps_per_s"] == 33.3 and stopped["early_stop"]["reason"] == "r"

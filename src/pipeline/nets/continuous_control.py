@@ -99,12 +99,10 @@ class ActionBounds(nn.Module):
 class SquashedGaussianActor(nn.Module):
     """SAC's policy. `distribution(obs [N, F])` -> (mean, log_std) [N, D] of the pre-tanh Gaussian; `forward(obs)` is
     the deterministic action tanh(mean) in the env's units (what evaluation and `python -m pipeline.eval` play).
-
-    `continuous` is accepted for the replay's model factory (always continuous here).
     """
 
     def __init__(self, in_features: int, out_features: int, hidden: Sequence[int] = (256, 256),
-                 action_low: Sequence[float] | None = None, action_high: Sequence[float] | None = None, continuous: bool = True):
+                 action_low: Sequence[float] | None = None, action_high: Sequence[float] | None = None):
         super().__init__()
         self.trunk = nn.Sequential(*_hidden(in_features, hidden))
         width = int(hidden[-1]) if hidden else int(in_features)
@@ -124,7 +122,7 @@ class DeterministicActor(nn.Module):
     """TD3's policy. `unit(obs [N, F])` -> actions in [-1, 1] [N, D]; `forward(obs)` the same in the env's units."""
 
     def __init__(self, in_features: int, out_features: int, hidden: Sequence[int] = (256, 256),
-                 action_low: Sequence[float] | None = None, action_high: Sequence[float] | None = None, continuous: bool = True):
+                 action_low: Sequence[float] | None = None, action_high: Sequence[float] | None = None):
         super().__init__()
         self.net = relu_mlp(in_features, out_features, hidden)
         self.bounds = ActionBounds(out_features, action_low, action_high)

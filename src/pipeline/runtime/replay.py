@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from pipeline.store.layout import MODEL, OBS_NORM, agent_seed_dirs, config_path, has_model, model_path
+from pipeline.store.layout import MODEL, OBS_NORM, RESULT, agent_seed_dirs, config_path, has_model, model_path
 from pipeline.store.record import read_record
 
 # Training uses start states from seed + 0 (training), + 10,000 (evaluations), + 20,000 (final evaluation):
@@ -96,110 +96,108 @@ def run_env(cfg: DictConfig, **kwargs):
         raise EvalError(f"the run's env (its .hydra/config.yaml): {exc}") from None
 
 
-def load_policy(cfg: DictConfig, run_dir: Path, obs_shape: tuple, n_actions: int, device, continuous: bool = False,
-                state_dict: dict | None = None, files: dict | None = None):
-    """The run's network (from its config), with model.pt's weights (or `state_dict`'s), in eval mode.
-
-    `continuous`: the env's actions are a Box of `n_actions` dimensions (an actor-critic's Gaussian policy).
-    A run that normalised its observations (task.normalize_obs) is played through the agent's statistics:
-    `obs_norm.pt` beside model.pt (or `files`'s, with `state_dict`).
-    """
-    obs_norm = load_obs_stats(cfg, run_dir, files)
-    net = load_network(cfg, run_dir, obs_shape, n_actions, continuous, state_dict)
-    if obs_norm is not None:
-        net = obs_normalized(net, obs_norm)
-    return net.to(device).eval()
+def task_settings(cfg: DictConfig) -> dict:
+    """The run's `task:` node as plain values (without `_target_`): what its policy reads (DQN's eps_end, ...)."""
+    node = OmegaConf.select(cfg, "task", default=None)
+    settings = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else {}
+    return {k: v for k, v in settings.items() if k != "_target_"}
 
 
-def load_obs_stats(cfg: DictConfig, run_dir: Path, files: dict | None = None) -> dict | None:
-    """The agent's observation statistics (`obs_norm.pt` beside model.pt, or `files`'s) when the run normalised its
-    observations (task.normalize_obs), else None; a missing or unreadable file is one line."""
+def policy_class(cfg: DictConfig, run_dir: Path):
+    """The policy the run played (`pipeline.rl.policies`): the one its record names (`policy`, written from its task's
+    declaration; no Lightning), or for a record without one the declaration of its task class (imported: Lightning)."""
+    record = read_record(run_dir)
+    name = record.extras.get("policy") if record is not None else None
+    if not isinstance(name, str):
+        return declared_policy(cfg)
+    return _a_policy(_located(name, f"{Path(run_dir) / RESULT}: its policy {name}"), name)
+
+
+def declared_policy(cfg: DictConfig):
+    """The `policy` the run's task class declares (`RLTask.policy`); importing the task imports Lightning."""
+    target = OmegaConf.select(cfg, "task._target_", default=None)
+    cls = _located(str(target), f"task._target_={target}")
+    return _a_policy(getattr(cls, "policy", None), f"{target}.policy")
+
+
+def _located(name: str, what: str):
+    """The object a dotted name names (pydoc.locate: its module imported); one line when it does not import here."""
+    import pydoc
+
+    try:
+        found = pydoc.locate(name)
+    except pydoc.ErrorDuringImport as exc:
+        found, why = None, _first_line(exc.value)
+    else:
+        why = "no such module or attribute"
+    if found is None:
+        raise EvalError(f"{what} does not import here ({why}); run from the folder that holds its module")
+    return found
+
+
+def _a_policy(policy, name: str):
+    from pipeline.rl.policies import Policy
+
+    if not (isinstance(policy, type) and issubclass(policy, Policy)):
+        raise EvalError(f"{name} is not a pipeline.rl.policies.Policy class: an RL task declares how its network acts "
+                        "as policy = <a Policy class>")
+    return policy
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def load_policy(cfg: DictConfig, run_dir: Path, observation_space, action_space, device="cpu", state_dict: dict | None = None,
+                files: dict | None = None, source: Path | None = None, policy=None):
+    """The run's policy (`policy`, else `policy_class`'s) over its plain network with model.pt's weights (or
+    `state_dict`'s, read from `source`) and the agent files it acts with (beside model.pt, or `files`'s), in eval
+    mode on `device`: what a replay, a video, `pipeline.load` and an export play. `policy.net` is the network."""
+    policy = policy_class(cfg, run_dir) if policy is None else policy
+    settings = task_settings(cfg)
+    net = load_network(cfg, run_dir, policy, observation_space, action_space, state_dict, source)
+    agent_files = load_agent_files(run_dir, policy.files_needed(settings), files)
+    return policy(net, action_space, agent_files, settings).to(device).eval()
+
+
+def load_agent_files(run_dir: Path, needed: dict[str, str], files: dict | None = None) -> dict:
+    """The agent files a policy acts with (`needed`: {file name: why}), from `files` or beside model.pt; a missing
+    or unreadable one is one line."""
     from pipeline.store.checkpoint import CheckpointError, load_safely
 
-    if not OmegaConf.select(cfg, "task.normalize_obs", default=False):
-        return None
-    if files is not None and OBS_NORM in files:
-        return files[OBS_NORM]
-    if not (Path(run_dir) / OBS_NORM).is_file():
-        raise EvalError(f"{Path(run_dir) / OBS_NORM}: no such file; this run normalised its observations "
-                        f"(task.normalize_obs=true) and its policy needs their statistics beside {MODEL} (a run saved "
-                        "before 2026-12-05 has them only in its checkpoint: resume it with ckpt_path=last to write them)")
-    try:
-        return load_safely(Path(run_dir) / OBS_NORM, "observation statistics")
-    except CheckpointError as exc:
-        raise EvalError(str(exc)) from None
+    found = {}
+    for name, why in needed.items():
+        if files is not None and name in files:
+            found[name] = files[name]
+            continue
+        path = Path(run_dir) / name
+        if not path.is_file():
+            raise EvalError(f"{path}: no such file; {why} beside {MODEL} (a run saved before 2026-12-05 has them only in "
+                            "its checkpoint: resume it with ckpt_path=last to write them)")
+        try:
+            found[name] = load_safely(path, "observation statistics" if name == OBS_NORM else "agent file")
+        except CheckpointError as exc:
+            raise EvalError(str(exc)) from None
+    return found
 
 
-def load_network(cfg: DictConfig, run_dir: Path, obs_shape: tuple, n_actions: int, continuous: bool = False,
-                 state_dict: dict | None = None, source: Path | None = None):
-    """The plain network the run's `model:` config describes, sized for the env, with model.pt's (or `state_dict`'s,
-    read from `source`) weights; observation statistics are not applied here (`load_policy` does)."""
-    import functools
-
+def load_network(cfg: DictConfig, run_dir: Path, policy, observation_space, action_space, state_dict: dict | None = None,
+                 source: Path | None = None):
+    """The plain network the run's `model:` config describes, built for the env's spaces as its `policy` declares,
+    with model.pt's (or `state_dict`'s, read from `source`) weights."""
     from hydra.utils import instantiate
 
-    from pipeline.nets.factory import make_net
     from pipeline.store.checkpoint import CheckpointError, load_model
 
-    factory = instantiate(cfg.model)
-    net = make_net(functools.partial(factory, continuous=True) if continuous else factory, int(np.prod(obs_shape)), n_actions)
+    net = policy.network(instantiate(cfg.model), observation_space, action_space)
     try:
         net.load_state_dict(load_model(run_dir) if state_dict is None else state_dict)
     except CheckpointError as exc:
         raise EvalError(str(exc)) from None
     except RuntimeError as exc:
-        first = str(exc).strip().splitlines()[0]
-        raise EvalError(f"{source or model_path(run_dir)} does not fit the run's model config ({cfg.model._target_}): {first}") from None
+        raise EvalError(f"{source or model_path(run_dir)} does not fit the run's model config ({cfg.model._target_}): "
+                        f"{_first_line(exc)}") from None
     return net
-
-
-def obs_normalized(net, state: dict):
-    """`net` behind one agent's observation normalisation (as its training normalised what it saw)."""
-    from torch import nn
-
-    from pipeline.rl.ppo import normalize_observation
-
-    class ObsNormalized(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.net = net
-
-        def forward(self, x):
-            return self.net(normalize_observation(x, state))
-
-    return ObsNormalized()
-
-
-def greedy_policy(net, action_space):
-    """The evaluation policy as a module: observations [N, *shape] -> actions, [N] (int64: the most likely or
-    highest-valued action of a Discrete space) or [N, D] (a Gaussian's mean clipped to the Box's bounds).
-
-    `net` is a run's network (`load_policy`); an actor-critic's value output is dropped. uint8 frames stay uint8
-    (the network scales them), anything else becomes float32. What a replay, `pipeline.load(...).act` and
-    `python -m pipeline.export` all play.
-    """
-    import gymnasium as gym
-    import torch
-    from torch import nn
-
-    continuous = isinstance(action_space, gym.spaces.Box)
-
-    class GreedyPolicy(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.net = net
-            if continuous:
-                self.register_buffer("low", torch.as_tensor(action_space.low, dtype=torch.float32))
-                self.register_buffer("high", torch.as_tensor(action_space.high, dtype=torch.float32))
-
-        def forward(self, obs):
-            out = self.net(obs if obs.dtype == torch.uint8 else obs.float())
-            params = out[0] if isinstance(out, tuple) else out  # an actor-critic: (policy parameters, value)
-            if continuous:
-                return torch.maximum(torch.minimum(params, self.high), self.low)
-            return params.argmax(dim=1)
-
-    return GreedyPolicy().to(next(net.parameters()).device).eval()
 
 
 class Mp4Writer:
@@ -228,9 +226,8 @@ class Mp4Writer:
 
 def play(options: Options, cfg: DictConfig, run_seed: int, state_dict: dict | None = None, video_name: str = "replay",
          files: dict | None = None) -> dict:
-    """Play `options.episodes` greedy episodes of the run's policy (model.pt, or `state_dict` and `files`: a policy
-    during training); with `options.video`, `<run dir>/videos/<video_name>-seed<episode seed>.mp4` each."""
-    import gymnasium as gym
+    """Play `options.episodes` deterministic episodes of the run's policy (`load_policy`: model.pt, or `state_dict` and
+    `files`: a policy during training); with `options.video`, `<run dir>/videos/<video_name>-seed<episode seed>.mp4` each."""
     import torch
 
     from pipeline.rl.envs import is_atari, rendering_note
@@ -248,16 +245,15 @@ def play(options: Options, cfg: DictConfig, run_seed: int, state_dict: dict | No
     first = run_seed + REPLAY_SEED_OFFSET if options.seed is None else options.seed
     seeds = [first + i for i in range(options.episodes)]
     env = run_env(cfg, **env_kwargs)
-    space = env.action_space
-    continuous = isinstance(space, gym.spaces.Box)  # an actor-critic's Gaussian policy plays its mean
-    net = load_policy(cfg, options.run_dir, env.observation_space.shape, int(space.shape[0] if continuous else space.n), device,
-                      continuous, state_dict, files)
-
-    policy = greedy_policy(net, space)
+    try:
+        acting = load_policy(cfg, options.run_dir, env.observation_space, env.action_space, device, state_dict, files)
+    except BaseException:
+        env.close()
+        raise
 
     def action_of(x):
-        action = policy(x)[0]
-        return action.cpu().numpy() if continuous else int(action.item())
+        action = acting(x)[0]
+        return int(action.item()) if acting.discrete else action.cpu().numpy()
 
     fps = float(env.metadata.get("render_fps") or 30) / float(env_kwargs.get("frame_skip", 1) if is_atari(env_id) else 1)
     returns, lengths, videos = [], [], []
@@ -327,8 +323,8 @@ def add_video_to_tensorboard(writer, tag: str, path: Path | str, step: int) -> N
 
 
 def training_video_hook(cfg: DictConfig, dirs: list[Path], seeds: list[int], device: str, agent_loggers: list[list]):
-    """What the lifecycle gives an RL task as `video_hook`: agent `i`'s policy at env step `step` plays one greedy
-    episode (the replay engine, on a start state training never used) into
+    """What the lifecycle gives an RL task as `video_hook`: agent `i`'s policy (its task's declaration) at env step
+    `step` plays one deterministic episode (the replay engine, on a start state training never used) into
     `<dirs[i]>/videos/train-step<step>-seed<agent's seed>-env-seed<episode's env seed>.mp4`,
     logged as `video/train` at that step to agent `i`'s own TensorBoard (animated image) and W&B (video) runs,
     `agent_loggers[i]`."""

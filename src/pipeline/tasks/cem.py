@@ -29,6 +29,7 @@ from pipeline.nets import contracts
 from pipeline.nets.ensemble import make_ensemble
 from pipeline.nets.stacked import check_outputs
 from pipeline.rl.envs import make_env, obs_to_tensor
+from pipeline.rl.policies import CategoricalPolicy
 from pipeline.tasks.base import TaskParts, check_finite
 from pipeline.tasks.configs import CEMConfig
 from pipeline.tasks.rl_task import RLProgress, RLTask, per_agent
@@ -55,6 +56,7 @@ class CEMTask(RLTask):
     algorithm = "cem"
     checkpoint_format = "pipeline.cem/2"
     RunProgress = CEMProgress
+    policy = CategoricalPolicy
     evaluation_kind = "greedy"
     vector_env = False
 

@@ -42,6 +42,7 @@ from pipeline.nets.ensemble import (
 )
 from pipeline.nets.stacked import check_outputs
 from pipeline.nets.td_grad import loss_derivative, relu_mlp_forward, relu_mlp_layers, td_grads_
+from pipeline.rl.policies import QValuePolicy
 from pipeline.rl.replay import ReplayBuffer
 from pipeline.rl.schedules import epsilon_at
 from pipeline.rl.targets import freeze, hard_update, soft_update
@@ -113,6 +114,7 @@ class DQNTask(RLTask):
     algorithm = "dqn"
     checkpoint_format = "pipeline.dqn/4"  # 4: RLTask's skeleton
     RunProgress = DQNProgress
+    policy = QValuePolicy
     checkpointed_nets = ("net", "target_net", "agents_net")
     evaluation_kind = "greedy"
 

@@ -56,6 +56,7 @@ from pipeline.nets.ensemble import (
     stacked_optimizer,
 )
 from pipeline.nets.stacked import StackedActorCritic, check_outputs
+from pipeline.rl.policies import ActorCriticPolicy
 from pipeline.rl.ppo import (
     RewardScaler,
     RunningMeanStd,
@@ -207,6 +208,7 @@ class PPOTask(RLTask):
     algorithm = "ppo"
     checkpoint_format = "pipeline.ppo/3"  # 3: RLTask's skeleton (progress as one dict)
     RunProgress = PPOProgress
+    policy = ActorCriticPolicy
     frames_in = False  # the network takes uint8 frames (model=actor_critic_cnn)
 
     def __init__(self, config: PPOConfig, parts: TaskParts):
@@ -291,9 +293,6 @@ class PPOTask(RLTask):
         if compiling:
             self.add_time("compile", compiling)
 
-    def evaluation_policy(self, net: nn.Module, agents: torch.Tensor | None):
-        return functools.partial(self.deterministic_actions, net, agents=agents)
-
     def keep_agents_(self, keep: torch.Tensor, keep_slots: list[int], training: bool) -> None:
         # The observation statistics stay for all K (a stopped agent's policy is scored with its own, frozen).
         if self.reward_scaler is not None:
@@ -349,11 +348,6 @@ class PPOTask(RLTask):
         if not self.continuous:
             return actions
         return torch.maximum(torch.minimum(actions, self.action_high), self.action_low)
-
-    def deterministic_actions(self, net: nn.Module, obs: torch.Tensor, agents: torch.Tensor | None = None) -> torch.Tensor:
-        """The evaluation policy: the most likely action, or the Gaussian's mean clipped to the bounds. obs [K, n, ...]."""
-        params, _ = net(self.net_input(obs, agents))
-        return self.env_actions(params) if self.continuous else params.argmax(-1)
 
     # ---- the algorithm ---------------------------------------------------------------------
     @torch.no_grad()

@@ -34,7 +34,8 @@ to `best.pt` in the agent's record dir at once (atomically); the checkpoint keep
 resumed run replaces best.pt only with a better one, and the record's `best` names it.
 
 **An algorithm** subclasses RLTask, sets `Config` (extending `pipeline.tasks.configs.RLConfig`), `algorithm`,
-`checkpoint_format`, and defines the hooks below; docs/add_an_algorithm.md walks through one. One that plays whole
+`checkpoint_format`, `policy` (how its network acts: `pipeline.rl.policies`), and defines the hooks below;
+docs/add_an_algorithm.md walks through one. One that plays whole
 episodes on envs of its own (CEM) sets `vector_env = False` and its Config extends `RLBatchConfig`.
 """
 
@@ -54,6 +55,7 @@ from torch.utils.data import DataLoader
 
 from pipeline.nets.ensemble import keep_optimizer_members_, stacked_optimizer
 from pipeline.rl.envs import make_env, run_threshold
+from pipeline.rl.policies import Policy, member_files
 from pipeline.rl.targets import freeze
 from pipeline.rl.vector import evaluate_agents, make_vector_env
 from pipeline.store.checkpoint import rng_state, save_atomic, set_rng_state
@@ -67,18 +69,6 @@ FINAL_EVAL_SEED_OFFSET = 20_000
 # The stop rule's confirmations: the k-th evaluation's confirmation plays from CONFIRM_SEED_OFFSET + k * n on.
 CONFIRM_SEED_OFFSET = 30_000
 FP32 = ("32-true", "32")
-
-
-class GreedyPolicy(nn.Module):
-    """The greedy actions of a network (argmax over its last axis); its train/eval mode is the network's."""
-
-    def __init__(self, net: nn.Module):
-        super().__init__()
-        self.net = net
-        self.train(net.training)
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.net(obs.float()).argmax(-1)
 
 
 def spaces_of(env: str | dict, kwargs: dict | None = None) -> tuple[gym.spaces.Space, gym.spaces.Space]:
@@ -137,6 +127,10 @@ class RLTask(Task):
     checkpointed_nets: ClassVar[tuple[str, ...]] = ("net", "agents_net")
     #: How the evaluation policy plays, in stop reasons ("greedy", "deterministic").
     evaluation_kind: ClassVar[str] = "deterministic"
+    #: How the algorithm's plain network (and its `agent_files`) acts: a `pipeline.rl.policies.Policy` class. Training
+    #: evaluations, videos, `python -m pipeline.eval`, `pipeline.load(...).act` and `python -m pipeline.export` all
+    #: play it; the record names it (`policy`), so a replay finds it without importing the task.
+    policy: ClassVar[type[Policy] | None] = None
     #: True: RLTask runs one vector env of `envs_per_agent` rows per learning agent (`env`, `obs`, running returns),
     #: checkpoints it and shrinks it. False: the algorithm plays on envs of its own, as a whole-episode algorithm must
     #: (CEM: the vector env restarts a finished row at once and cannot pause it); its Config then extends
@@ -173,6 +167,8 @@ class RLTask(Task):
         # `net` trains the agents still learning (member m is agent slots[m]); `agents_net` holds every agent's
         # weights for the record, each written when the agent stops or the run ends.
         self.net = self.build_net(parts)
+        if not (isinstance(self.policy, type) and issubclass(self.policy, Policy)):
+            raise TypeError(f"{type(self).__name__} must declare policy = <a pipeline.rl.policies.Policy class>: how its network acts")
         self.agents_net = freeze(copy.deepcopy(self.net))
 
     # ---- the algorithm: the hooks a subclass defines -------------------------------------------------
@@ -195,13 +191,13 @@ class RLTask(Task):
         global generator (which checkpoints restore). Runs between checkpoints: whatever it starts, it finishes."""
         raise TypeError(f"{type(self).__name__} must define iterate")
 
-    def evaluation_policy(self, net: nn.Module, agents: torch.Tensor | None) -> Callable[[torch.Tensor], torch.Tensor]:
-        """The deterministic policy of `net`'s members for `pipeline.rl.vector.evaluate_agents`: observations
-        [members, n, *obs_shape] -> actions [members, n, ...]. `agents`: which of the K agents member m plays for
-        (None: all K, in order), for per-agent state such as observation statistics. It must change no state (an
-        `nn.Module` is run in eval mode under inference_mode). Default: the argmax of the net's outputs (a Module:
-        dropout off while it plays)."""
-        return GreedyPolicy(net)
+    def evaluation_policy(self, net: nn.Module, agents: torch.Tensor | None) -> Policy:
+        """The declared `policy` over `net`'s members, for `pipeline.rl.vector.evaluate_agents`: observations
+        [members, n, *obs_shape] -> deterministic actions [members, n, ...], each member with its agent's files
+        (`agent_files`; `agents`: which of the K agents member m plays for, None: all K in order) and the task's
+        settings. The same declaration a replay, `pipeline.load`, an export and a video build from model.pt."""
+        members = range(self.n_agents) if agents is None else agents.tolist()
+        return self.policy(net, self.action_space, member_files([self.agent_files(a) for a in members]), asdict(self.config))
 
     def iteration_screening(self) -> dict[int, float]:
         """Whole-episode algorithms: the mean return of the episodes the last iteration played, per learning slot, which
@@ -664,6 +660,7 @@ class RLTask(Task):
             "time_to_threshold_s": None if self.time_to_threshold_s[i] is None else round(self.time_to_threshold_s[i], 3),
             "evaluations": [{"env_step": s, "return_mean": m, "return_std": sd} for s, m, sd in self.evaluations[i]],
             "early_stop": self.early_stop[i],
+            "policy": f"{self.policy.__module__}.{self.policy.__qualname__}",
         }
         if self.config.keep_best:
             extras["best"] = self.best[i]

@@ -48,6 +48,7 @@ from pipeline.nets.ensemble import (
 )
 from pipeline.nets.stacked import check_outputs
 from pipeline.rl.offpolicy import sac_actor_losses, sac_critic_losses, temperature_loss
+from pipeline.rl.policies import SquashedGaussianPolicy
 from pipeline.rl.replay import ReplayBuffer, Transitions
 from pipeline.rl.squashed_gaussian import per_agent_normal, squashed_gaussian_sample
 from pipeline.rl.targets import freeze, soft_update
@@ -185,10 +186,6 @@ class OffPolicyActorCriticTask(RLTask):
                 else:
                     self.add_time("learn", seconds)
 
-    def evaluation_policy(self, net: nn.Module, agents: torch.Tensor | None) -> nn.Module:
-        # The actor's forward is the deterministic action in the env's units; a Module: evaluated in eval mode.
-        return net
-
     def keep_agents_(self, keep: torch.Tensor, keep_slots: list[int], training: bool) -> None:
         n_before = int(self.critic.n_members)
         pairs = self.critic.keep_members_(keep)
@@ -324,6 +321,7 @@ class SACTask(OffPolicyActorCriticTask):
     actor_class = SquashedGaussianActor
     actor_contract = contracts.SAC
     model_option = "squashed_gaussian_actor"
+    policy = SquashedGaussianPolicy
     checkpoint_format = "pipeline.sac/1"
     loss_functions = {"critic": sac_critic_losses, "actor": sac_actor_losses}
 

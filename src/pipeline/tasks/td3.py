@@ -19,6 +19,7 @@ from torch import nn
 from pipeline.nets import contracts
 from pipeline.nets.continuous_control import DeterministicActor
 from pipeline.rl.offpolicy import exploration_actions, td3_actor_losses, td3_critic_losses
+from pipeline.rl.policies import DeterministicActorPolicy
 from pipeline.rl.replay import Transitions
 from pipeline.rl.targets import freeze, soft_update
 from pipeline.tasks.base import TaskParts
@@ -34,6 +35,7 @@ class TD3Task(OffPolicyActorCriticTask):
     actor_class = DeterministicActor
     actor_contract = contracts.TD3
     model_option = "deterministic_actor"
+    policy = DeterministicActorPolicy
     checkpoint_format = "pipeline.td3/1"
     checkpointed_nets = (*OffPolicyActorCriticTask.checkpointed_nets, "actor_target")
     loss_functions = {"critic": td3_critic_losses, "actor": td3_actor_losses}
