@@ -8,11 +8,16 @@ weights), degree by AIC or BIC, then GPV's first-order condition v(b) = b + H(b)
 the highest competing bid; asymmetric pairs: per bidder). ``--generic`` runs `rmac_grid.py`'s equilibrium logs of
 other value distributions (sqrt(v), a truncated normal, Beta(1.5, 3), Beta(3, 1.5), U[0.2, 1], ...) with 2, 3 and 5
 bidders: median over seeds of the worst error over reserves 0-1 and of its ratio to the true-values oracle.
+``--criteria CASE ...``: the model choice itself: every family searched with AIC's price per parameter (the
+larger set), each candidate's worst error, then per cell the median worst error over the bids-only oracle's when
+the model is chosen by AIC, by BIC, or by either within some families, and, within each log, the rank correlation
+(Spearman) of each criterion with the candidates' realised worst errors.
 ``--parametric FAMILY ...``: the parametric oracle, the maximum-likelihood fit within the TRUE finite model (the
 value CDF family at the degree that holds the family exactly, started at the truth), against the bids-only oracle:
 what an estimator that knew the family would reach (families: uniform 1, v2 2, beta22 3, mix28 9, kuma25 10).
 `python benchmarks/auction_sieve.py [--cases ...] [--sizes 5000] [--seeds 10] [--methods shipped local ...]
-[--generic [names ...]] [--bidders 2 3 5] [--parametric mix28 kuma25 --bidders 2 4 6 --sizes 5000 20000]`
+[--generic [names ...]] [--bidders 2 3 5] [--parametric mix28 kuma25 --bidders 2 4 6 --sizes 5000 20000]
+[--criteria kuma25_n2 mix28_n2 ... --sizes 5000 20000 --seeds 3]`
 """
 
 from __future__ import annotations
@@ -244,6 +249,38 @@ def parametric_oracle(family: str, n_bidders: int, n_auctions: int, seeds: int) 
             "ratios": np.round(ratios, 2).tolist()}
 
 
+def criteria(name: str, n_auctions: int, seeds: int) -> list[dict]:
+    """Per seed: every candidate's family, degree, free parameters, log-likelihood and signed errors at the case's
+    reserves (searched with AIC's price, so BIC's choice is among them), and the bids-only oracle's errors."""
+    case = CASES[name]
+    truths = np.array([truth(case, r) for r in case.reserves])
+    at = torch.tensor(case.reserves, dtype=torch.float64)
+    out = []
+    for seed in range(seeds):
+        values, bids = case.draw(n_auctions, seed)
+        rows = [torch.from_numpy(bids.ravel())] if case.symmetric else [torch.from_numpy(bids[:, i].copy()) for i in range(2)]
+        data = value_sieve.bin_bids(rows)
+        families = value_sieve.FAMILIES if case.symmetric else ("inverse",)
+        counts = [case.n_bidders] if case.symmetric else [1, 1]
+        candidates = []
+        for family in families:
+            for c in value_sieve.fit_family(family, data, case.n_bidders, penalty=2.0):
+                with torch.no_grad():
+                    errors = value_sieve.second_price(c.curves(data), counts, at).numpy() - truths
+                candidates.append({"family": family, "degree": c.family.degree, "k": c.family.n_params() + 2,
+                                   "ll": c.log_likelihood, "err": errors})
+        pseudo = bids_oracle_values(case, bids, values)
+        floor = np.abs([oracle(case, pseudo, r) - t for r, t in zip(case.reserves, truths)]).max()
+        out.append({"candidates": candidates, "floor": floor, "n_bids": bids.size})
+    return out
+
+
+def choose(log: dict, rule: str, families=None) -> dict:
+    price = 2.0 if rule == "aic" else np.log(log["n_bids"])
+    pool = [c for c in log["candidates"] if families is None or c["family"] in families]
+    return min(pool, key=lambda c: -2 * c["ll"] + price * c["k"])
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
@@ -254,8 +291,37 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--generic", nargs="*", default=None, help="rmac_grid-style distributions instead")
     parser.add_argument("--bidders", type=int, nargs="+", default=[2, 3, 5])
     parser.add_argument("--parametric", nargs="+", default=None, choices=["uniform", "v2", "beta22", "mix28", "kuma25"])
+    parser.add_argument("--criteria", nargs="+", default=None, choices=list(CASES))
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    if args.criteria:
+        rules = {"aic": ("aic", None), "bic": ("bic", None), "bic cdf+quantile": ("bic", ("cdf", "quantile")),
+                 "aic cdf+quantile": ("aic", ("cdf", "quantile")), "bic inverse": ("bic", ("inverse",))}
+        cells, rho = {name: [] for name in rules}, {"aic": [], "bic": []}
+        for name in args.criteria:
+            for n_auctions in args.sizes:
+                logs = criteria(name, n_auctions, args.seeds)
+                ratios = {}
+                for label, (rule, families) in rules.items():
+                    if CASES[name].symmetric or families in (None, ("inverse",)):
+                        ratios[label] = float(np.median([np.abs(choose(log, rule, families)["err"]).max() / log["floor"]
+                                                         for log in logs]))
+                        cells[label].append(ratios[label])
+                for log in logs:
+                    worst = [np.abs(c["err"]).max() for c in log["candidates"]]
+                    for rule in rho:
+                        price = 2.0 if rule == "aic" else np.log(log["n_bids"])
+                        score = [-2 * c["ll"] + price * c["k"] for c in log["candidates"]]
+                        rho[rule].append(stats.spearmanr(score, worst).statistic)
+                print(f"{name:14s} N={n_auctions:>6} median worst / bids-only oracle: "
+                      + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()), flush=True)
+        for label, values in cells.items():
+            print(f"{label}: {sum(v <= 1.5 for v in values)} of {len(values)} cells within 1.5x, median {np.median(values):.2f}")
+        for rule, values in rho.items():
+            values = np.array(values)
+            print(f"within-log Spearman({rule}, realised worst error) over {values.size} logs: median "
+                  f"{np.nanmedian(values):.2f}, positive on {np.mean(values > 0):.0%}")
+        return
     if args.parametric:
         for family in args.parametric:
             for n in args.bidders:

@@ -378,13 +378,15 @@ class Candidate:
         return bids * data.high, values * data.high, cdf
 
 
-def fit_family(name: str, data: Binned, n_bidders: int, degrees=None) -> list[Candidate]:
+def fit_family(name: str, data: Binned, n_bidders: int, degrees=None, penalty: float | None = None) -> list[Candidate]:
     """Every degree of one family tried (warm-started from the one below), until `PATIENCE` degrees in a row
-    without a better BIC."""
+    without a better BIC (``penalty``: another price per parameter for the search and the candidates' score, e.g.
+    2 for AIC; `benchmarks/auction_sieve.py --criteria` compares them)."""
     rows = data.counts.shape[0]
     out: list[Candidate] = []
     best_bic, since_best, previous = math.inf, 0, None
-    per_parameter = math.log(data.n_bids + (0.0 if data.zeros is None else float(data.zeros.sum())))
+    per_parameter = penalty if penalty is not None else math.log(
+        data.n_bids + (0.0 if data.zeros is None else float(data.zeros.sum())))
     with torch.enable_grad():
         for degree in degrees or DEGREES[name]:
             family = FAMILY_TYPES[name](degree, rows, n_bidders, data.reserve)
