@@ -1,7 +1,8 @@
 """The declared core, checked on the source: what import-linter cannot see (`make lint` checks the layers).
 
 - Only the store (src/pipeline/store/) names the files of a run dir: everyone else asks it for a path or a record.
-- No module imports another module's private name (`from pipeline.x import _y`).
+- No module imports another module's private name (`from pipeline.x import _y`) nor reaches one through the
+  module (`x._y` after `from pipeline import x`): the Python API calls what the CLI calls, never the CLI's insides.
 - One class named RunRecord; no `*batched*` twins of an algorithm.
 - The lifecycle (src/pipeline/runtime/) never probes a task: no hasattr/getattr aimed at it, no signature sniffing.
 - No import circles between modules, counting the imports inside functions (import-linter's layers see the
@@ -12,6 +13,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -59,6 +61,40 @@ def private_imports(path: Path) -> list[str]:
             for alias in node.names:
                 if alias.name.startswith("_") and not alias.name.startswith("__"):
                     found.append(f"line {node.lineno}: from {node.module} import {alias.name}")
+    return found
+
+
+@functools.cache
+def our_modules() -> frozenset[str]:
+    return frozenset(module_name(p) for p in _sources())
+
+
+OUR_PACKAGES = ("pipeline", "hydra_plugins")
+
+
+def private_attribute_uses(path: Path) -> list[str]:
+    """'line N: x._y' for each private attribute (`_y`, not a dunder) read from another of our modules through a name
+    bound to that module (`import pipeline.x`, `import pipeline.x as m`, `from pipeline import x`)."""
+    tree, modules = _tree(path), our_modules()
+    bound: dict[str, str] = {}  # a local name -> the module it names
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] in OUR_PACKAGES:
+                    bound[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else alias.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.split(".")[0] in OUR_PACKAGES:
+            for alias in node.names:
+                if f"{node.module}.{alias.name}" in modules:
+                    bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    own = module_name(path) if SRC in path.parents else ""
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")):
+            continue
+        head, _, rest = ast.unparse(node.value).partition(".")
+        target = f"{bound[head]}.{rest}".rstrip(".") if head in bound else None
+        if target in modules and target != own:
+            found.append(f"line {node.lineno}: {ast.unparse(node)}")
     return found
 
 
@@ -165,6 +201,11 @@ def test_no_module_imports_a_private_name_of_another():
     assert offenders == {}
 
 
+def test_no_module_reaches_a_private_name_of_another_through_the_module():
+    offenders = {str(p.relative_to(SRC)): hits for p in _sources() for hits in [private_attribute_uses(p)] if hits}
+    assert offenders == {}, "make it public where it is, or move it to a module both can import"
+
+
 def test_one_run_record_class_and_no_batched_twins():
     classes = [(p.relative_to(SRC), n.name) for p in _sources() for n in ast.walk(_tree(p)) if isinstance(n, ast.ClassDef)]
     records = [str(p) for p, name in classes if name == "RunRecord"]
@@ -188,6 +229,11 @@ def test_the_lifecycle_never_probes_a_task():
         ('"""Writes result.json."""\nx = 1\n', run_dir_file_names, 0),
         ("from pipeline.games.rmac import _interp\n", private_imports, 1),
         ("from pipeline.games.rmac import interp\n", private_imports, 0),
+        ("from pipeline import cli\ncli._main([])\n", private_attribute_uses, 1),
+        ("import pipeline.cli\npipeline.cli._check_sweep_first([])\n", private_attribute_uses, 1),
+        ("import pipeline.config.checks as c\nc._leaves({})\n", private_attribute_uses, 1),
+        ("from pipeline import cli\ncli.main([])\nx = object()\nx._y\n", private_attribute_uses, 0),
+        ("from pipeline.cli import main\nmain._pipeline_guard\n", private_attribute_uses, 0),
         ("def f(task):\n    return hasattr(task, 'resume_step')\n", task_probes, 1),
         ("def f(self):\n    return getattr(self.task, 'n', 1)\n", task_probes, 1),
         ("def f(cfg):\n    return hasattr(cfg, 'x')\n", task_probes, 0),

@@ -1,4 +1,4 @@
-"""A sweep gets every start-up check a single run gets, once, before anything is launched (issue 41 item 2)."""
+"""A sweep gets every start-up check a single run gets, once, before anything is launched."""
 
 import pytest
 

@@ -1,4 +1,5 @@
-"""cli.py's plain functions, called in this process (tests/test_cli.py drives the same through `python -m pipeline`).
+"""cli.py's plain functions and the front door it wraps (pipeline.runtime.start, which pipeline.run goes through
+too), called in this process (tests/test_cli.py drives the same through `python -m pipeline`).
 
 Every expected line is written out here as a user reads it, not rebuilt from the code's own pieces.
 """
@@ -13,19 +14,24 @@ import pytest
 from omegaconf import OmegaConf
 
 from pipeline import cli
+from pipeline.config.checks import runtime_choices
+from pipeline.config.errors import ConfigError
+from pipeline.config.startup import check_run
+from pipeline.runtime import start
+from pipeline.runtime.preflight import RunRefused
 
 
 @pytest.mark.parametrize("argv", [["--config-dir", "/x"], ["-cd", "/x"], ["--config-path", "/x"], ["-cp", "/x"],
                                   ["--config-dir=/x"], ["--config-path=/x"], ["hydra.searchpath=[file:///x]"],
                                   ["experiment=mine", "+hydra.searchpath=[pkg://mine]"]])
 def test_a_users_config_folder_is_recognised_in_every_spelling(argv):
-    assert cli._user_config_dirs(argv) is True
+    assert start.adds_config_dirs(argv) is True
 
 
 @pytest.mark.parametrize("argv", [[], ["experiment=dqn_cartpole"], ["--cfg", "job"], ["-m", "seed=0,1"],
                                   ["hydra.run.dir=/tmp/config-dir"], ["--config-dirs"]])
 def test_other_arguments_are_not_a_config_folder(argv):
-    assert cli._user_config_dirs(argv) is False
+    assert start.adds_config_dirs(argv) is False
 
 
 HYDRA_UNKNOWN = "Could not override '{}'.\nTo append to your config use +{}=...\nKey '{}' is not in struct"
@@ -36,7 +42,7 @@ def unknown(key: str) -> str:
 
 
 def test_an_unknown_key_is_one_line_with_the_closest_real_key():
-    line = cli._unknown_key_line(unknown("optimizer.lrr"), ["optimizer.lrr=0.1"])
+    line = start.unknown_key_line(unknown("optimizer.lrr"), ["optimizer.lrr=0.1"])
     assert line == ("optimizer.lrr=0.1: optimizer has no key 'lrr'; did you mean optimizer.lr? "
                     "to add a new key: +optimizer.lrr=0.1")
 
@@ -44,68 +50,62 @@ def test_an_unknown_key_is_one_line_with_the_closest_real_key():
 def test_the_closest_key_is_looked_up_in_the_config_the_other_arguments_compose():
     # learning_starts exists in the DQN task only: the hint needs experiment=dqn_cartpole to be composed too.
     argv = ["experiment=dqn_cartpole", "task.lerning_starts=5"]
-    assert cli._unknown_key_line(unknown("task.lerning_starts"), argv) == (
+    assert start.unknown_key_line(unknown("task.lerning_starts"), argv) == (
         "task.lerning_starts=5: task has no key 'lerning_starts'; did you mean task.learning_starts? "
         "to add a new key: +task.lerning_starts=5")
 
 
 def test_without_a_close_key_or_a_parent_the_line_has_no_hint():
-    assert cli._unknown_key_line(unknown("optimizer.zzzzzz"), ["optimizer.zzzzzz=1"]) == (
+    assert start.unknown_key_line(unknown("optimizer.zzzzzz"), ["optimizer.zzzzzz=1"]) == (
         "optimizer.zzzzzz=1: optimizer has no key 'zzzzzz'; to add a new key: +optimizer.zzzzzz=1")
-    assert cli._unknown_key_line(unknown("sed"), ["sed=3"]) == "sed=3: the config has no key 'sed'; to add a new key: +sed=3"
+    assert start.unknown_key_line(unknown("sed"), ["sed=3"]) == "sed=3: the config has no key 'sed'; to add a new key: +sed=3"
 
 
 def test_a_typed_override_prefix_is_kept_and_the_plus_not_doubled():
-    assert cli._unknown_key_line(unknown("optimizer.lrr"), ["~optimizer.lrr"]) == (
+    assert start.unknown_key_line(unknown("optimizer.lrr"), ["~optimizer.lrr"]) == (
         "~optimizer.lrr: optimizer has no key 'lrr'; did you mean optimizer.lr? to add a new key: +~optimizer.lrr")
-    assert cli._unknown_key_line(unknown("optimizer.lrr"), ["+optimizer.lrr=1"]).endswith("to add a new key: +optimizer.lrr=1")
+    assert start.unknown_key_line(unknown("optimizer.lrr"), ["+optimizer.lrr=1"]).endswith("to add a new key: +optimizer.lrr=1")
 
 
 def test_a_key_that_was_not_typed_as_is_is_named_as_hydra_named_it():
-    assert cli._unknown_key_line(unknown("optimizer.lrr"), []) == (
+    assert start.unknown_key_line(unknown("optimizer.lrr"), []) == (
         "optimizer.lrr: optimizer has no key 'lrr'; did you mean optimizer.lr? to add a new key: +optimizer.lrr")
 
 
 def test_the_hint_is_dropped_when_the_other_arguments_do_not_compose():
-    line = cli._unknown_key_line(unknown("optimizer.lrr"), ["experiment=no_such_preset", "optimizer.lrr=0.1"])
+    line = start.unknown_key_line(unknown("optimizer.lrr"), ["experiment=no_such_preset", "optimizer.lrr=0.1"])
     assert line == "optimizer.lrr=0.1: optimizer has no key 'lrr'; to add a new key: +optimizer.lrr=0.1"
 
 
 @pytest.mark.parametrize("message", ["Could not load 'experiment/nope'", "Error merging override x", ""])
 def test_other_hydra_errors_are_left_to_hydra(message):
-    assert cli._unknown_key_line(message, ["x=1"]) is None
+    assert start.unknown_key_line(message, ["x=1"]) is None
 
 
 def test_a_writable_run_dir_passes_and_the_probe_leaves_nothing(tmp_path):
-    cli._check_writable(tmp_path / "a" / "b" / "run")
+    start.check_writable(tmp_path / "a" / "b" / "run")
     assert list(tmp_path.iterdir()) == [] and not (tmp_path / "a").exists()
-    cli._check_writable(tmp_path)
+    start.check_writable(tmp_path)
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_run_dir_that_cannot_be_made_is_one_line_naming_the_dir_the_cause_and_the_fix(tmp_path, capsys, monkeypatch):
+def test_a_run_dir_that_cannot_be_made_is_one_line_naming_the_dir_the_cause_and_the_fix(tmp_path, monkeypatch):
     (tmp_path / "a_file").write_text("x")
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(SystemExit) as stop:
-        cli._check_writable(tmp_path / "a_file" / "run")
-    assert stop.value.code == 1
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"error: cannot create the run dir {tmp_path / 'a_file' / 'run'}: ")
-    assert err[0].endswith(f" in {tmp_path / 'a_file'}; choose a writable dir with hydra.run.dir=<dir>")
+    with pytest.raises(RunRefused) as refused:
+        start.check_writable(tmp_path / "a_file" / "run")
+    line = str(refused.value)
+    assert "\n" not in line and line.startswith(f"cannot create the run dir {tmp_path / 'a_file' / 'run'}: ")
+    assert line.endswith(f" in {tmp_path / 'a_file'}; choose a writable dir with hydra.run.dir=<dir>")
     # A relative run dir is looked up from the current folder.
-    with pytest.raises(SystemExit):
-        cli._check_writable(type(tmp_path)("a_file/run/deeper"))
-    assert f" in {tmp_path / 'a_file'}; " in capsys.readouterr().err
-
-
-def device_cfg(accelerator):
-    return OmegaConf.create({"device": {"accelerator": accelerator}})
+    with pytest.raises(RunRefused) as refused:
+        start.check_writable(type(tmp_path)("a_file/run/deeper"))
+    assert f" in {tmp_path / 'a_file'}; " in str(refused.value)
 
 
 @pytest.mark.parametrize("accelerator", ["auto", "cpu", "CPU", "Auto", None])
 def test_a_device_every_machine_has_passes(accelerator):
-    cli._check_device(device_cfg(accelerator))
-    cli._check_device(OmegaConf.create({}))  # no device group: auto
+    start.check_device(accelerator)
 
 
 @pytest.mark.parametrize("accelerator", ["cuda", "CUDA", "gpu"])
@@ -114,8 +114,8 @@ def test_a_gpu_on_a_machine_without_one_is_a_config_error(accelerator, monkeypat
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
-    with pytest.raises(cli.ConfigError) as error:
-        cli._check_device(device_cfg(accelerator))
+    with pytest.raises(ConfigError) as error:
+        start.check_device(accelerator)
     assert "device=cpu" in str(error.value)
 
 
@@ -126,46 +126,38 @@ def cli_cfg(*overrides: str):
 
     with initialize_config_module(config_module="pipeline.conf", version_base="1.3"):
         cfg = compose(config_name="config", overrides=list(overrides), return_hydra_config=True)
-    choices = cli.config_checks.runtime_choices(cfg)
+    choices = runtime_choices(cfg)
     with open_dict(cfg):
         del cfg["hydra"]
     return cfg, choices
 
 
-def test_a_bad_value_is_one_line_and_exit_2(capsys):
-    cfg, choices = cli_cfg("experiment=supervised_digits", "optimizer.lr=abc")
-    with pytest.raises(SystemExit) as stop:
-        cli._check_before_running(cfg, choices)
-    assert stop.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: ") and "optimizer.lr" in err[0]
+def test_a_bad_value_is_one_line_and_exit_2(capsys, tmp_path):
+    code, err = single_run_refusal(["experiment=supervised_digits", "optimizer.lr=abc", f"hydra.run.dir={tmp_path / 'r'}"],
+                                   capsys)
+    assert code == 2 and len(err) == 1 and err[0].startswith("error: ") and "optimizer.lr" in err[0]
 
 
-def test_a_good_config_passes_the_checks(make_cfg, capsys):
-    cli._check_before_running(make_cfg("experiment=supervised_digits"))
-    cli._check_before_running(make_cfg("experiment=dqn_cartpole", "device=cpu"))
-    assert capsys.readouterr().err == ""
+def test_a_good_config_passes_the_checks(make_cfg):
+    check_run(make_cfg("experiment=supervised_digits"))
+    check_run(make_cfg("experiment=dqn_cartpole", "device=cpu"))
 
 
-def test_a_missing_value_is_refused(make_cfg, capsys):
+def test_a_missing_value_is_refused(make_cfg):
     cfg = make_cfg("experiment=supervised_digits")
     cfg.optimizer.lr = "???"
-    with pytest.raises(SystemExit) as stop:
-        cli._check_before_running(cfg)
-    assert stop.value.code == 2 and "optimizer.lr" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="^missing required value 'optimizer.lr'"):
+        check_run(cfg)
 
 
-def test_a_device_refusal_goes_through_the_same_line(make_cfg, capsys, monkeypatch):
+def test_a_device_refusal_goes_through_the_same_line(capsys, monkeypatch, tmp_path):
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
-    cfg = make_cfg("experiment=supervised_digits", "device=cuda")
-    with pytest.raises(SystemExit) as stop:
-        cli._check_before_running(cfg)
-    assert stop.value.code == 2
-    (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith("error: ") and "device=cpu" in line
+    code, err = single_run_refusal(["experiment=supervised_digits", "device=cuda", f"hydra.run.dir={tmp_path / 'r'}"], capsys)
+    assert code == 2 and len(err) == 1 and err[0].startswith("error: ") and "device=cpu" in err[0]
+    assert not (tmp_path / "r").exists()
 
 
 def single_run_refusal(argv, capsys) -> tuple[int, list[str]]:
@@ -213,11 +205,11 @@ def test_a_good_single_run_passes_holds_the_dirs_lock_and_leaves_nothing_once_re
     monkeypatch.chdir(tmp_path)
     for argv, run_dir in ([["experiment=supervised_digits", f"hydra.run.dir={tmp_path / 'a' / 'run'}"], tmp_path / "a" / "run"],
                           [["experiment=supervised_digits"], None]):  # Hydra's default dir under ./outputs
-        lock, created, _ = cli._check_single_run_first(argv)
-        assert lock.path.is_file() and (run_dir is None or lock.path.parent == run_dir)
+        held = cli._check_single_run_first(argv)
+        assert held.lock.path.is_file() and (run_dir is None or held.lock.path.parent == run_dir == held.run_dir)
         assert argv[-1].startswith("hydra.run.dir=")  # Hydra runs in the dir that was locked, whatever the clock says
-        lock.release()
-        cli._remove_if_empty(lock.path.parent, created)
+        assert held.plan.ckpt is None and not held.plan.extending and held.checked.task_target.endswith("SupervisedTask")
+        held.release()
     assert list(tmp_path.iterdir()) == [] and capsys.readouterr().err == ""
 
 
@@ -243,10 +235,10 @@ def test_hydras_fourteen_lines_for_a_missing_option_become_one():
     """Hydra 1.3's message for `hydra/launcher=jobib`, as it prints it."""
     message = ("In 'hydra/config': Could not find 'hydra/launcher/jobib'\n\nAvailable options in 'hydra/launcher':\n"
                "\tbasic\n\tjoblib\n\tsubmitit_local\nConfig search path:\n\tprovider=hydra, path=pkg://hydra.conf\n")
-    assert cli._missing_option_line(message) == (
+    assert start.missing_option_line(message) == (
         "unknown option 'jobib' for config group 'hydra/launcher'; did you mean hydra/launcher=joblib? choose one "
         "of: basic, joblib, submitit_local")
-    assert cli._missing_option_line("Could not override 'x'") is None
+    assert start.missing_option_line("Could not override 'x'") is None
 
 
 @pytest.fixture
@@ -307,24 +299,24 @@ def test_main_with_a_users_config_folder_skips_the_packaged_group_check(main_env
 
 
 def test_a_config_folder_whose_name_holds_an_equals_sign():
-    assert cli._user_config_dirs(["--config-dir=/data/run=3/conf"]) is True
+    assert start.adds_config_dirs(["--config-dir=/data/run=3/conf"]) is True
 
 
 def test_a_value_holding_an_equals_sign_is_still_named_as_typed():
-    assert cli._unknown_key_line(unknown("optimizer.lrr"), ["optimizer.lrr=a=b"]) == (
+    assert start.unknown_key_line(unknown("optimizer.lrr"), ["optimizer.lrr=a=b"]) == (
         "optimizer.lrr=a=b: optimizer has no key 'lrr'; did you mean optimizer.lr? to add a new key: +optimizer.lrr=a=b")
 
 
 def test_a_key_starting_with_x_is_not_taken_for_a_prefix():
-    assert cli._unknown_key_line(unknown("Xray"), ["Xray=1"]) == "Xray=1: the config has no key 'Xray'; to add a new key: +Xray=1"
+    assert start.unknown_key_line(unknown("Xray"), ["Xray=1"]) == "Xray=1: the config has no key 'Xray'; to add a new key: +Xray=1"
 
 
 def test_the_checks_compose_quietly(tmp_path):
     """No "version_base is not specified" (or any other) warning from the start-up checks' own composes."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        cli._check_single_run_first(["experiment=supervised_digits", f"hydra.run.dir={tmp_path / 'run'}"])
-        cli._unknown_key_line(unknown("optimizer.lrr"), ["optimizer.lrr=0.1"])
+        cli._check_single_run_first(["experiment=supervised_digits", f"hydra.run.dir={tmp_path / 'run'}"]).release()
+        start.unknown_key_line(unknown("optimizer.lrr"), ["optimizer.lrr=0.1"])
     assert [str(w.message) for w in caught if "version_base" in str(w.message)] == []
 
 
@@ -335,9 +327,9 @@ def test_a_setting_the_chosen_device_option_lacks_is_refused(capsys, tmp_path):
                                     f"hydra.run.dir={tmp_path / 'r'}"], capsys)
     assert code == 2 and len(err) == 1 and err[0].startswith(line), err
     cfg, choices = cli_cfg("experiment=supervised_digits", "device=cpu", "+device.foo=1")
-    with pytest.raises(SystemExit):
-        cli._check_before_running(cfg, choices)
-    assert capsys.readouterr().err.startswith(line)
+    with pytest.raises(ConfigError) as refused:
+        check_run(cfg, choices)
+    assert f"error: {refused.value}".startswith(line)
 
 
 @pytest.mark.parametrize("accelerator", ["auto", "cpu", "CPU", "Auto", None])
@@ -345,7 +337,7 @@ def test_a_device_every_machine_has_is_not_even_looked_up(accelerator, monkeypat
     from pipeline.runtime import devices
 
     monkeypatch.setattr(devices, "resolve_accelerator", lambda name: pytest.fail(f"looked up {name!r}"))
-    cli._check_device(device_cfg(accelerator))
+    start.check_device(accelerator)
 
 
 def test_flags_are_left_to_hydra_without_composing(monkeypatch):
@@ -382,12 +374,12 @@ def test_main_uses_the_arguments_it_is_given(main_env, capsys, monkeypatch, sign
 
 def test_a_length_typed_with_trainer_debug_lifts_the_debug_cap_it_would_run_into(caplog):
     with caplog.at_level("WARNING", logger="pipeline"):
-        argv = cli.typed_lengths_win(["experiment=dqn_cartpole", "trainer=debug", "task.total_steps=1000"])
+        argv = start.typed_lengths_win(["experiment=dqn_cartpole", "trainer=debug", "task.total_steps=1000"])
     assert argv == ["experiment=dqn_cartpole", "trainer=debug", "task.total_steps=1000", "trainer.limit_train_batches=null"]
     assert caplog.messages == ["trainer=debug: task.total_steps was typed, so debug's trainer.limit_train_batches cap is "
                                "lifted (trainer.limit_train_batches=null)"]
-    assert cli.typed_lengths_win(["trainer=debug", "trainer.max_steps=50"])[-1] == "trainer.max_epochs=-1"
+    assert start.typed_lengths_win(["trainer=debug", "trainer.max_steps=50"])[-1] == "trainer.max_epochs=-1"
     # A cap the user typed stays; without trainer=debug, or without a typed length, nothing changes.
     for argv in (["trainer=debug", "task.total_steps=1000", "trainer.limit_train_batches=5"],
                  ["task.total_steps=1000"], ["trainer=debug", "task.gamma=0.9"]):
-        assert cli.typed_lengths_win(list(argv)) == argv
+        assert start.typed_lengths_win(list(argv)) == argv

@@ -28,6 +28,20 @@ def cfg_of(seed=3, k=None, **extra):
     return OmegaConf.create(node)
 
 
+@pytest.fixture(autouse=True)
+def checked_as_given(monkeypatch):
+    """The start-up check stood in for: these configs are the job's plumbing only (tests/config/ checks real ones)."""
+    from pipeline.config.startup import CheckedRun
+
+    def check_run(cfg, choices=None):
+        k = cfg.get("seeds_per_process") or 1
+        k = k if isinstance(k, int) and k > 0 else 1
+        return CheckedRun(cfg=cfg, choices=dict(choices or {}), task_target=str(cfg.task._target_), task=None,
+                          uses=frozenset(), seeds=tuple(int(cfg.seed) + i for i in range(k)), processes=1)
+
+    monkeypatch.setattr(job, "check_run", check_run)
+
+
 def ctx_of(run_dir, multirun=True):
     return JobContext(run_dir=str(run_dir), multirun=multirun, overrides=["seed=3"], sweep_dir=str(run_dir.parent),
                       job_num=4)
@@ -372,7 +386,7 @@ def test_hydra_job_runs_a_single_run_here_and_a_sweeps_job_in_a_child(tmp_path, 
     import pipeline.runtime.run as run_module
 
     calls = []
-    monkeypatch.setattr(run_module, "run_job", lambda cfg, ctx: calls.append(("here", ctx.multirun, cfg)) or [{"status": "ok"}])
+    monkeypatch.setattr(run_module, "run_job", lambda run, ctx, **kw: calls.append(("here", ctx.multirun, run.cfg)) or [{"status": "ok"}])
     monkeypatch.setattr(job, "run_in_child", lambda cfg, ctx: calls.append(("child", ctx.multirun, cfg)) or [{"status": "child"}])
     cfgs = []
     for multirun, extra in ((False, {}), (True, {}), (True, {"isolate_jobs": False}), (False, {"isolate_jobs": True})):
@@ -399,7 +413,7 @@ def test_a_resumed_sweep_skips_a_job_that_finished_ok(tmp_path, monkeypatch, cap
     monkeypatch.setattr(JobContext, "from_hydra", classmethod(lambda cls, cfg: ctx_of(tmp_path / "j", multirun=False)))
     import pipeline.runtime.run as run_module
 
-    monkeypatch.setattr(run_module, "run_job", lambda cfg, ctx: [{"status": "single"}])
+    monkeypatch.setattr(run_module, "run_job", lambda run, ctx, **kw: [{"status": "single"}])
     assert [r["status"] for r in job.hydra_job(cfg_of(k=2, resume=True))] == ["single"]
 
 
@@ -408,7 +422,7 @@ def test_a_job_in_the_sweeps_process_stopped_by_a_signal_stops_the_sweep(tmp_pat
     import pipeline.runtime.run as run_module
 
     records = [{"status": "ok"}, {"status": "interrupted", "interrupted": {"signal": signal_name}}]
-    monkeypatch.setattr(run_module, "run_job", lambda cfg, ctx: records)
+    monkeypatch.setattr(run_module, "run_job", lambda run, ctx, **kw: records)
     monkeypatch.setattr(JobContext, "from_hydra", classmethod(lambda cls, cfg: ctx_of(tmp_path)))
     with pytest.raises(SystemExit) as stop:
         job.hydra_job(cfg_of(isolate_jobs=False))
@@ -456,14 +470,14 @@ def test_child_main_runs_the_job_from_its_files_and_exits_with_its_code(tmp_path
     import pipeline.runtime.run as run_module
 
     seen = []
-    monkeypatch.setattr(run_module, "run_job", lambda cfg, ctx: seen.append((cfg, ctx)) or [{"status": "failed"}])
+    monkeypatch.setattr(run_module, "run_job", lambda run, ctx, **kw: seen.append((run.cfg, ctx)) or [{"status": "failed"}])
     job_dir = child_dir(tmp_path, cfg_of(seed=5))
     assert job.child_main(str(job_dir)) == 1
     ((cfg, ctx),) = seen
     assert cfg == cfg_of(seed=5) and ctx == JobContext(run_dir=str(tmp_path / "run"), multirun=True, job_num=2)
     assert (tmp_path / "run" / "run.log").is_file()  # its log goes to the run dir
     assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN)  # stop signals honoured at once
-    monkeypatch.setattr(run_module, "run_job", lambda cfg, ctx: [{"status": "ok"}])
+    monkeypatch.setattr(run_module, "run_job", lambda run, ctx, **kw: [{"status": "ok"}])
     assert job.child_main(str(job_dir)) == 0
 
 
@@ -473,7 +487,7 @@ def test_child_main_refused_says_why_and_tells_a_busy_dir_apart(tmp_path, monkey
     from pipeline.runtime.rundir import RunDirBusy
 
     def refuse(message, busy):
-        def run_job(cfg, ctx):
+        def run_job(run, ctx, **kw):
             if busy:
                 try:
                     raise RunDirBusy("owned")

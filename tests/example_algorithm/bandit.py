@@ -8,6 +8,7 @@ greedy arm at the end is the truly best one.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 from torch.utils.data import DataLoader
@@ -19,6 +20,8 @@ from pipeline.tasks.base import Task, TaskParts
 class BanditConfig:
     """The hyperparameters: every key of conf/task/bandit.yaml, typed (a wrong type is refused at start-up)."""
 
+    uses: ClassVar[frozenset[str]] = frozenset()  # no model, loss, optimizer, env or data group: each must be `none`
+
     arm_means: list[float] = field(default_factory=lambda: [0.0, 0.5, 1.0])
     noise: float = 0.1
     steps: int = 500
@@ -27,8 +30,7 @@ class BanditConfig:
 
 
 class BanditTask(Task):
-    Config = BanditConfig  # the typed hyperparameters
-    uses = frozenset()  # no model, loss, optimizer, env or data group: each of them must be `none`
+    Config = BanditConfig  # the typed hyperparameters and what the task declares for start-up
     writes_curves = True  # rows go to self.curves[0] (metrics.csv), given by the lifecycle
     primary_metric = "eval/best_arm"
     primary_curve = "train/reward_mean"

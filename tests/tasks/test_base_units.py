@@ -94,15 +94,18 @@ def test_progress_fields():
 
 # ---- declarations and construction ----------------------------------------------------------------------
 def test_the_declarations_a_new_task_inherits():
+    from pipeline.config.task_settings import declared
+
     assert Task.Config is NoConfig
-    assert Task.uses == frozenset()
-    assert Task.trains_seeds_together is False
+    # Start-up declarations live on the Config: one that declares none takes no group, trains one seed per process.
+    assert declared(NoConfig, "uses") == frozenset() and declared(NoConfig, "trains_seeds_together") is False
+    assert declared(NoConfig, "monitorable_metrics") is None
+    assert not hasattr(Task, "uses") and not hasattr(Task, "monitorable_metrics")
     assert Task.writes_curves is False
     assert Task.checkpointing == "lightning"
     assert Task.primary_metric == ""
     assert Task.primary_curve is None
     assert Task.higher_is_better is True
-    assert Task.monitorable_metrics is None
     assert Task.capture_video is False
     assert Task.eval_splits == ()
 

@@ -1,5 +1,5 @@
 """The declared task contract (pipeline.tasks.base): each shipped task's typed Config is its YAML, and what a
-task declares is checked against the config before anything is built or written."""
+task's Config declares is checked against the config before anything is built or written (the start-up check)."""
 
 import dataclasses
 from importlib.resources import files
@@ -8,8 +8,8 @@ import pytest
 from hydra.utils import get_class
 from omegaconf import OmegaConf
 
-from pipeline.config.checks import ConfigError
-from pipeline.runtime.run import check_task, task_config
+from pipeline.config.errors import ConfigError
+from pipeline.config.startup import check_run
 from pipeline.tasks.base import Task
 from pipeline.tasks.configs import SCHEMAS
 
@@ -32,23 +32,22 @@ def test_each_shipped_task_config_is_its_dataclass_with_the_same_defaults(name):
 
 
 def test_a_wrong_type_or_unknown_key_is_one_line_naming_it(make_cfg):
-    cls = check_task(make_cfg("experiment=dqn_cartpole"), 1)
-    assert task_config(cls, make_cfg("experiment=dqn_cartpole", "task.gamma=0.5").task).gamma == 0.5
-    with pytest.raises(ConfigError, match=r"^task\.gamma: Value 'high' of type 'str' could not be converted to Float$"):
-        task_config(cls, make_cfg("experiment=dqn_cartpole", "task.gamma=high").task)
-    with pytest.raises(ConfigError, match=r"^task\.nope: Key 'nope' not in 'DQNConfig'$"):
-        check_task(make_cfg("experiment=dqn_cartpole", "+task.nope=1"), 1)
+    assert check_run(make_cfg("experiment=dqn_cartpole", "task.gamma=0.5")).task.gamma == 0.5
+    with pytest.raises(ConfigError, match=r"^task\.gamma=high: expected a number; e\.g\. task\.gamma=0\.99$"):
+        check_run(make_cfg("experiment=dqn_cartpole", "task.gamma=high"))
+    with pytest.raises(ConfigError, match=r"^task\.nope is not a setting of task=dqn; its settings: "):
+        check_run(make_cfg("experiment=dqn_cartpole", "+task.nope=1"))
 
 
 def test_what_a_task_declares_is_checked_before_it_is_built(make_cfg):
-    with pytest.raises(ConfigError, match="^task CounterfactualTask does not use a model; drop it with model=none"):
-        check_task(make_cfg("experiment=rmac_auction", "model=mlp"), 1)
-    with pytest.raises(ConfigError, match="^task GANTask trains one seed per process; seeds_per_process=3"):
-        check_task(make_cfg("experiment=gan_digits"), 3)
-    assert check_task(make_cfg("experiment=dqn_cartpole"), 3).trains_seeds_together
-    assert check_task(make_cfg("experiment=cem_cartpole"), 3).trains_seeds_together  # on RLTask, as every RL task
+    with pytest.raises(ConfigError, match="^task=counterfactual does not use a model; drop it with model=none"):
+        check_run(make_cfg("experiment=rmac_auction", "model=mlp"))
+    with pytest.raises(ConfigError, match="^task=gan trains one seed per process; seeds_per_process=3"):
+        check_run(make_cfg("experiment=gan_digits", "seeds_per_process=3"))
+    assert check_run(make_cfg("experiment=dqn_cartpole", "seeds_per_process=3")).trains_seeds_together
+    assert check_run(make_cfg("experiment=cem_cartpole", "seeds_per_process=3")).k == 3  # RLBatchConfig's, as every RL task
     with pytest.raises(ConfigError, match="is not a pipeline.tasks.base.Task subclass"):
-        check_task(make_cfg("experiment=dqn_cartpole", "task._target_=pipeline.nets.mlp.MLP"), 1)
+        check_run(make_cfg("experiment=dqn_cartpole", "task._target_=pipeline.nets.mlp.MLP"))
 
 
 def test_a_task_declaring_eval_splits_must_say_how_it_scores_them():

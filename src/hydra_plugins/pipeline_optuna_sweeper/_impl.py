@@ -14,6 +14,7 @@ from hydra.core.plugins import Plugins
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.config.checks import group_options
+from pipeline.config.startup import check_run
 from pipeline.sweep_progress import plan_jobs
 from pipeline.tune.objective import OBJECTIVES, TIE_BREAKS, collect, maximize, rank_trials, trial_value
 from pipeline.tune.progress import planned_jobs, quiet_launches, shown, trial_scored, trial_started
@@ -125,9 +126,9 @@ class SeedDistributionSearch:
         self.sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, self.sweep_dir / "multirun.yaml")  # as Hydra's own sweeper does; resume compares it
         self.fixed = [f for f in fixed if f.split("=", 1)[0] not in ("seed", "hydra.sweep.subdir")]
-        # A task that declares it trains seeds together runs a trial's K seeds in one process (seeds_per_process=K);
-        # any other runs them as K launcher jobs.
-        self.batched = bool(getattr(self._task_class(), "trains_seeds_together", False))
+        # A task whose Config declares it trains seeds together runs a trial's K seeds in one process
+        # (seeds_per_process=K); any other runs them as K launcher jobs.
+        self.batched = check_run(self.config).trains_seeds_together
         self._choose_tune_seeds()
         k = len(self.tune_seeds)
         self.confirm_seeds: list[int] = []

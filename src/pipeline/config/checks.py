@@ -13,7 +13,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from pipeline.config.conf_tree import conf_root, group_options
 from pipeline.config.errors import ConfigError
-from pipeline.config.task_settings import check_group_settings, check_task_settings, config_class
+from pipeline.config.task_settings import check_group_settings, check_task_settings, config_class, declared
 
 _SWEEP_FN = re.compile(r"^\w+\((.*)\)$")
 
@@ -156,8 +156,9 @@ def process_count(cfg: DictConfig) -> int:
     return int(trainer.get("devices") or 1) * int(trainer.get("num_nodes") or 1)
 
 
-def _check_processes(cfg: DictConfig) -> None:
-    """trainer.strategy/devices/num_nodes: whole numbers, `ddp` or nothing, and only for a task that shards its data."""
+def _check_processes(cfg: DictConfig, config_cls: type | None = None) -> None:
+    """trainer.strategy/devices/num_nodes: whole numbers, `ddp` or nothing, and only for a task that shards its data
+    (its Config declares `data_parallel`)."""
     trainer = cfg.get("trainer") or {}
     strategy = str(trainer.get("strategy") or "auto")
     for key in ("devices", "num_nodes"):
@@ -178,9 +179,7 @@ def _check_processes(cfg: DictConfig) -> None:
     if many <= 1:
         return
     target = str(OmegaConf.select(cfg, "task._target_", default=""))
-    config = config_class(target)
-    # A task whose Lightning loop shards its batches over processes says so in its typed Config (`data_parallel = True`).
-    if not getattr(config, "data_parallel", False):
+    if not declared(config_cls if config_cls is not None else config_class(target), "data_parallel"):
         name = target.rsplit(".", 1)[-1] or "this task"
         raise ConfigError(f"trainer=ddp shards a data loader over processes, which {name} does not train from (task=supervised "
                           "and task=gan do); run its seeds side by side in one process with seeds_per_process=N, or as a "
@@ -349,7 +348,8 @@ def _check_built_groups(cfg: DictConfig) -> None:
             )
 
 
-def check_values(cfg: DictConfig, choices: Mapping[str, str | None] | None = None) -> None:
+def check_values(cfg: DictConfig, choices: Mapping[str, str | None] | None = None,
+                 config_cls: type | None = None) -> tuple[object, object]:
     """Refuse, with one line naming the key and the fix, values no run could use: a seed that is not a whole
     number in [0, 2^32) or a batch of seeds running past it, seeds_per_process outside [1, SEEDS_PER_PROCESS_MAX],
     a key a group would silently ignore (`+device.x=1`, `+callbacks.x=1`), a trainer key the pipeline sets from
@@ -360,18 +360,21 @@ def check_values(cfg: DictConfig, choices: Mapping[str, str | None] | None = Non
     layer width < 1, a negative checkpoint interval, device.num_threads < 1, and the data's settings against its
     typed Config where it has one (`pipeline.config.data_settings`: e.g. an auction data path that is a directory
     or missing, a bidder count outside [2, 100]).
-    Also fills a removed optional group (`~scheduler`) with its `none` option."""
+    Also fills a removed optional group (`~scheduler`) with its `none` option. `config_cls`: the task's typed Config
+    (None: the shipped one its `_target_` names). Returns the typed task and data Configs (None where not known)."""
     choices = runtime_choices(cfg) if choices is None else choices
+    config_cls = config_cls if config_cls is not None else config_class(OmegaConf.select(cfg, "task._target_", default=None))
     _check_seed(cfg)
     fill_removed_groups(cfg)
     _check_closed_groups(cfg, choices)
-    _check_processes(cfg)
+    _check_processes(cfg, config_cls)
     _check_precision(cfg)
     _check_built_groups(cfg)
     check_callback_entries(cfg)
-    check_task_settings(cfg, choices)
-    check_group_settings(cfg, "data", choices)
+    task = check_task_settings(cfg, choices, config_cls)
+    data = check_group_settings(cfg, "data", choices)
     _check_numbers(cfg, choices)
+    return task, None if data is None else data[1]
 
 
 def callback_entries(cfg: DictConfig) -> list[tuple[str, object]]:
@@ -413,24 +416,20 @@ def _monitoring_entries(cfg: DictConfig) -> list[tuple[str, str]]:
     return found
 
 
-def check_monitors(cfg: DictConfig, task_cls: type | None = None) -> None:
-    """The `monitor` of a configured EarlyStopping or ModelCheckpoint must name a metric the task declares it logs
-    (`Task.monitorable_metrics`): `val_acc` for `val/acc` is one line at start-up, not a RuntimeError after the
-    first epoch. A task that declares nothing (None) is not checked. `task_cls` None: the class of task._target_."""
+def check_monitors(cfg: DictConfig, config_cls: type | None = None) -> None:
+    """The `monitor` of a configured EarlyStopping or ModelCheckpoint must name a metric the task's Config declares
+    it logs (`monitorable_metrics`): `val_acc` for `val/acc` is one line at start-up, not a RuntimeError after the
+    first epoch. A task that declares nothing (None) is not checked. `config_cls` None: the shipped Config of
+    task._target_."""
+    target = str(OmegaConf.select(cfg, "task._target_", default="") or "")
+    config_cls = config_cls if config_cls is not None else config_class(target)
+    logged = declared(config_cls, "monitorable_metrics")
+    if logged is None:
+        return
     entries = _monitoring_entries(cfg)
     if not entries:
         return
-    if task_cls is None:
-        from hydra.utils import get_class
-
-        try:
-            task_cls = get_class(str(OmegaConf.select(cfg, "task._target_")))
-        except Exception:  # noqa: BLE001 - the task's own check reports a bad task._target_ in one line
-            return
-    logged = getattr(task_cls, "monitorable_metrics", None)
-    if logged is None:
-        return
-    task = task_cls.__name__
+    task = target.rsplit(".", 1)[-1] or config_cls.__name__
     for name, monitor, stops in entries:
         if monitor in logged:
             continue
@@ -439,8 +438,7 @@ def check_monitors(cfg: DictConfig, task_cls: type | None = None) -> None:
             close = difflib.get_close_matches(monitor, logged, n=1)
             fix = f"did you mean {key}={close[0]}?" if close else f"e.g. {key}={logged[0]}"
             raise ConfigError(f"{key}={monitor}: {task} logs no metric {monitor!r} for callbacks (it logs {', '.join(logged)}); {fix}")
-        config = getattr(task_cls, "Config", None)
-        own = dataclasses.is_dataclass(config) and "stop_at_return" in {f.name for f in dataclasses.fields(config)}
+        own = dataclasses.is_dataclass(config_cls) and "stop_at_return" in {f.name for f in dataclasses.fields(config_cls)}
         why = " (it stops early by itself with task.stop_at_return)" if own else ""
         fix = f"drop the callback with ~callbacks.{name}" if stops else f"keep the latest checkpoint with {key}=null"
         raise ConfigError(f"{key}={monitor}: {task} logs no metric a callback can monitor{why}; {fix}")

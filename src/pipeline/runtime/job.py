@@ -23,8 +23,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from pipeline.config.checks import one_line, process_count
+from pipeline.config.checks import one_line
 from pipeline.config.grouping import group_name, semantic_config
+from pipeline.config.startup import CheckedRun, check_run
 from pipeline.runtime.cluster import slurm_rank
 from pipeline.runtime.context import JobContext
 from pipeline.runtime.rundir import EXIT_CODES, STOP_SIGNALS, honour_stop_signals_from_now, say
@@ -45,8 +46,13 @@ STOP_FILE = ".stop"
 STOPPED_BY = {EXIT_CODES[s]: s.name for s in STOP_SIGNALS}
 
 
-def hydra_job(cfg: DictConfig) -> list[dict]:
-    """Hydra's task function body: a sweep's job runs in a child process, a single run in this one."""
+def hydra_job(cfg: DictConfig, start=None) -> list[dict]:
+    """Hydra's task function body: a sweep's job runs in a child process, a single run in this one.
+
+    `start`: a single run the CLI checked and whose run dir it claimed before Hydra composed
+    (`pipeline.runtime.start.Start`); otherwise the job's config is checked here, once (`check_run`). When the
+    check changed the config (a preset's model keys dropped for the user's model option), the run dir's copy of the
+    config Hydra saved is replaced by the config that runs."""
     ctx = JobContext.from_hydra(cfg)
     if ctx.multirun and ctx.sweep_dir and (Path(ctx.sweep_dir) / STOP_FILE).is_file():
         log.info(f"[job {ctx.job_num}] seed={cfg.seed}: not started, the sweep was asked to stop")
@@ -57,18 +63,20 @@ def hydra_job(cfg: DictConfig) -> list[dict]:
         if len(done) == _agents(cfg) and all(r.status == "ok" for r in done):
             log.info(f"resume: {ctx.run_dir} already finished ok, skipping")
             return [r.to_dict() for r in done]
-    rank = slurm_rank() if process_count(cfg) > 1 else None
+    checked = start.checked if start is not None else check_run(cfg)
+    rank = slurm_rank() if checked.processes > 1 else None
     if rank:  # a task SLURM started for one rank of a run on several processes: it trains in step and writes nothing
         from pipeline.runtime.run import run_rank
 
         ctx.rank = rank
-        run_rank(cfg, ctx)
+        run_rank(checked, ctx)
         return []
+    _save_checked_config(checked, cfg)
     if ctx.multirun and bool(cfg.get("isolate_jobs", True)):
-        return run_in_child(cfg, ctx)
+        return run_in_child(checked.cfg, ctx)
     from pipeline.runtime.run import run_job
 
-    records = run_job(cfg, ctx, **tuner_hooks(cfg))
+    records = run_job(checked, ctx, **tuner_hooks(cfg), plan=None if start is None else start.plan)
     if ctx.multirun:
         # A job trained in the sweep's own process (isolate_jobs=false) took the sweep's SIGINT/SIGTERM: it saved
         # and recorded `interrupted`; the sweep stops too, as it does for a job in a child process (it went on
@@ -79,6 +87,18 @@ def hydra_job(cfg: DictConfig) -> list[dict]:
             say(f"sweep stopped by {stop}; finish it with: {ctx.resume_command()}")
             raise SystemExit(EXIT_CODES[signal.Signals[stop]])
     return records
+
+
+def _save_checked_config(checked: CheckedRun, cfg: DictConfig) -> None:
+    """The config Hydra saved in the run dir, replaced by the checked one where the check changed it (what `python -m
+    pipeline.eval` and `pipeline.load` rebuild the run from)."""
+    if OmegaConf.to_container(checked.cfg) == OmegaConf.to_container(cfg):
+        return
+    from hydra.core.hydra_config import HydraConfig
+
+    hydra = HydraConfig.get()
+    if hydra.output_subdir is not None:
+        OmegaConf.save(checked.cfg, Path(hydra.runtime.output_dir) / str(hydra.output_subdir) / "config.yaml")
 
 
 # ---- the sweep side: spawn, wait, record how the child ended ----------------------------------
@@ -246,12 +266,16 @@ def child_main(job_dir: str) -> int:
     from pipeline.runtime.quiet import install
 
     install()  # a sweep's job process never goes through cli.main
+    from pipeline.config.errors import ConfigError
     from pipeline.runtime.preflight import RunRefused
     from pipeline.runtime.run import exit_code_of, run_job
     from pipeline.runtime.rundir import RunDirBusy
 
     try:
-        records = run_job(cfg, ctx, **tuner_hooks(cfg))
+        records = run_job(check_run(cfg, ctx.choices), ctx, **tuner_hooks(cfg))
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 2
     except RunRefused as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return BUSY_EXIT if isinstance(exc.__context__, RunDirBusy) or "is in use by" in str(exc) else 2
@@ -300,7 +324,7 @@ def rank_main(job_dir: str) -> int:
 
     parent = os.getppid()  # rank 0, which started this rank
     try:
-        return run_rank(cfg, ctx)
+        return run_rank(check_run(cfg, ctx.choices), ctx)
     except BaseException as exc:
         (path / f"rank{ctx.rank}.error").write_text(one_line(exc))
         if os.getppid() == parent or not isinstance(exc, Exception):

@@ -47,11 +47,11 @@ def with_data_overrides(cfg: DictConfig, overrides: dict[str, str]) -> DictConfi
 
 def task_of(cfg: DictConfig):
     """The run's task class; one that cannot be scored without its env is one line naming what eval can do."""
-    from pipeline.config.checks import ConfigError
-    from pipeline.runtime.run import task_class
+    from pipeline.config.errors import ConfigError
+    from pipeline.config.startup import import_task_class
 
     try:
-        cls = task_class(cfg)
+        cls = import_task_class(str(OmegaConf.select(cfg, "task._target_", default="")))
     except ConfigError as exc:
         raise EvalError(str(exc)) from None
     if not cls.eval_splits:

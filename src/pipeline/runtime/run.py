@@ -13,8 +13,10 @@ One lifecycle for one seed or K seeds trained together (`seeds_per_process=K`): 
 - `ckpt_path=last` (or `resume=true` in a sweep) continues from the checkpoint: metrics.csv keeps its
   rows up to the checkpoint's step and `wall_time_s` adds up every segment.
 
-Only this module (and the CLI) knows about config objects; everything it builds takes plain
-arguments and can be made by hand in a notebook.
+It takes a run as the start-up check returned it (`pipeline.config.startup.CheckedRun`: the config checked once,
+the task's typed Config, seeds, processes, device and checkpoint settings) and checks nothing itself. Only this
+module (and the entry points) knows about config objects; everything it builds takes plain arguments and can be
+made by hand in a notebook.
 """
 
 from __future__ import annotations
@@ -32,15 +34,15 @@ from typing import Any
 
 import lightning as L
 import torch
-from hydra.utils import get_class, instantiate
+from hydra.utils import instantiate
 from lightning.fabric.plugins.environments import LightningEnvironment
 from lightning.pytorch.callbacks import Checkpoint
 from omegaconf import DictConfig, OmegaConf, open_dict
-from omegaconf.errors import OmegaConfBaseException
 
-from pipeline.config import checks as config_checks
-from pipeline.config.checks import one_line
+from pipeline.config.checks import PROCESS_KEYS, one_line
+from pipeline.config.errors import ConfigError
 from pipeline.config.grouping import group_name, semantic_config
+from pipeline.config.startup import CheckedRun, CheckpointSettings, check_run
 from pipeline.runtime import quiet
 from pipeline.runtime.callbacks import early_stop_of
 from pipeline.runtime.checkpointing import (
@@ -55,7 +57,7 @@ from pipeline.runtime.cluster import slurm_rank
 from pipeline.runtime.context import JobContext
 from pipeline.runtime.devices import RankProcesses, ddp_strategy, flushes_denormals, setup_device
 from pipeline.runtime.loggers import CurveLogger, build_loggers, finish_loggers
-from pipeline.runtime.preflight import RunRefused, check_run_dir_is_ours, plan_start, resolve_ckpt
+from pipeline.runtime.preflight import RunRefused, StartPlan, check_run_dir_is_ours, plan_start, resolve_ckpt
 from pipeline.runtime.rundir import (
     STOP_SIGNALS,
     Interrupted,
@@ -80,7 +82,7 @@ from pipeline.store.layout import (
 )
 from pipeline.store.owner import this_process
 from pipeline.store.record import RunRecord, git_commit, versions
-from pipeline.tasks.base import PART_GROUPS, Task, TaskParts
+from pipeline.tasks.base import Task, TaskParts
 
 log = logging.getLogger("pipeline")
 
@@ -91,69 +93,32 @@ def _is_empty(node) -> bool:
     return node is None or (isinstance(node, DictConfig) and len(node) == 0)
 
 
-def task_class(cfg: DictConfig) -> type[Task]:
-    """The class named by `task._target_`; it must be a `pipeline.tasks.base.Task` (the declared contract)."""
-    try:
-        cls = get_class(str(cfg.task._target_))
-    except Exception as exc:  # noqa: BLE001 - any import problem is the same one-line refusal
-        raise config_checks.ConfigError(f"task._target_={cfg.task._target_}: {one_line(exc)}") from None
-    if not (isinstance(cls, type) and issubclass(cls, Task)):
-        raise config_checks.ConfigError(f"task._target_={cfg.task._target_} is not a pipeline.tasks.base.Task subclass")
-    return cls
-
-
-def check_task(cfg: DictConfig, n_agents: int) -> type[Task]:
-    """What the task declares against what the config asks, before anything is built or written (one line each)."""
-    cls = task_class(cfg)
-    if n_agents > 1 and not cls.trains_seeds_together:
-        raise config_checks.ConfigError(
-            f"task {cls.__name__} trains one seed per process; seeds_per_process={n_agents} works with task=dqn, ppo, sac, "
-            "td3, cem and supervised (run the seeds as a sweep: -m seed='range(0,N)')"
-        )
-    for group in PART_GROUPS:
-        if group != "data" and group not in cls.uses and not _is_empty(cfg.get(group)):
-            raise config_checks.ConfigError(
-                f"task {cls.__name__} does not use a {group}; drop it with {group}=none (got {group}={_choice_hint(cfg, group)})"
-            )
-    task_config(cls, cfg.task)  # a wrong type or an unknown key of the task's Config
-    config_checks.check_monitors(cfg, cls)  # an EarlyStopping/ModelCheckpoint monitor names a metric the task logs
-    return cls
-
-
-def task_config(cls: type[Task], node: DictConfig):
-    """The `task:` node (without `_target_`) as the task's typed Config; a wrong type or unknown key is one line."""
-    values = {k: v for k, v in OmegaConf.to_container(node, resolve=True).items() if k != "_target_"}
-    try:
-        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls.Config), values))
-    except OmegaConfBaseException as exc:
-        key = exc.full_key or exc.key
-        first = str(exc).splitlines()[0]
-        raise config_checks.ConfigError(f"task.{key}: {first}" if key else f"task: {first}") from None
-
-
-def build_task(cfg: DictConfig, datamodule, n_agents: int, run_dir: Path | None = None, device: torch.device | None = None) -> Task:
-    """`TaskClass(config, parts)`: the typed hyperparameters and the objects built from the groups it uses."""
-    cls = check_task(cfg, n_agents)
+def build_task(run: CheckedRun | DictConfig, datamodule, n_agents: int | None = None, run_dir: Path | None = None,
+               device: torch.device | None = None) -> Task:
+    """`TaskClass(config, parts)`: the typed hyperparameters and the objects built from the groups it uses. A config
+    not yet checked (tests, `python -m pipeline.eval`) goes through the start-up check first, at `n_agents` seeds."""
+    if not isinstance(run, CheckedRun):
+        cfg = run
+        if n_agents is not None and n_agents != (cfg.get("seeds_per_process") or 1):
+            cfg = cfg.copy()
+            with open_dict(cfg):
+                cfg.seeds_per_process = n_agents
+        run = check_run(cfg)
+    cfg, uses = run.cfg, run.uses
 
     def part(group: str):
-        return None if group not in cls.uses or _is_empty(cfg.get(group)) else instantiate(cfg[group])
+        return None if group not in uses or _is_empty(cfg.get(group)) else instantiate(cfg[group])
 
-    env = None if "env" not in cls.uses or _is_empty(cfg.get("env")) else OmegaConf.to_container(cfg.env, resolve=True)
+    env = None if "env" not in uses or _is_empty(cfg.get("env")) else OmegaConf.to_container(cfg.env, resolve=True)
     parts = TaskParts(
-        seed=int(cfg.seed), n_agents=n_agents, net=part("model"), loss=part("loss"), optimizer=part("optimizer"),
-        scheduler=part("scheduler"), env=env, datamodule=datamodule if "data" in cls.uses else None,
+        seed=run.seed, n_agents=run.k, net=part("model"), loss=part("loss"), optimizer=part("optimizer"),
+        scheduler=part("scheduler"), env=env, datamodule=datamodule if "data" in uses else None,
         run_dir=run_dir, device=device,
     )
-    return cls(task_config(cls, cfg.task), parts)
+    return run.task_class()(run.task, parts)
 
 
-def _choice_hint(cfg: DictConfig, group: str) -> str:
-    node = cfg.get(group)
-    target = node.get("_target_") if isinstance(node, DictConfig) else None
-    return str(target or node)
-
-
-def make_trainer(cfg: DictConfig, accelerator: str, run_dir: Path, loggers, callbacks, ranks: RankProcesses | None = None,
+def make_trainer(run: CheckedRun, accelerator: str, run_dir: Path, loggers, callbacks, ranks: RankProcesses | None = None,
                  task: Task | None = None) -> L.Trainer:
     """The run's Trainer; with several processes (trainer=ddp) one rank's, in step with the others (`ranks`: the
     local ranks rank 0 starts; None on the other ranks and under SLURM, whose tasks are the ranks; `task`: what
@@ -163,6 +128,7 @@ def make_trainer(cfg: DictConfig, accelerator: str, run_dir: Path, loggers, call
     from pipeline.runtime.callbacks import aligned_epoch_metrics, build_callbacks, trainer_kwargs
     from pipeline.runtime.progress_bar import BudgetProgressBar
 
+    cfg = run.cfg
     built = build_callbacks(cfg, run_dir, own=callbacks)
     kwargs = trainer_kwargs(cfg)
     if kwargs.get("enable_progress_bar", True) and not any(isinstance(c, ProgressBar) for c in built):
@@ -175,7 +141,7 @@ def make_trainer(cfg: DictConfig, accelerator: str, run_dir: Path, loggers, call
     # SIGUSR2 -> checkpoint -> submitit requeues once).
     kwargs.setdefault("plugins", [LightningEnvironment()])
     devices = 1
-    if config_checks.process_count(cfg) > 1:
+    if run.processes > 1:
         devices, nodes = int(kwargs.pop("devices", 1)), int(kwargs.pop("num_nodes", 1))
         slurm = slurm_rank() is not None
         if slurm:  # SLURM started the ranks: its environment names them; requeueing stays ours (runtime.job)
@@ -186,16 +152,16 @@ def make_trainer(cfg: DictConfig, accelerator: str, run_dir: Path, loggers, call
         unused = task is not None and task.ddp_unused_parameters
         kwargs.update(strategy=ddp_strategy(None if slurm else ranks, timeout, unused), num_nodes=nodes)
     else:
-        for key in config_checks.PROCESS_KEYS:
+        for key in PROCESS_KEYS:
             kwargs.pop(key, None)
     trainer = L.Trainer(
         accelerator=accelerator,
         devices=devices,
-        precision=cfg.device.precision,
+        precision=run.device.precision,
         logger=loggers or False,
         callbacks=built,
         default_root_dir=str(run_dir),
-        deterministic=bool(cfg.seeding.deterministic),
+        deterministic=run.device.deterministic,
         **kwargs,
     )
     if trainer.world_size > 1:
@@ -216,40 +182,31 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _check_start(cfg: DictConfig, k: int) -> None:
-    """Values that make no sense are refused before anything is written."""
-    seed = cfg.get("seed")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise config_checks.ConfigError(f"seed={seed!r} must be an integer, e.g. seed=3 (a sweep: -m seed='range(0,10)')")
-    if k < 1:
-        raise config_checks.ConfigError(f"seeds_per_process={k} must be >= 1")
-    config_checks.check_values(cfg)
-    check_task(cfg, k)  # what the task declares (seeds together, groups it takes): refused once, before any record
-
-
-def run(cfg: DictConfig, run_dir: Path | None = None) -> list[dict]:
-    """Run from Python (tests, notebooks): the Hydra context when there is one, else `run_dir`."""
+def run(cfg: DictConfig | CheckedRun, run_dir: Path | None = None) -> list[dict]:
+    """Run from Python (tests, notebooks): the Hydra context when there is one, else `run_dir`. A config not yet
+    checked goes through the start-up check first (`pipeline.config.startup.check_run`)."""
+    checked = cfg if isinstance(cfg, CheckedRun) else check_run(cfg)
     try:
-        ctx = JobContext.from_hydra(cfg)
+        ctx = JobContext.from_hydra(checked.cfg)
     except ValueError:
         ctx = JobContext(run_dir=str(run_dir))
     if run_dir is not None:
         ctx.run_dir = str(run_dir)
-    return run_job(cfg, ctx)
+    return run_job(checked, ctx)
 
 
-def run_job(cfg: DictConfig, ctx: JobContext, trial_reporter: Callable[[Any], Any] | None = None) -> list[dict]:
+def run_job(run: CheckedRun, ctx: JobContext, trial_reporter: Callable[[Any], Any] | None = None,
+            plan: StartPlan | None = None) -> list[dict]:
     """Run one job (K agents) and write its records. Refusals raise RunRefused; every other failure is recorded.
 
     `trial_reporter`: what makes the tuner's reporter from `cfg.trial` (handed in by the entry that runs sweep jobs,
-    `runtime.job`; the lifecycle knows no tuner). None, or no `cfg.trial`: the task reports to no trial."""
+    `runtime.job`; the lifecycle knows no tuner). None, or no `cfg.trial`: the task reports to no trial.
+    `plan`: what the run continues from, when the front door already planned it under the run dir's lock
+    (`pipeline.runtime.start`); None: planned here, once this process holds the lock."""
     run_dir = Path(ctx.run_dir)
-    raw_k = cfg.get("seeds_per_process") or 1
-    k = int(raw_k) if isinstance(raw_k, int) else -1
-    _check_start(cfg, k)
-    seeds = [int(cfg.seed) + i for i in range(k)]
-    dirs = agent_dirs(run_dir, seeds)
-    check_run_dir_is_ours(run_dir)  # a user's own folder is never written into (a run from Python, a sweep job)
+    dirs = agent_dirs(run_dir, run.seeds)
+    if plan is None:
+        check_run_dir_is_ours(run_dir)  # a user's own folder is never written into (a run from Python, a sweep job)
     lock = RunDirLock(run_dir)
     try:
         lock.acquire()
@@ -264,28 +221,30 @@ def run_job(cfg: DictConfig, ctx: JobContext, trial_reporter: Callable[[Any], An
     quiet.install()
     quiet.quiet_failing_log_handlers()  # run.log on a disk that fills up: one line, not a traceback per log line
     try:
-        return _run_locked(cfg, ctx, run_dir, seeds, dirs, trial_reporter)
+        return _run_locked(run, ctx, run_dir, dirs, trial_reporter, plan)
     finally:
         torch.set_flush_denormal(flushing)
         lock.release()
 
 
-def _run_locked(cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int], dirs: list[Path], trial_reporter) -> list[dict]:
-    plan = plan_start(cfg, run_dir, dirs)
+def _run_locked(run: CheckedRun, ctx: JobContext, run_dir: Path, dirs: list[Path], trial_reporter,
+                plan: StartPlan | None) -> list[dict]:
+    plan = plan if plan is not None else plan_start(run.cfg, run_dir, dirs)
     if plan.nothing_to_do:
         return [p.to_dict() for p in plan.previous]
     if plan.extending:
         log.info(f"{run_dir} finished ok; continuing it from its checkpoint ({RESULT} keeps the finished record until this ends ok)")
-    return _Lifecycle(cfg, ctx, run_dir, seeds, dirs, plan).run(trial_reporter)
+    return _Lifecycle(run, ctx, run_dir, dirs, plan).run(trial_reporter)
 
 
 class _Lifecycle:
     """One run's way: build -> attach -> fit -> save -> finish, and (in `run`) what each way of failing leaves."""
 
-    def __init__(self, cfg: DictConfig, ctx: JobContext, run_dir: Path, seeds: list[int], dirs: list[Path], plan) -> None:
-        self.cfg, self.ctx, self.run_dir, self.seeds, self.dirs, self.plan = cfg, ctx, run_dir, seeds, dirs, plan
+    def __init__(self, run: CheckedRun, ctx: JobContext, run_dir: Path, dirs: list[Path], plan: StartPlan) -> None:
+        self.checked, self.cfg, self.ctx, self.run_dir, self.dirs, self.plan = run, run.cfg, ctx, run_dir, dirs, plan
+        self.seeds = list(run.seeds)
         self.ckpt, self.ckpt_file = plan.ckpt, checkpoint_path(run_dir)
-        self.processes = config_checks.process_count(cfg)
+        self.processes = run.processes
         self.t_start = time.perf_counter()
         # SLURM's SIGUSR2 (a sweep job's own process), and SIGUSR2 to any rank of a run on several processes.
         signals = (*STOP_SIGNALS, signal.SIGUSR2) if ctx.isolated or self.processes > 1 else STOP_SIGNALS
@@ -312,7 +271,7 @@ class _Lifecycle:
             return self.failed(exc)
         try:
             _check_batches(self.cfg, self.datamodule, self.processes)
-        except config_checks.ConfigError:
+        except ConfigError:
             self.stop.uninstall()
             raise
         try:
@@ -338,7 +297,7 @@ class _Lifecycle:
     def build(self) -> None:
         """Device, data, task and the checkpoint's state; a resume that cannot load it is RunRefused."""
         try:
-            built = _build(self.cfg, self.ctx, len(self.seeds), self.run_dir, self.ckpt)
+            built = _build(self.checked, self.ctx, self.run_dir, self.ckpt)
         except Exception as exc:
             if self.ckpt is None:
                 raise
@@ -369,7 +328,7 @@ class _Lifecycle:
         agent_loggers = _build_agent_loggers(cfg, resolved, self.records, self.loggers)
         trainer_loggers = list(agent_loggers[0]) if k == 1 else []  # K > 1: each seed's loggers are the task's to feed
         task.agent_loggers = agent_loggers
-        task.compile_updates = bool(OmegaConf.select(cfg, "device.compile", default=False))
+        task.compile_updates = self.checked.device.compile
         if task.compile_updates and task.checkpointing == "lightning":
             # Lightning's own loop (supervised, GAN) runs eagerly: the switch is said to do nothing, not silently ignored.
             log.warning(f"device.compile=true: {type(task).__name__} trains in Lightning's loop, which is not compiled "
@@ -387,7 +346,7 @@ class _Lifecycle:
         from pipeline.runtime.replay import training_video_hook
 
         task.video_hook = training_video_hook(cfg, self.dirs, self.seeds, self.device.type, agent_loggers)  # if it records
-        policy = _policy(cfg)
+        policy = _policy(self.checked.checkpoint)
         self.timer, self.epochs = ValidationTimer(), None
         callbacks: list = [self.timer]
         if task.checkpointing == "state":
@@ -399,7 +358,7 @@ class _Lifecycle:
                                             history=self.history)
             callbacks.append(self.epochs)
         policy.start(self.resume_step or 0)
-        self.trainer = make_trainer(cfg, self.device.type, self.run_dir, trainer_loggers, callbacks, self.ranks, task)
+        self.trainer = make_trainer(self.checked, self.device.type, self.run_dir, trainer_loggers, callbacks, self.ranks, task)
 
     def history(self, step: int | None) -> list[dict]:
         """The records' segments as they stand once a checkpoint of `step` is saved (what the checkpoint keeps)."""
@@ -494,23 +453,21 @@ class _Lifecycle:
             r.time_breakdown_s = {key: round(v, 4) for key, v in breakdown.items()}
 
 
-def _build(cfg: DictConfig, ctx: JobContext, k: int, run_dir: Path, ckpt: Path | None):
+def _build(run: CheckedRun, ctx: JobContext, run_dir: Path, ckpt: Path | None):
     """What every rank builds alike: the device, the data, the task and the checkpoint's state it resumes from."""
-    config_checks.check_missing(cfg)
-    config_checks.check_types(cfg, ctx.choices)
-    seed_everything(cfg.seed, deterministic=bool(cfg.seeding.deterministic))
+    seed_everything(run.seed, deterministic=run.device.deterministic)
     device = setup_device(
-        cfg.device.accelerator,
-        ctx.num_threads if ctx.num_threads is not None else cfg.device.num_threads,
-        flush_denormal=OmegaConf.select(cfg, "device.flush_denormal", default=True),
-        cpu_heap_mb=OmegaConf.select(cfg, "device.cpu_heap_mb", default=None),
+        run.device.accelerator,
+        ctx.num_threads if ctx.num_threads is not None else run.device.num_threads,
+        flush_denormal=run.device.flush_denormal,
+        cpu_heap_mb=run.device.cpu_heap_mb,
     )
     t0 = time.perf_counter()
-    datamodule = None if _is_empty(cfg.get("data")) else instantiate(cfg.data)
+    datamodule = None if _is_empty(run.cfg.get("data")) else instantiate(run.cfg.data)
     if datamodule is not None:
         datamodule.prepare_data()
         datamodule.setup("fit")
-    task = build_task(cfg, datamodule, k, run_dir, device)
+    task = build_task(run, datamodule, run_dir=run_dir, device=device)
     resume_step = curve_step = history = None
     if ckpt is not None:
         resume_state = load_safely(ckpt, "checkpoint")
@@ -526,7 +483,7 @@ def _check_batches(cfg: DictConfig, datamodule, processes: int) -> None:
         return
     batches = len(datamodule.train_dataloader())
     if processes > batches:
-        raise config_checks.ConfigError(
+        raise ConfigError(
             f"{processes} processes (trainer.devices x trainer.num_nodes) but {batches} training batch(es) of "
             f"data.batch_size={getattr(datamodule, 'batch_size', '?')}: each process needs a batch of its own every step; "
             f"use trainer.devices={max(1, batches)} or a smaller data.batch_size")
@@ -555,18 +512,17 @@ def _rank_job_dir(cfg: DictConfig, ctx: JobContext, ckpt: Path | None) -> Path:
     return job_dir
 
 
-def run_rank(cfg: DictConfig, ctx: JobContext) -> int:
+def run_rank(run: CheckedRun, ctx: JobContext) -> int:
     """Rank `ctx.rank` > 0 of a run on several processes: builds what rank 0 builds and trains in step with it, with
     no lock, no record, no curve, no logger and no checkpoint of its own. Returns its exit code (interrupted: the
     signal's, as rank 0's)."""
     run_dir = Path(ctx.run_dir)
-    k = int(cfg.get("seeds_per_process") or 1)
     stop = StopRequests((*STOP_SIGNALS, signal.SIGUSR2)).install()
     try:
-        ckpt = resolve_ckpt(cfg, checkpoint_path(run_dir), has_previous=True)
-        device, datamodule, task, *_ = _build(cfg, ctx, k, run_dir, ckpt)
-        epochs = EpochCheckpointer(checkpoint_path(run_dir), _policy(cfg), stop, on_save=None, writes=False)
-        trainer = make_trainer(cfg, device.type, run_dir, [], [ValidationTimer(), epochs], task=task)
+        ckpt = resolve_ckpt(run.cfg, checkpoint_path(run_dir), has_previous=True)
+        device, datamodule, task, *_ = _build(run, ctx, run_dir, ckpt)
+        epochs = EpochCheckpointer(checkpoint_path(run_dir), _policy(run.checkpoint), stop, on_save=None, writes=False)
+        trainer = make_trainer(run, device.type, run_dir, [], [ValidationTimer(), epochs], task=task)
         task.fit_and_evaluate(trainer, datamodule, None if ckpt is None else str(ckpt))
     except Interrupted:
         return stop.exit_code
@@ -605,14 +561,8 @@ def _capture_videos(cfg: DictConfig, records: list[RunRecord], dirs: list[Path],
             log.warning(f"video not logged: {one_line(exc)}")
 
 
-def _policy(cfg: DictConfig) -> CheckpointPolicy:
-    spec = cfg.get("checkpoint") or {}
-    return CheckpointPolicy(
-        enabled=bool(spec.get("enabled", True)),
-        every_s=None if spec.get("every_s") is None else float(spec.get("every_s")),
-        every_steps=None if not spec.get("every_steps") else int(spec.get("every_steps")),
-        first=True,
-    )
+def _policy(settings: CheckpointSettings) -> CheckpointPolicy:
+    return CheckpointPolicy(enabled=settings.enabled, every_s=settings.every_s, every_steps=settings.every_steps, first=True)
 
 
 EXTENDING = "result.extending.json"

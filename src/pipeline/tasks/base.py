@@ -4,12 +4,15 @@ A task is a LightningModule (or behaves like one where Lightning has nothing to 
 builds it as `TaskClass(config, parts)`:
 
 - `config` is an instance of the task's own `Config` dataclass (its hyperparameters, one typed field
-  each): the lifecycle merges the `task:` node of the composed config into `OmegaConf.structured(Config)`,
-  so a wrong type or an unknown key is one line before any work starts;
+  each): the start-up check (`pipeline.config.startup.check_run`) merges the `task:` node of the composed
+  config into it once, so a wrong type or an unknown key is one line before any work starts;
 - `parts` (`TaskParts`) are the objects built from the other config groups (`model`, `loss`,
   `optimizer`, `scheduler`, `env`, `data`) plus the seed, the number of seeds trained together and
-  where the run lives. A task lists the groups it takes in `uses`; a group it does not take is refused
-  in one line (`model=none` ...), never silently dropped.
+  where the run lives.
+
+What a task declares for start-up (the groups it takes, whether K seeds train together, the metrics a callback
+may monitor, precisions, action spaces, its model contract) lives on its torch-free `Config` as class variables
+(`pipeline.tasks.configs` lists them), so the start-up check reads them without importing the task.
 
 Then the lifecycle only ever touches what this class declares, in this order:
 
@@ -109,10 +112,6 @@ class Task(L.LightningModule):
     # ---- declarations (class attributes) --------------------------------------------------------------
     #: The hyperparameters: a dataclass whose fields are the keys of the task's YAML (besides `_target_`).
     Config: ClassVar[type] = NoConfig
-    #: The config groups this task takes (keys of PART_GROUPS); any other group must be `none`.
-    uses: ClassVar[frozenset[str]] = frozenset()
-    #: Whether K seeds can train together in one process (`seeds_per_process=K`); if not, K > 1 is refused.
-    trains_seeds_together: ClassVar[bool] = False
     #: With several processes (trainer=ddp): some parameters get no gradient in a backward pass (a GAN's two
     #: alternating updates), so DDP must look for them (`find_unused_parameters`, a graph walk per backward).
     ddp_unused_parameters: ClassVar[bool] = False
@@ -127,10 +126,6 @@ class Task(L.LightningModule):
     #: The metrics.csv column drawn as the learning curve (None: no curve).
     primary_curve: str | None = None
     higher_is_better: bool = True
-    #: The metrics the task logs with `self.log` for callbacks (what `trainer.callback_metrics` holds): the names
-    #: the `monitor` of a configured EarlyStopping or ModelCheckpoint may use, checked at start-up (a typo is one
-    #: line, not a crash after the first epoch). () : none to monitor; None: not declared, not checked.
-    monitorable_metrics: ClassVar[tuple[str, ...] | None] = None
     #: After a run ends ok, the lifecycle records one greedy episode of each agent as an MP4 (RL tasks).
     capture_video: bool = False
     #: The data splits `python -m pipeline.eval` can score a saved model.pt on, the default first (it calls
@@ -142,7 +137,7 @@ class Task(L.LightningModule):
         self.config = config if config is not None else self.Config()
         parts = parts if parts is not None else TaskParts()
         self.seed = int(parts.seed)
-        self.n_agents = int(parts.n_agents)  # the lifecycle refuses seeds_per_process < 1 before building a task
+        self.n_agents = int(parts.n_agents)  # the start-up check refuses seeds_per_process < 1 before a task is built
         self.agent_seeds = [self.seed + i for i in range(self.n_agents)]
         #: Where the time went ({"train": s, "eval": s, ...}), filled in while running; goes to the record.
         self.time_breakdown_s: dict[str, float] = {}

@@ -51,7 +51,6 @@ class CEMTask(RLTask):
     """The cross-entropy method: play a batch of episodes per agent, keep the best, imitate them."""
 
     Config = CEMConfig
-    uses = frozenset({"model", "optimizer", "loss", "env"})
     primary_curve = "train/batch_return_mean"
     algorithm = "cem"
     checkpoint_format = "pipeline.cem/2"

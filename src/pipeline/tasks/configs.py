@@ -1,17 +1,29 @@
 """The typed hyperparameters of every shipped task: one dataclass per task, the schema of its conf/task/ YAML.
 
-Each task module builds from its dataclass (`Task.Config`): the lifecycle merges the `task:` node into it before
-anything is written (`pipeline.runtime.run.check_task`), so a wrong type or an unknown key is one line. Torch-free on
-purpose, so the CLI can check them (or register them with Hydra's ConfigStore) without loading torch. A task of
-your own keeps its Config next to it (docs/add_an_algorithm.md).
+Each task module builds from its dataclass (`Task.Config`): the start-up check (`pipeline.config.startup.check_run`)
+merges the `task:` node into it once, before anything is written, so a wrong type or an unknown key is one line.
+Torch-free on purpose, so the start-up check reads them without loading torch. A task of your own keeps its Config
+next to it (docs/add_an_algorithm.md).
 
 Valid ranges are declared on the fields (`pipeline.config.ranges`): `total_steps: int = count(50_000)` is a whole
 number >= 1, `gamma: float = unit(0.99)` a number in [0, 1], `clip_coef: float = positive(0.2)` a finite number > 0,
 `target_update: str = one_of("hard", "soft")`; a float is finite unless declared otherwise, and `| None` admits null.
-Rules between fields are a `cross_checks()` method yielding (field, what is wrong). What a task can run with besides
-its fields is declared as class variables: `precisions` (the `device.precision` values it supports; None: any) and
-`action_spaces` ("discrete" and/or "box"; None: no env). `pipeline.config.checks.check_values` checks all of it once,
-at start-up, before Lightning is imported: one line naming the key and a valid example, exit 2, no run dir.
+Rules between fields are a `cross_checks()` method yielding (field, what is wrong).
+
+Everything a task declares for start-up is a class variable of its Config (a Config that leaves one out gets the
+default in brackets):
+- `uses`: the config groups the task takes (model, loss, optimizer, scheduler, env, data); any other must be `none`
+  [none];
+- `trains_seeds_together`: K seeds train in one process (`seeds_per_process=K`) [False: K > 1 is refused];
+- `monitorable_metrics`: the metrics a configured EarlyStopping or ModelCheckpoint may `monitor` (`()`: none)
+  [None: not checked];
+- `precisions`: the `device.precision` values it trains in [None: any];
+- `action_spaces`: "discrete" and/or "box" [None: no env];
+- `data_parallel`: trainer=ddp may shard its data loader over processes [False];
+- `model_contract`: what the task passes to a model's constructor and calls on it (`pipeline.nets.contracts`),
+  checked against a model of the user's own [None: not checked].
+`pipeline.config.startup.check_run` checks all of it once, before Lightning is imported: one line naming the key and
+a valid example, exit 2, no run dir.
 
 The RL configs share `RLBatchConfig` (the K-agent batch's evaluation, logging, stop rule, videos and best weights),
 extended by `RLConfig` (the env-step budget and the vector env: every step-based algorithm) and, off-policy,
@@ -26,6 +38,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from pipeline.config.ranges import count, items, number, one_of, positive, unit
+from pipeline.nets import contracts
+from pipeline.nets.contracts import ModelContract
 
 FP32 = ("32-true", "32")  # what the RL tasks train in
 
@@ -36,6 +50,9 @@ class RLBatchConfig:
     weights. Step-based algorithms extend `RLConfig` (which adds the env-step budget and the vector env); an
     algorithm that plays whole episodes on envs of its own (CEM) extends this one."""
 
+    uses: ClassVar[frozenset[str]] = frozenset({"model", "optimizer", "env"})
+    trains_seeds_together: ClassVar[bool] = True
+    monitorable_metrics: ClassVar[tuple[str, ...] | None] = ()  # it stops by itself: task.stop_at_return
     precisions: ClassVar[tuple[str, ...] | None] = FP32
     action_spaces: ClassVar[tuple[str, ...] | None] = ("discrete", "box")
 
@@ -90,7 +107,9 @@ class OffPolicyConfig(RLConfig):
 class DQNConfig(OffPolicyConfig):
     """DQN's hyperparameters: the keys of conf/task/dqn.yaml (which says what each one does)."""
 
+    uses: ClassVar[frozenset[str]] = frozenset({"model", "loss", "optimizer", "scheduler", "env"})
     action_spaces: ClassVar[tuple[str, ...] | None] = ("discrete",)
+    model_contract: ClassVar[ModelContract | None] = contracts.DQN
 
     _target_: str = "pipeline.tasks.dqn.DQNTask"
 
@@ -119,6 +138,8 @@ class PPOConfig(RLConfig):
     """PPO's hyperparameters: the keys of conf/task/ppo.yaml (which says what each one does). Defaults: CleanRL's ppo.py.
 
     ent_coef may be 0 (no entropy bonus) but not negative: a negative coefficient rewards collapsing the policy."""
+
+    model_contract: ClassVar[ModelContract | None] = contracts.PPO
 
     _target_: str = "pipeline.tasks.ppo.PPOTask"
     total_steps: int = count(500_000)  # env steps per agent
@@ -162,6 +183,7 @@ class SACConfig(OffPolicyConfig):
     sac_continuous_action.py."""
 
     action_spaces: ClassVar[tuple[str, ...] | None] = ("box",)
+    model_contract: ClassVar[ModelContract | None] = contracts.SAC
 
     _target_: str = "pipeline.tasks.sac.SACTask"
     total_steps: int = count(1_000_000)
@@ -194,6 +216,7 @@ class TD3Config(OffPolicyConfig):
     td3_continuous_action.py (its one learning_rate is policy_lr and q_lr here)."""
 
     action_spaces: ClassVar[tuple[str, ...] | None] = ("box",)
+    model_contract: ClassVar[ModelContract | None] = contracts.TD3
 
     _target_: str = "pipeline.tasks.td3.TD3Task"
     total_steps: int = count(1_000_000)
@@ -217,7 +240,9 @@ class CEMConfig(RLBatchConfig):
     """CEM's hyperparameters: the keys of conf/task/cem.yaml. It plays whole episodes on envs of its own, so its
     budget is iterations (no total_steps / envs_per_agent / gamma); its stop rule screens each iteration's batch."""
 
+    uses: ClassVar[frozenset[str]] = frozenset({"model", "optimizer", "loss", "env"})
     action_spaces: ClassVar[tuple[str, ...] | None] = ("discrete",)
+    model_contract: ClassVar[ModelContract | None] = contracts.CEM
 
     _target_: str = "pipeline.tasks.cem.CEMTask"
 
@@ -237,8 +262,13 @@ class CEMConfig(RLBatchConfig):
 class SupervisedConfig:
     """The supervised task's hyperparameters: the keys of conf/task/supervised.yaml."""
 
-    #: trainer=ddp shards this task's data loader over processes (config.checks reads it).
+    uses: ClassVar[frozenset[str]] = frozenset({"model", "loss", "optimizer", "scheduler", "data"})
+    trains_seeds_together: ClassVar[bool] = True
+    # Logged for callbacks under metrics.csv's names (the members' means when K > 1): EarlyStopping and
+    # ModelCheckpoint monitor one of these (conf/callbacks/early_stopping.yaml: val/acc, mode max).
+    monitorable_metrics: ClassVar[tuple[str, ...] | None] = ("val/acc", "val/loss", "train/loss")
     data_parallel: ClassVar[bool] = True
+    model_contract: ClassVar[ModelContract | None] = contracts.SUPERVISED
 
     _target_: str = "pipeline.tasks.supervised.SupervisedTask"
 
@@ -273,8 +303,12 @@ class FrameFeatureSettings:
 class GANConfig:
     """The GAN task's hyperparameters: the keys of conf/task/gan.yaml (which says what each one does)."""
 
-    #: trainer=ddp shards this task's data loader over processes (config.checks reads it).
+    uses: ClassVar[frozenset[str]] = frozenset({"model", "loss", "optimizer", "scheduler", "data"})
+    # Nothing for EarlyStopping or ModelCheckpoint: the losses are adversarial (no measure of progress), and
+    # sample quality is scored every task.eval_every_n_epochs, outside Lightning's metrics.
+    monitorable_metrics: ClassVar[tuple[str, ...] | None] = ()
     data_parallel: ClassVar[bool] = True
+    model_contract: ClassVar[ModelContract | None] = contracts.GAN
 
     _target_: str = "pipeline.tasks.gan.GANTask"
 
@@ -297,6 +331,9 @@ class GANConfig:
 @dataclass
 class CounterfactualConfig:
     """The counterfactual task's settings: the keys of conf/task/counterfactual.yaml (which says what each one does)."""
+
+    uses: ClassVar[frozenset[str]] = frozenset({"data"})
+    monitorable_metrics: ClassVar[tuple[str, ...] | None] = ()  # nothing is trained
 
     _target_: str = "pipeline.tasks.counterfactual.CounterfactualTask"
 

@@ -43,10 +43,8 @@ log = logging.getLogger(__name__)
 
 class CounterfactualTask(Task):
     Config = CounterfactualConfig
-    uses = frozenset({"data"})
     primary_metric = "cf/second_price_r0.5/point"
     primary_curve = None
-    monitorable_metrics = ()  # nothing is trained
 
     def __init__(self, config: CounterfactualConfig, parts: TaskParts):
         super().__init__(config, parts)

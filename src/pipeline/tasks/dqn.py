@@ -110,7 +110,6 @@ class DQNProgress(RLProgress):
 
 class DQNTask(RLTask):
     Config = DQNConfig
-    uses = frozenset({"model", "loss", "optimizer", "scheduler", "env"})
     algorithm = "dqn"
     checkpoint_format = "pipeline.dqn/4"  # 4: RLTask's skeleton
     RunProgress = DQNProgress

@@ -67,12 +67,8 @@ def save_png(grid: np.ndarray, path: Path, min_side: int = 256) -> np.ndarray:
 
 class GANTask(Task):
     Config = GANConfig
-    uses = frozenset({"model", "loss", "optimizer", "scheduler", "data"})
     primary_metric = "eval/inception_score"
     primary_curve = "eval/inception_score"
-    # Nothing for EarlyStopping or ModelCheckpoint: the losses are adversarial (no measure of progress), and
-    # sample quality is scored every task.eval_every_n_epochs, outside Lightning's metrics.
-    monitorable_metrics = ()
     # The real split the scores are measured against (prepare_quality's reference).
     eval_splits = ("test",)
     # D's update leaves G without a gradient (and G's update D): DDP looks for the unused ones.

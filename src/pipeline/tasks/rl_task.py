@@ -109,13 +109,10 @@ class RLProgress:
 class RLTask(Task):
     """The K-agent RL run around one algorithm. Subclasses define the hooks in the "algorithm" section."""
 
-    uses = frozenset({"model", "optimizer", "env"})
-    trains_seeds_together = True
     writes_curves = True  # one CurveLog per agent (its metrics.csv)
     checkpointing = "state"
     primary_metric = "eval/return_mean"
     primary_curve = "eval/return_mean"
-    monitorable_metrics = ()  # it stops by itself: task.stop_at_return
     #: The task's name in messages (`task=<algorithm>`).
     algorithm: ClassVar[str] = "rl"
     #: The format tag of its checkpoints (bump it when what they hold changes).

@@ -53,14 +53,9 @@ def split_tensors(loader: DataLoader) -> tuple[torch.Tensor, torch.Tensor]:
 
 class SupervisedTask(Task):
     Config = SupervisedConfig
-    uses = frozenset({"model", "loss", "optimizer", "scheduler", "data"})
-    trains_seeds_together = True
     primary_metric = "test/acc"
     primary_curve = "val/acc"
     writes_curves = True
-    # Logged for callbacks under metrics.csv's names (the members' means when K > 1): EarlyStopping and
-    # ModelCheckpoint monitor one of these (conf/callbacks/early_stopping.yaml: val/acc, mode max).
-    monitorable_metrics = ("val/acc", "val/loss", "train/loss")
     # Lightning owns the loop state here: run.py resumes through trainer.fit(ckpt_path=...).
     checkpointing = "lightning"
     eval_splits = ("test", "val", "train")

@@ -115,9 +115,10 @@ def _candidates(override) -> list:
 
 
 def _config_errors(config: DictConfig, choices: Mapping[str, str | None], name: str | None = None, value: Any = None):
-    """The start-up checks' one line for the config with `name` set to `value` (None: it passes; "": the config
+    """The start-up check's one line for the config with `name` set to `value` (None: it passes; "": the config
     cannot be checked here)."""
-    from pipeline.config.checks import ConfigError, check_types, check_values
+    from pipeline.config.errors import ConfigError
+    from pipeline.config.startup import check_run
 
     job = OmegaConf.create(OmegaConf.to_container(config, resolve=False))
     with open_dict(job):
@@ -125,8 +126,7 @@ def _config_errors(config: DictConfig, choices: Mapping[str, str | None], name: 
         if name is not None:
             OmegaConf.update(job, name, value, force_add=True)
     try:
-        check_types(job, choices)
-        check_values(job, choices)
+        check_run(job, choices)
     except ConfigError as exc:
         return str(exc)
     except Exception:  # noqa: BLE001 - e.g. a `???` the sweep fills: not a value a run refuses
