@@ -12,9 +12,11 @@ bidders: median over seeds of the worst error over reserves 0-1 and of its ratio
 larger set), each candidate's worst error, then per cell the median worst error over the bids-only oracle's when
 the model is chosen by AIC, by BIC, or by either within some families, and, within each log, the rank correlation
 (Spearman) of each criterion with the candidates' realised worst errors.
-``--parametric FAMILY ...``: the parametric oracle, the maximum-likelihood fit within the TRUE finite model (the
-value CDF family at the degree that holds the family exactly, started at the truth), against the bids-only oracle:
-what an estimator that knew the family would reach (families: uniform 1, v2 2, beta22 3, mix28 9, kuma25 10).
+``--parametric FAMILY ...``: the parametric oracle, the maximum-likelihood fit of a model that knows the family's
+shape (the value CDF family at the degree that holds it exactly, started at the truth: the components of weight 0
+stay at 0, their logits at log 1e-12 have no gradient, so what is fitted is the true components' weights and the
+two ends of the bids), against the bids-only oracle: a floor for any estimator that does not know the bid density
+(families: uniform 1, v2 2, beta22 3 (one component each: the ends alone), mix28 9 (2 components), kuma25 10).
 `python benchmarks/auction_sieve.py [--cases ...] [--sizes 5000] [--seeds 10] [--methods shipped local ...]
 [--generic [names ...]] [--bidders 2 3 5] [--parametric mix28 kuma25 --bidders 2 4 6 --sizes 5000 20000]
 [--criteria kuma25_n2 mix28_n2 ... --sizes 5000 20000 --seeds 3]`
@@ -221,8 +223,9 @@ def true_weights(family: str) -> np.ndarray:
 
 
 def parametric_oracle(family: str, n_bidders: int, n_auctions: int, seeds: int) -> dict:
-    """Median over seeds of the worst error of the maximum-likelihood fit within the true finite model, and its ratio
-    to the bids-only oracle's worst error (the same reserves, logs and oracle as `auction_accuracy.py`)."""
+    """Median over seeds of the worst error of the maximum-likelihood fit that knows the family's shape (module
+    docstring), and its ratio to the bids-only oracle's worst error (the same reserves, logs and oracle as
+    `auction_accuracy.py`)."""
     case = CASES[f"{family}_n{n_bidders}"]
     weights = true_weights(family)
     truths = np.array([truth(case, r) for r in case.reserves])
