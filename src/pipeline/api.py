@@ -5,9 +5,10 @@
     agent = pipeline.load(records[0]["run_dir"])
     action = agent.act(obs, deterministic=True)
 
-`run` composes the config as `python -m pipeline` does (Hydra's compose API, the packaged conf/), refuses a bad
-value with the same start-up checks (a `ConfigError` before any run dir exists), makes the run dir the CLI
-would make (`outputs/<name>/<date>_<time>_seed<seed>/`, `.hydra/config.yaml` in it) and returns the records.
+`run` goes through the same front door as `python -m pipeline` (`pipeline.runtime.start`, which the CLI wraps):
+Hydra's compose API on the packaged conf/, the one start-up check (`pipeline.config.startup.check_run`: a
+`ConfigError` before any run dir exists), the run dir the CLI would make (`outputs/<name>/<date>_<time>_seed<seed>/`,
+`.hydra/config.yaml` in it), locked before anything is written; it returns the records.
 
 `load` rebuilds a run's network from the run's own config and model.pt, as `python -m pipeline.eval` does:
 an RL run (DQN, PPO, SAC, TD3, CEM) becomes an `Agent` (its observation statistics included), a supervised or
@@ -19,12 +20,9 @@ Light to import: torch, Lightning and gymnasium are imported when a function is 
 
 from __future__ import annotations
 
-import contextlib
-import io
 import logging
 import os
 import re
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -189,89 +187,65 @@ def run(experiment: str | None = None,
     (`{"seed": 3, "task.total_steps": 5000}`).
 
     The command line's own start-up checks run first, before anything is written: a bad value raises
-    `pipeline.config.checks.ConfigError` with the CLI's one-line message (its exit code 2), a run dir that is
+    `pipeline.config.errors.ConfigError` with the CLI's one-line message (its exit code 2), a run dir that is
     refused (a user's folder, busy, finished with another config: exit 1) raises
     `pipeline.runtime.preflight.RunRefused`. `hydra.run.dir=<dir>` chooses the dir. Sweeps (`-m`) stay on the
     command line. A run that fails while training is not an exception: its record says `failed` and why.
     """
-    from hydra import compose, initialize_config_module
-    from omegaconf import open_dict
-
-    from pipeline import cli
-    from pipeline.config import checks
-    from pipeline.config.checks import ConfigError
-    from pipeline.config.env_ids import carry_env_imports
+    from pipeline.config.checks import check_group_overrides
+    from pipeline.config.errors import ConfigError
+    from pipeline.runtime.start import (
+        ComposeFailed,
+        adds_config_dirs,
+        check_dirs_given,
+        check_override_grammar,
+        start_single_run,
+        typed_lengths_win,
+    )
 
     if isinstance(overrides, str):  # iterated, a string is its characters ("Error parsing override 't'")
         raise ConfigError(f"overrides={overrides!r}: a list of overrides, e.g. overrides={overrides.split()!r}")
     if isinstance(overrides, Mapping):
         overrides = overrides_of(overrides)
-    argv = cli.typed_lengths_win([str(o) for o in overrides])
+    argv = typed_lengths_win([str(o) for o in overrides])
     if any(o.startswith("-") for o in argv):
         raise ConfigError(f"{next(o for o in argv if o.startswith('-'))}: pipeline.run takes overrides only; sweeps "
                           "(-m) and Hydra's flags stay on the command line")
     if experiment is not None:
         argv = [f"experiment={experiment}", *argv]
     os.environ.setdefault("WANDB_MODE", "offline")
-    with _as_exceptions():  # the CLI's checks, as the CLI runs them (they print one line and exit)
-        cli._check_dirs_given(argv)
-        cli._check_override_grammar(argv)
-        checks.check_group_overrides(argv)
-        held = cli._check_single_run_first(argv)  # also takes the run dir's lock, and pins hydra.run.dir in argv
+    check_dirs_given(argv)
+    check_override_grammar(argv)
+    if not adds_config_dirs(argv):
+        check_group_overrides(argv)
+    try:
+        start = start_single_run(argv)  # also takes the run dir's lock, and pins hydra.run.dir in argv
+    except ComposeFailed as exc:  # what the CLI leaves to Hydra, as one line
+        raise ConfigError(str(exc)) from None
     refused = False
     try:
-        try:
-            with initialize_config_module(config_module="pipeline.conf", version_base="1.3"):
-                cfg = compose(config_name="config", overrides=argv, return_hydra_config=True)
-        except Exception as exc:  # noqa: BLE001 - Hydra's errors the CLI leaves to Hydra, as one line
-            raise ConfigError(str(exc).strip().splitlines()[0]) from None
-        choices = checks.runtime_choices(cfg)
-        run_dir = Path(str(cfg.hydra.run.dir))
-        with open_dict(cfg):
-            del cfg["hydra"]
-        carry_env_imports(cfg)  # an env this process's imports registered: its module goes into the saved config
-        return _run_in(cfg, run_dir, argv, choices)
+        return _run_in(start, argv)
     except ConfigError:
         refused = True
         raise
     finally:
-        if held is not None:
-            lock, created, empty_before = held
-            lock.release()
-            if refused and empty_before:  # refused before any record: what Hydra wrote goes too
-                cli._remove_hydra_files(Path(lock.path.parent))
-            cli._remove_if_empty(Path(lock.path.parent), created)
+        start.release(refused)
 
 
-@contextlib.contextmanager
-def _as_exceptions():
-    """A start-up check of the CLI that printed `error: <line>` and exited: ConfigError (exit 2) or RunRefused."""
-    from pipeline.config.checks import ConfigError
-    from pipeline.runtime.preflight import RunRefused
-
-    err = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err):
-            yield
-    except SystemExit as exc:
-        line = next((s.removeprefix("error: ") for s in err.getvalue().splitlines() if s.strip()), "refused")
-        raise (ConfigError if exc.code == 2 else RunRefused)(line) from None
-    sys.stderr.write(err.getvalue())  # what the checks say without stopping (a warning) still reaches the user
-
-
-def _run_in(cfg, run_dir: Path, argv: list[str], choices: dict) -> list[dict]:
+def _run_in(start, argv: list[str]) -> list[dict]:
     from omegaconf import OmegaConf
 
     from pipeline.runtime.context import JobContext
     from pipeline.runtime.run import run_job
 
+    checked, run_dir = start.checked, start.run_dir
     hydra_dir = run_dir / ".hydra"
     hydra_dir.mkdir(parents=True, exist_ok=True)
     # What Hydra writes into a run dir, so `load`, `python -m pipeline.eval` and reports read this run as any other.
-    OmegaConf.save(cfg, hydra_dir / "config.yaml")
+    OmegaConf.save(checked.cfg, hydra_dir / "config.yaml")
     OmegaConf.save(OmegaConf.create(argv), hydra_dir / "overrides.yaml")
-    ctx = JobContext(run_dir=str(run_dir), overrides=argv, choices={k: v for k, v in choices.items() if v is not None},
-                     num_threads=cfg.device.num_threads)
+    ctx = JobContext(run_dir=str(run_dir), overrides=argv, choices=dict(checked.choices),
+                     num_threads=checked.device.num_threads)
     handler = logging.FileHandler(run_dir / "run.log")
     handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
     log.addHandler(handler)
@@ -281,7 +255,7 @@ def _run_in(cfg, run_dir: Path, argv: list[str], choices: dict) -> list[dict]:
     for logger in chatty:
         logger.setLevel(logging.WARNING)
     try:
-        return run_job(cfg, ctx)
+        return run_job(checked, ctx, plan=start.plan)
     finally:
         log.removeHandler(handler)
         handler.close()
