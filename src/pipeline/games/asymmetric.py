@@ -1,6 +1,9 @@
 """Counterfactual revenue and welfare from first-price logs of ASYMMETRIC bidders.
 
-Inversion (`inverted_value_cdfs`, off the grid). Bidder i's bid b is a best response against the
+Inversion (`inverted_value_cdfs`, off the grid). By default every bidder's value distribution is the value
+sieve's inverse-bid family (`asymmetric_sieve`, `pipeline.games.value_sieve`): one inverse bid function per
+bidder, the bid CDFs from the first-order conditions in closed form, the degree by BIC, with SDs. With a
+bandwidth given or few auctions, the local inversion: bidder i's bid b is a best response against the
 distribution H_i of its own highest competing bid M_i = max_{j != i} b_j, so its value is
 v_i(b) = b + H_i(b) / h_i(b) (the asymmetric first-order condition), H_i and h_i the level and slope
 of a local quadratic fit to the empirical CDF of M_i (`pipeline.games.rmac.local_cdf_fit`: no

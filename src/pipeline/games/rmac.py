@@ -4,10 +4,11 @@ We observe bids from an ``n``-bidder first-price auction, not the values behind 
 statistic (expected revenue or welfare) would be under new rules once the bidders re-optimise.
 
 - Point estimate (epsilon = 0): the value distribution whose symmetric equilibrium bids best fit the logged
-  ones, a Bernstein-polynomial sieve (`pipeline.games.value_sieve`), when the bid CDF it implies passes a
-  Kolmogorov-Smirnov check; otherwise invert the bids through the symmetric
+  ones, a sieve of equilibrium models chosen by BIC (`pipeline.games.value_sieve`), with its SD and the reserves
+  not to be trusted; with a bandwidth given or few bids, the bids inverted through the symmetric
   first-order condition v = b + F(b) / ((n - 1) f(b)), F and f from a local quadratic fit to the
-  bid CDF (`inverted_value_cdf`: no first-order bias at the top of the bids, off the grid) (`point_value_curve`). Second
+  bid CDF (`inverted_value_cdf`: no first-order bias at the top of the bids, off the grid) (`point_value_curve`).
+  A hard reserve in the logs is read as a known truncation (`reserve_counterfactuals`). Second
   price, where bidding the value is dominant, is then read off that distribution directly
   (`second_price_point`); first price solves the new game's symmetric equilibrium over the
   discrete grid by fictitious play (`pipeline.games.solver.solve_equilibrium`, one population of n).
@@ -199,7 +200,7 @@ def point_value_curve(
     inversion made it (one line).
 
     With the default smoothing: the value sieve (`point_sieve`; bids on a ``lattice`` censored to their cells), the
-    model chosen by AIC across its families and degrees, the top's SD through the fit and the choice
+    model chosen by BIC across its families and degrees, the top's SD through the fit and the choice
     (`pipeline.games.value_sieve.SieveFit.top_sd`); for a given ``bandwidth`` or under `MIN_BIDS` bids, the local
     inversion `inverted_value_curve`."""
     sieve = point_sieve(bids, n_bidders, bandwidth, lattice)
