@@ -365,6 +365,9 @@ def test_a_hard_reserve_in_the_logs_is_named_recorded_and_read_as_a_truncation(c
     record = task.extras["logged_reserve"]
     assert record["reserve"] == pytest.approx(0.2, abs=1e-3) and record["zeros_as_non_bids"] == int((bids == 0).sum())
     assert sorted(record["skipped_rules"]) == ["first_price_n3", "second_price_r0.1"]
+    # F(0.2) = 0.2 read off the zeros: within 3 SDs (its binomial SD on 4,500 bids is 0.006)
+    assert abs(record["share_under_it"] - 0.2) <= 3 * record["share_under_it_sd"] and record["share_under_it_sd"] < 0.02
+    assert sum(line.startswith("share of values under the logged reserve: ") for line in lines) == 1
     assert {k.split("/")[1] for k in metrics if k.startswith("cf/") and k.count("/") == 2} == {
         "second_price_r0.5", "second_price_r0.9"}
 

@@ -777,6 +777,7 @@ class Counterfactuals:
     skipped: dict[str, str] = field(default_factory=dict)  # rules not estimated, and why (a reserve in the logs)
     logged_reserve: float | None = None  # the hard reserve the logged auctions had (`reserve_counterfactuals`)
     shrink: dict[float, float] = field(default_factory=dict)  # second-price reserve -> the factor on its plug-in
+    share_under_reserve: tuple[float, float] | None = None  # F(logged reserve) and its SD (`reserve_counterfactuals`)
 
     def untrusted_reserves(self, reserves: Sequence[float]) -> list[float]:
         """The reserves among ``reserves`` whose second-price point is not to be trusted (`untrusted_reserves`)."""
@@ -1002,6 +1003,8 @@ def reserve_counterfactuals(
     found.untrusted = untrusted_reserves(at, sd, floor, top, top_sd, [plug_ins[k] for k in sd_table],
                                          rivals if kept else None, tail)
     found.skipped, found.logged_reserve, found.shrink = skipped, reserve, factors
+    share, share_sd = sieve.statistic_sd(lambda curves: curves[2][:, 0])  # F(R), the CDF where the bids start
+    found.share_under_reserve = (float(share[0]), float(share_sd[0]))
     return found
 
 

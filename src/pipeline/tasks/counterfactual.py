@@ -163,6 +163,12 @@ class CounterfactualTask(Task):
             if found.skipped:
                 self.extras["logged_reserve"] |= {"skipped_rules": found.skipped}
                 log.warning(f"rules not estimated: {sorted(found.skipped)}: {next(iter(found.skipped.values()))}")
+            if found.share_under_reserve is not None:
+                share, sd = found.share_under_reserve
+                self.extras["logged_reserve"] |= {"share_under_it": share, "share_under_it_sd": sd}
+                source = ("the bids of 0" if self.extras["logged_reserve"]["zeros_as_non_bids"] else
+                          "the bids' shape near it (no bids of 0: log the non-bids as 0 to read it directly)")
+                log.warning(f"share of values under the logged reserve: {share:.3g} (SD {sd:.2g}), read off {source}")
         scale = found.scale if found is not None and scale is None else scale
         self.extras["value_grid"] = {"step": scale.unit * self.grid, "top": scale.unit * scale.top,
                                      "top_from": "task.value_top" if self.value_top is not None else "estimated",
