@@ -96,6 +96,10 @@ def test_a_normalising_ppo_agent_acts_through_obs_norm_pt_and_clips_to_the_bound
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5 * max(1.0, float(np.abs(mean).max())))
     one = agent.act(obs[0])
     assert one.shape == (1,)
+    exported = torch.jit.load(export(tmp_path)["path"])  # the export plays the same policy, statistics included
+    with torch.no_grad():
+        np.testing.assert_allclose(exported(torch.as_tensor(obs)).numpy(), expected, rtol=0,
+                                   atol=1e-5 * max(1.0, float(np.abs(mean).max())))
     (tmp_path / "obs_norm.pt").unlink()
     with pytest.raises(EvalError, match="obs_norm.pt: no such file"):
         pipeline.load(tmp_path)

@@ -11,8 +11,9 @@ Hydra's compose API on the packaged conf/, the one start-up check (`pipeline.con
 `.hydra/config.yaml` in it), locked before anything is written; it returns the records.
 
 `load` rebuilds a run's network from the run's own config and model.pt, as `python -m pipeline.eval` does:
-an RL run (DQN, PPO, SAC, TD3, CEM) becomes an `Agent` (its observation statistics included), a supervised or
-GAN run a `TrainedModel` whose `.model` is the plain network. A seed of a `seeds_per_process` run is
+an RL run (DQN, PPO, SAC, TD3, CEM) becomes an `Agent` acting through the policy its task declares (its agent
+files, e.g. observation statistics, included), a supervised or GAN run a `TrainedModel` whose `.model` is the
+plain network. A seed of a `seeds_per_process` run is
 `<run dir>/seed<n>`; `load(run_dir, weights="best")` takes an RL run's best-evaluated weights (best.pt).
 
 Light to import: torch, Lightning and gymnasium are imported when a function is called.

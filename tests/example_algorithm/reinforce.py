@@ -2,7 +2,8 @@
 
 RLTask (pipeline.tasks.rl_task) runs everything around the algorithm: the K-agent batch and its envs, evaluation
 and the stop rule, logging, checkpoints and resume, records and model files. This file is only the algorithm:
-the network (`build_net`), the budget (`iterations_left`) and one iteration (`iterate`): `num_steps` steps of every
+how its network acts (`policy`: what evaluations, `python -m pipeline.eval`, `pipeline.load` and export play), the
+network (`build_net`), the budget (`iterations_left`) and one iteration (`iterate`): `num_steps` steps of every
 learning agent's envs, then one policy-gradient step on the discounted rewards-to-go.
 """
 
@@ -16,6 +17,7 @@ from torch import nn
 from torch.distributions import Categorical
 
 from pipeline.nets.ensemble import make_ensemble
+from pipeline.rl.policies import CategoricalPolicy
 from pipeline.tasks.base import TaskParts
 from pipeline.tasks.configs import RLConfig
 from pipeline.tasks.rl_task import RLProgress, RLTask
@@ -47,6 +49,7 @@ class ReinforceTask(RLTask):
     algorithm = "reinforce"
     checkpoint_format = "example.reinforce/1"
     RunProgress = ReinforceProgress
+    policy = CategoricalPolicy  # how its network acts: the most likely action, or a draw from softmax(logits)
 
     def build_net(self, parts: TaskParts) -> nn.Module:
         net = parts.require("net", "reinforce", "choose a network with model=mlp")

@@ -1,10 +1,11 @@
 """The worked example of docs/add_an_algorithm.md (tests/example_algorithm/: one file plus one YAML) runs end to end."""
 
+import json
 from pathlib import Path
 
 import pandas as pd
 
-from pipeline_testing import read_result, run_cli
+from pipeline_testing import read_result, run_cli, run_module
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "example_algorithm"
 
@@ -52,3 +53,46 @@ def test_an_rl_algorithm_on_rltask_is_one_file_and_runs_k_seeds_durably(tmp_path
         assert {"eval/return_mean", "train/episodic_return", "final_eval/return_mean"} <= set(curve.columns)
     state = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
     assert state["format"] == "example.reinforce/1" and state["progress"]["updates"] == 4096 // (64 * 4)
+    replayed_loaded_and_exported_as_its_policy_declares(tmp_path / "seed1")
+
+
+def replayed_loaded_and_exported_as_its_policy_declares(run_dir):
+    """The example's `policy = CategoricalPolicy`: `python -m pipeline.eval` (from its folder), `pipeline.load` and
+    `python -m pipeline.export` play the most likely action of its MLP, computed here from model.pt by hand."""
+    import numpy as np
+    import torch
+
+    import pipeline
+    from pipeline.nets.mlp import MLP
+    from pipeline.runtime.replay import REPLAY_SEED_OFFSET, find_config, run_env
+
+    net = MLP(4, 2, hidden=(32,))
+    net.load_state_dict(torch.load(run_dir / "model.pt", weights_only=True))
+
+    def by_hand(obs):
+        with torch.no_grad():
+            return net(torch.as_tensor(np.asarray(obs, dtype=np.float32))).argmax(-1).numpy()
+
+    cfg, seed = find_config(run_dir)
+    env, returns, seen = run_env(cfg), [], []
+    for episode in range(2):  # the replay's episodes: seeds seed + 30,000 + i, the most likely action each step
+        obs, _ = env.reset(seed=seed + REPLAY_SEED_OFFSET + episode)
+        total, done = 0.0, False
+        while not done:
+            seen.append(obs)
+            obs, reward, terminated, truncated, _ = env.step(int(by_hand(obs[None])[0]))
+            total, done = total + float(reward), terminated or truncated
+        returns.append(total)
+    env.close()
+    proc = run_module("pipeline.eval", str(run_dir), "episodes=2", cwd=EXAMPLE)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads((run_dir / "eval.json").read_text())["returns"] == returns
+    agent = pipeline.load(run_dir)
+    obs = np.concatenate([np.stack(seen), np.random.default_rng(0).normal(size=(200, 4)).astype(np.float32)])
+    assert np.array_equal(agent.act(obs), by_hand(obs))
+    draws = [agent.act(obs[:50], deterministic=False, generator=torch.Generator().manual_seed(s)) for s in (1, 1, 2)]
+    assert np.array_equal(draws[0], draws[1]) and not np.array_equal(draws[0], draws[2])
+    proc = run_module("pipeline.export", str(run_dir), cwd=EXAMPLE)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    exported = torch.jit.load(str(run_dir / "policy.torchscript.pt"))
+    assert np.array_equal(exported(torch.as_tensor(obs)).numpy(), by_hand(obs))

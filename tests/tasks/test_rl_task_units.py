@@ -188,6 +188,15 @@ def test_a_checkpoint_of_another_format_or_other_seeds_is_one_line(monkeypatch):
     assert str(info.value) == "checkpoint holds seeds 0..2 (3 agents), this run has 3..4; resume with the same seed and seeds_per_process"
 
 
+def test_a_task_that_declares_no_policy_is_refused_when_built():
+    class Silent(Tiny):
+        policy = None
+
+    with pytest.raises(TypeError, match=r"^Silent must declare policy = <a pipeline.rl.policies.Policy class>: how its network acts$"):
+        Silent.create(net=lambda in_features, out_features: MLP(in_features, out_features), optimizer=torch.optim.SGD,
+                      env={"id": "CartPole-v1"})
+
+
 def test_a_task_without_its_algorithm_is_refused_when_built():
     class Half(RLTask):
         Config = TinyConfig

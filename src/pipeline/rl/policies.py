@@ -107,7 +107,9 @@ class Policy(nn.Module):
         out = self.outputs(obs)
         return out.argmax(-1) if self.discrete else self.clip(out)
 
+    @torch.no_grad()
     def act(self, obs: torch.Tensor, deterministic: bool = True, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Actions of observations [*batch, *obs_shape]: `forward`'s, or `sample`'s drawn from `generator`."""
         return self(obs) if deterministic else self.sample(obs, generator)
 
 
