@@ -217,7 +217,6 @@ def test_deterministic_discrete_actions_are_the_argmax():
     logits = torch.tensor([[[0.1, 0.3], [2.0, -1.0], [-5.0, 5.0]]])
     got = task.evaluation_policy(lambda x: (logits, None), None)(torch.zeros(1, 3, 4))
     assert got.tolist() == [[1, 0, 1]]
-    assert task.env_actions(torch.tensor([[0, 1]])).tolist() == [[0, 1]]
 
 
 # ---- advantages ----------------------------------------------------------------------------------
@@ -884,7 +883,7 @@ def test_the_action_bounds_are_float32_whatever_the_spaces_dtype():
     """The env is sent float32 actions, as the policy makes them, even where the Box's bounds are float64."""
     task = make(env={"id": "PPOUnitsFloat64Pendulum-v0"})
     assert task.action_low.dtype == torch.float32 and task.action_high.dtype == torch.float32
-    sent = task.env_actions(torch.tensor([[[3.0], [-0.5], [-9.0]]]))
+    sent = task.evaluation_policy(lambda x: (torch.tensor([[[3.0], [-0.5], [-9.0]]]), None), None)(torch.zeros(1, 3, 3))
     assert sent.dtype == torch.float32 and sent.tolist() == [[[2.0], [-0.5], [-2.0]]]
 
 

@@ -343,12 +343,6 @@ class PPOTask(RLTask):
             return torch.randn(K, E, *self.action_shape, device=self.device)
         return torch.rand(K, E, int(self.action_space.n), device=self.device)
 
-    def env_actions(self, actions: torch.Tensor) -> torch.Tensor:
-        """What the env is sent: a Gaussian's sample clipped to the action bounds (its log-probability stays the sample's)."""
-        if not self.continuous:
-            return actions
-        return torch.maximum(torch.minimum(actions, self.action_high), self.action_low)
-
     # ---- the algorithm ---------------------------------------------------------------------
     @torch.no_grad()
     def rollout(self) -> Rollout:
