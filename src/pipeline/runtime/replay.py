@@ -107,7 +107,7 @@ def policy_class(cfg: DictConfig, run_dir: Path):
     """The policy the run played (`pipeline.rl.policies`): the one its record names (`policy`, written from its task's
     declaration; no Lightning), or for a record without one the declaration of its task class (imported: Lightning)."""
     record = read_record(run_dir)
-    name = record.extras.get("policy") if record is not None else None
+    name = record.to_dict().get("policy") if record is not None else None
     if not isinstance(name, str):
         return declared_policy(cfg)
     return _a_policy(_located(name, f"{Path(run_dir) / RESULT}: its policy {name}"), name)
@@ -155,9 +155,9 @@ def load_policy(cfg: DictConfig, run_dir: Path, observation_space, action_space,
     mode on `device`: what a replay, a video, `pipeline.load` and an export play. `policy.net` is the network."""
     policy = policy_class(cfg, run_dir) if policy is None else policy
     settings = task_settings(cfg)
-    net = load_network(cfg, run_dir, policy, observation_space, action_space, state_dict, source)
+    net = load_network(cfg, run_dir, policy, observation_space, action_space, state_dict, source).to(device)
     agent_files = load_agent_files(run_dir, policy.files_needed(settings), files)
-    return policy(net, action_space, agent_files, settings).to(device).eval()
+    return policy(net, action_space, agent_files, settings).eval()  # its files go to the network's device
 
 
 def load_agent_files(run_dir: Path, needed: dict[str, str], files: dict | None = None) -> dict:
