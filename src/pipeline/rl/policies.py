@@ -34,7 +34,8 @@ from pipeline.nets.factory import make_net
 from pipeline.rl.ppo import normalize_observation
 from pipeline.rl.squashed_gaussian import squashed_gaussian_from_noise
 
-# The observation statistics a PPO agent with task.normalize_obs acts with (RunningMeanStd.agent_state).
+# The observation statistics a PPO agent with task.normalize_obs acts with (RunningMeanStd.agent_state), under the
+# name store.layout.OBS_NORM gives the file (the rl layer sits below the store and cannot import it).
 OBS_NORM = "obs_norm.pt"
 
 
