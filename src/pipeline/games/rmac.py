@@ -693,9 +693,9 @@ def choose_value_scale(
     The highest bid b is the best response of the highest type, t = b + G(b) / g(b) with G the
     highest competing bid's CDF (1 there) and g = (n - 1) f(b), f the bid density at the top. A
     rough t, with f read off the bids within a bandwidth of the top, sets the unit (the grid step).
-    The top is then the largest value of `inverted_value_cdf` (f from a local quadratic fit to the
-    bid CDF, unbiased at the top to first order), rounded up to the grid. Values above the top the
-    fit implies are not cut: the grid reaches it, at least one cell above the highest bid.
+    The top is then the largest value of the point's value curve (`point_value_curve`: the value sieve, or the
+    local inversion), rounded up to the grid. Values above the top the fit implies are not cut: the grid
+    reaches it, at least one cell above the highest bid.
     """
     bids = equilibrium_bids(bids.flatten().to(device))
     top_bid = float(bids.max())
