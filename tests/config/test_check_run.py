@@ -132,3 +132,11 @@ def test_a_task_of_the_users_own_is_imported_once_and_its_config_read(make_cfg, 
 
 def test_a_config_typed_check_passes_the_gan_config(make_cfg):
     assert isinstance(check_run(make_cfg("experiment=gan_digits")).task, GANConfig)
+
+
+def test_the_groups_a_task_may_take_are_the_task_contracts():
+    """The config layer names the part groups without importing the tasks: the same six as TaskParts is built from."""
+    from pipeline.config import startup
+    from pipeline.tasks.base import PART_GROUPS
+
+    assert set(startup.PART_GROUPS) == set(PART_GROUPS)

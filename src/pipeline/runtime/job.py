@@ -64,6 +64,10 @@ def hydra_job(cfg: DictConfig, start=None) -> list[dict]:
             log.info(f"resume: {ctx.run_dir} already finished ok, skipping")
             return [r.to_dict() for r in done]
     checked = start.checked if start is not None else check_run(cfg)
+    if start is None and not ctx.multirun:  # a single run the CLI could not check before Hydra (--config-path)
+        from pipeline.runtime.start import check_device
+
+        check_device(checked.device.accelerator)
     rank = slurm_rank() if checked.processes > 1 else None
     if rank:  # a task SLURM started for one rank of a run on several processes: it trains in step and writes nothing
         from pipeline.runtime.run import run_rank
