@@ -171,16 +171,18 @@ def checks(record: dict) -> dict:
     """Where a record knows the truth (the auction task): the primary metric's, and whether each robust bound held it."""
     metrics = record.get("metrics") or {}
     truth = metrics.get(str(record.get("primary_metric")).rsplit("/", 1)[0] + "/truth")
-    held: dict[str, list[int]] = {}
+    held: dict[str, list] = {}
     for key, true in metrics.items():
         if not key.endswith("/truth"):
             continue
         stem = key[: -len("truth")]
         for low in (k for k in metrics if k.startswith(f"{stem}lower_eps")):
             eps = low[len(f"{stem}lower_eps"):]
-            counts = held.setdefault(eps, [0, 0])
-            counts[0] += metrics[low] <= true <= metrics[f"{stem}upper_eps{eps}"]
+            counts = held.setdefault(eps, [0, 0, 0.0])  # held, checked, the largest miss
+            miss = max(metrics[low] - true, true - metrics[f"{stem}upper_eps{eps}"], 0.0)
+            counts[0] += miss == 0
             counts[1] += 1
+            counts[2] = max(counts[2], miss)
     return {**({"truth": truth} if truth is not None else {}), **({"bounds_held": held} if held else {})}
 
 
@@ -242,7 +244,8 @@ def run_unit(name: str, first: int, k: int, results: Path, out: Path, smoke: boo
             return False
     segments = json.loads(cpu_file.read_text()) if cpu_file.exists() else []
     cpu = sum(s["cpu_s"] for s in segments)
-    complete = not any(s["resumed"] for s in segments) and bool(segments)
+    # Complete when every segment the record lists (a resume adds one) had its CPU measured here.
+    complete = len(segments) == max(len(r.get("segments") or []) for r in found.values())
     have = {(r["preset"], r["seed"]) for r in read_jsonl(results)}
     done = True
     for seed in seeds:
@@ -287,15 +290,16 @@ def steps(n: float) -> str:
     return f"{n / 1e6:.2g}M" if n >= 1e6 else f"{n / 1e3:.0f}k" if n >= 1e3 else f"{n:.0f}"
 
 
-def reach(values: list[float], digits: int, metric: str) -> str:
+def reach(values: list[float], digits: int, metric: str, truth: float | None = None) -> str:
     """`metric` IQM [95% CI] (pipeline.report.stats: rliable's stratified bootstrap), min-max."""
     from pipeline.report.stats import interval_estimates
 
     est = interval_estimates(values)
     low, high = est["iqm_ci"]
     text = f"`{metric}` IQM {number(est['iqm'], digits)} [95% CI {number(low, digits)}, {number(high, digits)}]"
+    text += f" (the truth: {number(truth, digits)})" if truth is not None else ""
     text += f", {number(min(values), digits)} to {number(max(values), digits)}" if len(values) > 1 else ""
-    return text + (" (under 4 seeds: the CI is indicative)" if len(values) < 4 else "")
+    return text + (f"; {len(values)} seeds: the CI is indicative" if len(values) < 4 else "")
 
 
 def counts(rows: list[dict], bars: tuple[float, ...]) -> list[str]:
@@ -309,6 +313,10 @@ def counts(rows: list[dict], bars: tuple[float, ...]) -> list[str]:
         ge = ">=" if rows[0]["higher_is_better"] else "<="
         out.append(f"{sum(reached(r['value'], bar, r['higher_is_better']) for r in rows)}/{n} {ge} {bar:g}")
     return out
+
+
+def seconds(s: float) -> str:
+    return f"{s:.1f}" if s < 10 else f"{s:,.0f}"
 
 
 def median(values: list[float]) -> float:
@@ -326,22 +334,22 @@ def measured_cell(name: str, rows: list[dict]) -> str:
     if failed:
         parts.append(f"{len(failed)} failed (" + ", ".join(f"seed {r['seed']}: {r['error']}" for r in failed) + ")")
     if ok:
-        parts.append(reach([r["value"] for r in ok], preset.digits, ok[0]["primary_metric"]))
         truths = {r.get("truth") for r in ok} - {None}
-        if len(truths) == 1:
-            parts[-1] += f" (the truth: {number(truths.pop(), preset.digits)})"
+        parts.append(reach([r["value"] for r in ok], preset.digits, ok[0]["primary_metric"],
+                           truths.pop() if len(truths) == 1 else None))
         parts += counts(ok, preset.bars)
-        held: dict[str, list[int]] = {}
+        held: dict[str, list[float]] = {}
         for r in ok:
-            for eps, (h, t) in r.get("bounds_held", {}).items():
-                held.setdefault(eps, [0, 0])
-                held[eps] = [held[eps][0] + h, held[eps][1] + t]
+            for eps, (h, t, miss) in r.get("bounds_held", {}).items():
+                total = held.setdefault(eps, [0, 0, 0.0])
+                held[eps] = [total[0] + h, total[1] + t, max(total[2], miss)]
         if held:
-            parts.append("bounds held the truth in " + ", ".join(f"{h}/{t} at eps {e}" for e, (h, t) in held.items()))
+            parts.append("bounds held the truth in " + ", ".join(
+                f"{h}/{t} at eps {e}" + (f" (missed by at most {m:.2g})" if m else "") for e, (h, t, m) in held.items()))
     cost = []
     if ok and all(r["env_steps"] is not None for r in ok):
         cost.append(f"median {steps(median([r['env_steps'] for r in ok]))} env steps")
-    cost.append(f"{median([r['cpu_s'] for r in rows]):,.0f} CPU s a seed")
+    cost.append(f"{seconds(median([r['cpu_s'] for r in rows]))} CPU s a seed")
     dates = sorted({r["date"] for r in rows})
     when = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
     return "; ".join(parts) + f"; {', '.join(cost)} ({when}; {preset.more})"
@@ -361,7 +369,7 @@ def offpolicy_cell(name: str, rows: list[dict]) -> str | None:
         theirs = [r["final_return"] for r in mine if r["side"] == "cleanrl" and (r["env"], r["env_steps"]) == (env_id, budget)]
         text = (f"{seed_span([r['seed'] for r in group])}, one process (K = {', '.join(map(str, ks))}) on {env_id} "
                 f"at {steps(budget)} env steps: {reach([r['final_return'] for r in group], preset.digits, 'eval/return_mean')}; "
-                f"{median([r['cpu_s'] for r in group]):,.0f} CPU s a seed")
+                f"{seconds(median([r['cpu_s'] for r in group]))} CPU s a seed")
         if theirs:
             text += f"; CleanRL, same budget: IQM {number(iqm(theirs), preset.digits)} over {len(theirs)} seeds"
         cells.append(text)

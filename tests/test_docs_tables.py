@@ -71,6 +71,19 @@ def test_a_failed_seed_is_named_and_left_out_of_the_scores():
     assert "4/4 reached the threshold 475" in text
 
 
+def test_a_bound_that_misses_the_truth_is_counted_with_its_miss():
+    # Two counterfactuals, each with bounds at two eps: b's eps 0.02 bounds [0.5, 0.9] miss its truth 0.25 by 0.25.
+    metrics = {"cf/a/point": 0.4, "cf/a/truth": 0.5, "cf/a/lower_eps0.01": 0.3, "cf/a/upper_eps0.01": 0.6,
+               "cf/a/lower_eps0.02": 0.5, "cf/a/upper_eps0.02": 0.7,
+               "cf/b/point": 0.3, "cf/b/truth": 0.25, "cf/b/lower_eps0.01": 0.0, "cf/b/upper_eps0.01": 0.25,
+               "cf/b/lower_eps0.02": 0.5, "cf/b/upper_eps0.02": 0.9}
+    found = presets_table.checks({"primary_metric": "cf/a/point", "metrics": metrics})
+    assert found == {"truth": 0.5, "bounds_held": {"0.01": [2, 2, 0.0], "0.02": [1, 2, 0.25]}}
+    text = cell("rmac_auction", [row("rmac_auction", 0, 0.4, k=1, threshold=None, **found)])
+    assert "IQM 0.4000 [95% CI 0.4000, 0.4000] (the truth: 0.5000)" in text
+    assert "bounds held the truth in 2/2 at eps 0.01, 1/2 at eps 0.02 (missed by at most 0.25)" in text
+
+
 def test_a_preset_without_results_says_so():
     assert cell("gan_atari", []).startswith("not measured by the script yet: `python benchmarks/presets_table.py --run gan_atari`")
     assert cell("dqn_atari", []).startswith("needs a CUDA GPU")
