@@ -43,6 +43,18 @@ def test_every_option_and_the_names_given():
     assert parse_args(["r", "episodes=1"]).episodes == 1
 
 
+def test_a_run_dir_whose_name_holds_an_equals_sign_is_the_run_dir(tmp_path):
+    """A sweep job's dir is named after its overrides (`optimizer.lr=0.01,seed=3`): an existing dir is the run dir,
+    from eval and export alike; anything else with "=" is an option."""
+    from pipeline.export import parse_args as export_args
+
+    job = tmp_path / "optimizer.lr=0.01,seed=3"
+    job.mkdir()
+    assert parse_args([str(job), "episodes=2"]) == Options(run_dir=job, episodes=2, given={"episodes"})
+    assert export_args([str(job), "n=3"]) == {"run_dir": job, "n": 3}
+    assert _error([str(tmp_path / "lr=0.1")]) == f"expected one run dir, got 0; {USAGE}"  # not a dir: an option
+
+
 @pytest.mark.parametrize("argv, count", [([], 0), (["a", "b"], 2), (["episodes=2"], 0)])
 def test_one_run_dir_exactly(argv, count):
     assert _error(argv) == f"expected one run dir, got {count}; {USAGE}"

@@ -56,11 +56,12 @@ def _device(requested: str) -> str:
 
 
 def parse_args(argv: list[str]) -> Options:
-    paths = [a for a in argv if "=" not in a]
+    # A run dir may hold "=" (a sweep job's dir is named after its overrides): an existing dir is the run dir.
+    paths = [a for a in argv if "=" not in a or Path(a).is_dir()]
     if len(paths) != 1:
         raise EvalError(f"expected one run dir, got {len(paths)}; {USAGE}")
     options = Options(run_dir=Path(paths[0]))
-    for item in (a for a in argv if "=" in a):
+    for item in (a for a in argv if a not in paths):
         key, value = item.split("=", 1)
         options.given.add(key.split(".")[0])
         try:

@@ -334,11 +334,12 @@ def parse_args(argv: list[str]) -> dict:
         key, _, value = argv[flag].lstrip("-").partition("=")
         value = value or (argv[flag + 1] if flag + 1 < len(argv) and not argv[flag + 1].startswith("-") else "...")
         raise EvalError(f"{argv[flag]}: options are key=value, e.g. {key}={value}; {USAGE}")
-    paths = [a for a in argv if "=" not in a]
+    # A run dir may hold "=" (a sweep job's dir is named after its overrides): an existing dir is the run dir.
+    paths = [a for a in argv if "=" not in a or Path(a).is_dir()]
     if len(paths) != 1:
         raise EvalError(f"expected one run dir, got {len(paths)}; {USAGE}")
     options: dict = {"run_dir": Path(paths[0])}
-    for item in (a for a in argv if "=" in a):
+    for item in (a for a in argv if a not in paths):
         key, value = item.split("=", 1)
         if key == "out" and value:
             options["out"] = Path(value)  # a file, or an existing dir to write the file into under its usual name
