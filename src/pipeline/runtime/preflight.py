@@ -1,8 +1,8 @@
 """Before a run starts: what it continues from, and what must be refused, decided before anything is written.
 
-Light on purpose (no torch, no Lightning): the CLI asks `preflight` before Hydra creates the run dir, so a
-refused command changes nothing and answers in about a second; the lifecycle asks `plan_start` again once it
-owns the run dir (the answer cannot change in between: the lock is what makes it final).
+Light on purpose (no torch, no Lightning): the front door (`pipeline.runtime.start`, for the CLI and `pipeline.run`)
+asks `preflight` before Hydra creates the run dir, so a refused command changes nothing and answers in about a
+second, and hands the plan to the lifecycle; a sweep job's lifecycle asks `plan_start` once it owns the run dir.
 """
 
 from __future__ import annotations
@@ -87,9 +87,10 @@ def check_run_dir_is_ours(run_dir: Path) -> None:
         )
 
 
-def preflight(cfg: DictConfig, run_dir: Path) -> None:
-    """The CLI's check of a single run into a dir that may hold one already: busy, finished, or resumed with
-    another config is refused here, before Hydra writes the dir's .hydra/ (RunRefused)."""
+def preflight(cfg: DictConfig, run_dir: Path) -> StartPlan:
+    """The front door's check of a single run into a dir that may hold one already (`pipeline.runtime.start`): busy,
+    finished, or resumed with another config is refused here, before Hydra writes the dir's .hydra/ (RunRefused);
+    else what the run starts from."""
     check_run_dir_is_ours(run_dir)
     try:
         probe_owner(run_dir)
@@ -97,7 +98,7 @@ def preflight(cfg: DictConfig, run_dir: Path) -> None:
         raise RunRefused(str(exc)) from None
     k = cfg.get("seeds_per_process") or 1
     seeds = [int(cfg.seed) + i for i in range(int(k) if isinstance(k, int) and k > 0 else 1)]
-    plan_start(cfg, run_dir, agent_dirs(run_dir, seeds))
+    return plan_start(cfg, run_dir, agent_dirs(run_dir, seeds))
 
 
 # What a resume may change: the budget (continue a finished run further), and what the record's config

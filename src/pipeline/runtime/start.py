@@ -24,10 +24,10 @@ from pipeline.config.checks import one_line
 from pipeline.config.errors import ConfigError
 from pipeline.config.startup import CheckedRun, check_run
 from pipeline.runtime.context import hydra_quoted, path_override
-from pipeline.runtime.preflight import RunRefused, StartPlan, check_run_dir_is_ours, plan_start
-from pipeline.runtime.rundir import RunDirBusy, RunDirLock, probe_owner
+from pipeline.runtime.preflight import RunRefused, StartPlan, plan_start, preflight
+from pipeline.runtime.rundir import RunDirBusy, RunDirLock
 from pipeline.store.atomic import cause_of
-from pipeline.store.layout import agent_dirs
+from pipeline.store.layout import agent_dirs, checkpoint_path, record_dirs_of_run, result_path
 
 log = logging.getLogger("pipeline")
 
@@ -300,23 +300,28 @@ class Start:
         remove_if_empty(self.run_dir, self.created)
 
 
+def _written_state(run_dir: Path) -> list[tuple[str, int, int]]:
+    """What a run writes that a plan reads (its records, its checkpoint), as (path, mtime, size)."""
+    paths = [result_path(d) for d in record_dirs_of_run(run_dir)] + [checkpoint_path(run_dir)]
+    return [(str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in paths if p.is_file()]
+
+
 def claim_run_dir(checked: CheckedRun, run_dir: Path) -> Start:
     """The run dir, checked and locked before Hydra creates it or writes its .hydra/: a user's folder, a dir in use,
-    a finished run, or a resume with another config is refused (RunRefused) and changes nothing on disk. The plan
-    (what the run continues from) is made once, under the lock; the lifecycle takes it from here."""
+    a finished run, or a resume with another config is refused (RunRefused) and changes nothing on disk (a dead
+    owner's lock file included). The plan (what the run continues from) is made once, before the lock is taken, and
+    again under it only if another process wrote the dir in between; the lifecycle takes it from here."""
     check_name_lengths(run_dir, "hydra.run.dir")
     check_writable(run_dir)
-    check_run_dir_is_ours(run_dir)
-    try:
-        probe_owner(run_dir)
-    except RunDirBusy as exc:
-        raise RunRefused(str(exc)) from None
+    written = _written_state(run_dir)
+    plan = preflight(checked.cfg, run_dir)
     created = first_missing(run_dir)
     empty_before = created is not None or not any(run_dir.iterdir())
     lock = RunDirLock(run_dir)
     try:
         lock.acquire()
-        plan = plan_start(checked.cfg, run_dir, agent_dirs(run_dir, checked.seeds))
+        if _written_state(run_dir) != written:  # a run that ended while this one took its lock: its records decide
+            plan = plan_start(checked.cfg, run_dir, agent_dirs(run_dir, checked.seeds))
     except (RunRefused, RunDirBusy, OSError) as exc:
         lock.release()
         remove_if_empty(run_dir, created)
