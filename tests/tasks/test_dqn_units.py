@@ -23,7 +23,7 @@ from pipeline.runtime.loggers import CurveLogger
 from pipeline.store.curves import CurveLog
 from pipeline.tasks import rl_task
 from pipeline.tasks.dqn import DQNTask, elementwise
-from pipeline.tasks.rl_task import EVAL_SEED_OFFSET, FINAL_EVAL_SEED_OFFSET
+from pipeline.tasks.rl_task import EVAL_SEED_OFFSET, FINAL_EVAL_SEED_OFFSET, RLTask
 from pipeline.tune.pruning import PRUNED_REASON, TrialReporter
 
 TENSOR = {"id": "CartPole-v1", "backend": "tensor", "dtype": "float64"}
@@ -105,8 +105,7 @@ def test_bad_values_are_refused_in_one_line():
 def test_the_constructors_defaults_are_the_configs():
     """DQNTask built from Python without options behaves as conf/task/dqn.yaml configures it."""
     task = DQNTask.create(net=mlp(), loss=nn.SmoothL1Loss(), optimizer=sgd(0.1), env=GYM)
-    read = {"envs_per_agent": task.envs_per_agent, "fast_acting": task.fast_acting, "save_replay": task.save_replay,
-            "replay_save_max_mb": task.replay_save_max_mb, "capture_video": task.capture_video,
+    read = {"envs_per_agent": task.envs_per_agent, "fast_acting": task.fast_acting, "capture_video": task.capture_video,
             "threshold": None if task.threshold == 475.0 else task.threshold}
     assert {k: v == getattr(task.config, k) for k, v in read.items()} == dict.fromkeys(read, True)
     assert task.n_agents == 1 and task.agent_seeds == [0]
@@ -115,7 +114,7 @@ def test_the_constructors_defaults_are_the_configs():
 def test_what_the_task_reads_from_the_env_and_its_defaults():
     task = make(k=3, seed=4)
     assert task.agent_seeds == [4, 5, 6] and task.slots == [0, 1, 2]
-    assert task.obs_shape == (4,) and task.obs_dtype == torch.float32 and task.n_actions == 2
+    assert task.obs_shape == (4,) and task.replay_layout()["obs_dtype"] == torch.float32 and task.n_actions == 2
     assert task.threshold == 475.0 and make(threshold=100).threshold == 100.0
     assert task.replay_bytes_per_transition == 2 * 4 * 4 + 8 + 4 + 4
     assert task.net(torch.zeros(3, 5, 4)).shape == (3, 5, 2)
@@ -614,11 +613,11 @@ def test_acting_time_is_summed_over_every_step_of_a_round(k, env, monkeypatch):
     act, env_s = task.time_breakdown_s["act"], task.time_breakdown_s["env"]
     # A clock that ticks once per reading: what the round adds up is then a count of timed intervals, the same
     # on a quiet machine and a loaded one (a real clock would put a preemption into whichever part was running).
-    # Only the task's own readings tick (gymnasium's episode statistics read the same clock inside a step).
+    # Only the task's own readings tick (its module's and RLTask's `step_envs`) (gymnasium's episode statistics read the same clock inside a step).
     ticks, now = itertools.count(1), [0.0]
 
     def clock() -> float:
-        if sys._getframe(1).f_globals.get("__name__") == DQNTask.__module__:
+        if sys._getframe(1).f_globals.get("__name__") in (DQNTask.__module__, RLTask.__module__):
             now[0] = float(next(ticks))
         return now[0]
 
@@ -769,7 +768,7 @@ def test_the_replay_is_saved_when_it_fits_in_replay_save_max_mb():
     fit(task)
     held_mb = 2 * 32 * 48 / 2**20
     for save_replay, max_mb, kept in [("auto", held_mb, True), ("auto", held_mb * 0.999, False), (True, 0.0, True), (False, 1e9, False)]:
-        task.save_replay, task.replay_save_max_mb = save_replay, max_mb
+        task.config.save_replay, task.config.replay_save_max_mb = save_replay, max_mb
         assert (task.checkpoint_state()["replay"] is not None) is kept, (save_replay, max_mb)
 
 
@@ -877,7 +876,7 @@ def test_image_observations_stay_uint8_from_the_env_to_the_replay():
     """Atari frames are stored as bytes: 4x less replay memory than float32, and the record says so."""
     task = make(env=ATARI, buffer_size=64)
     frame_bytes = 4 * 84 * 84
-    assert task.obs_shape == (4, 84, 84) and task.obs_dtype == torch.uint8
+    assert task.obs_shape == (4, 84, 84) and task.replay_layout()["obs_dtype"] == torch.uint8
     # obs + next_obs as bytes, then action (int64), reward and done (float32).
     assert task.replay_bytes_per_transition == 2 * frame_bytes + 8 + 4 + 4
     task.on_fit_start()

@@ -162,9 +162,9 @@ def test_sac_moves_its_target_critics_by_tau_every_target_network_frequency_step
 @pytest.mark.parametrize("algo", ["sac", "td3"])
 def test_optimizer_lr_is_not_used_and_a_run_that_sets_it_says_so_in_one_line(algo, caplog):
     """The rates are task.policy_lr and task.q_lr (SAC's temperature: q_lr); an optimizer.lr is named as unused."""
-    with caplog.at_level("WARNING", logger="pipeline.tasks.sac"):
+    with caplog.at_level("WARNING", logger="pipeline.tasks.offpolicy"):
         task = make(algo, optimizer=functools.partial(torch.optim.Adam, lr=0.05), policy_lr=2e-4, q_lr=7e-4)
-    lines = [r.getMessage() for r in caplog.records if r.name == "pipeline.tasks.sac"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "pipeline.tasks.offpolicy"]
     assert lines == [f"task={algo} does not use optimizer.lr=0.05: its learning rates are task.policy_lr=0.0002 (actor) and "
                      f"task.q_lr=0.0007 (critics{', temperature' if algo == 'sac' else ''}); set those (and optimizer.lr=null "
                      "to silence this)"]
@@ -172,9 +172,9 @@ def test_optimizer_lr_is_not_used_and_a_run_that_sets_it_says_so_in_one_line(alg
     if algo == "sac":
         assert task.alpha_opt.param_groups[0]["lr"] == 7e-4
     caplog.clear()
-    with caplog.at_level("WARNING", logger="pipeline.tasks.sac"):
+    with caplog.at_level("WARNING", logger="pipeline.tasks.offpolicy"):
         quiet = make(algo, optimizer=functools.partial(torch.optim.Adam, lr=None))
-    assert not [r for r in caplog.records if r.name == "pipeline.tasks.sac"]
+    assert not [r for r in caplog.records if r.name == "pipeline.tasks.offpolicy"]
     assert quiet.actor_opt.param_groups[0]["lr"] == quiet.config.policy_lr
 
 

@@ -27,7 +27,8 @@ a valid example, exit 2, no run dir.
 
 The RL configs share `RLBatchConfig` (the K-agent batch's evaluation, logging, stop rule, videos and best weights),
 extended by `RLConfig` (the env-step budget and the vector env: every step-based algorithm) and, off-policy,
-`OffPolicyConfig` (the replay buffer); a new algorithm's Config extends one and declares only its own fields (a
+`OffPolicyConfig` (the replay buffer: `pipeline.tasks.offpolicy.OffPolicyTask`) and `OffPolicyActorCriticConfig`
+(an actor and critics: SAC, TD3); a new algorithm's Config extends one and declares only its own fields (a
 whole-episode algorithm such as CEM extends RLBatchConfig).
 """
 
@@ -86,7 +87,8 @@ class RLConfig(RLBatchConfig):
 
 @dataclass
 class OffPolicyConfig(RLConfig):
-    """RL tasks that learn from a replay buffer per agent."""
+    """What the off-policy layer reads (`pipeline.tasks.offpolicy.OffPolicyTask`): each agent's replay buffer, its
+    minibatches, when learning starts, and whether checkpoints hold the buffer."""
 
     buffer_size: int = count(100_000)
     batch_size: int = count(64)
@@ -178,23 +180,35 @@ class PPOConfig(RLConfig):
 
 
 @dataclass
-class SACConfig(OffPolicyConfig):
+class OffPolicyActorCriticConfig(OffPolicyConfig):
+    """What the off-policy actor-critic tasks read (SAC, TD3; `pipeline.tasks.offpolicy.OffPolicyActorCriticTask`): an
+    actor and critics learning at every env step, each at its own rate (the optimizer group's lr is not used)."""
+
+    action_spaces: ClassVar[tuple[str, ...] | None] = ("box",)
+
+    total_steps: int = count(1_000_000)
+    buffer_size: int = count(1_000_000)
+    batch_size: int = count(256)
+    tau: float = number(0.005, low=0, high=1, low_open=True)  # Polyak factor of the target networks
+    policy_lr: float = positive(3e-4)  # the actor's learning rate
+    q_lr: float = positive(3e-4)  # the critics' learning rate
+    # Critic updates per actor update (SAC: the actor and its temperature then step this many times; TD3: the targets
+    # move with each actor update).
+    policy_frequency: int = count(2)
+    critic_hidden: list[int] = items([256, 256], whole=True, low=1)  # each Q critic's hidden layers
+    eval_every: int = count(5_000)
+
+
+@dataclass
+class SACConfig(OffPolicyActorCriticConfig):
     """SAC's hyperparameters (twin Q critics, a squashed-Gaussian actor, entropy tuning). Defaults: CleanRL's
     sac_continuous_action.py."""
 
-    action_spaces: ClassVar[tuple[str, ...] | None] = ("box",)
     model_contract: ClassVar[ModelContract | None] = contracts.SAC
 
     _target_: str = "pipeline.tasks.sac.SACTask"
-    total_steps: int = count(1_000_000)
-    buffer_size: int = count(1_000_000)
-    gamma: float = unit(0.99)
-    tau: float = number(0.005, low=0, high=1, low_open=True)  # Polyak factor of the target critics
-    batch_size: int = count(256)
     learning_starts: int = count(5_000, low=0)
-    policy_lr: float = positive(3e-4)
-    q_lr: float = positive(1e-3)
-    policy_frequency: int = count(2)  # critic updates per actor update (the actor then steps this many times)
+    q_lr: float = positive(1e-3)  # the critics' and the temperature's learning rate
     target_network_frequency: int = count(1)  # critic updates per target update
     alpha: float = number(0.2, low=0)  # the entropy coefficient when autotune=false
     autotune: bool = True  # tune alpha toward a target entropy of -dim(action)
@@ -206,33 +220,20 @@ class SACConfig(OffPolicyConfig):
     # log(1 - a^2 + 1e-6), biased once |a| nears 1.
     log_det_epsilon: float = number(0.0, low=0)
     target_entropy: float | None = number(None, example=-1.0)  # autotune's target (null: -dim(action))
-    critic_hidden: list[int] = items([256, 256], whole=True, low=1)  # each Q critic's hidden layers
-    eval_every: int = count(5_000)
 
 
 @dataclass
-class TD3Config(OffPolicyConfig):
+class TD3Config(OffPolicyActorCriticConfig):
     """TD3's hyperparameters (twin Q critics, target policy smoothing, delayed actor updates). Defaults: CleanRL's
     td3_continuous_action.py (its one learning_rate is policy_lr and q_lr here)."""
 
-    action_spaces: ClassVar[tuple[str, ...] | None] = ("box",)
     model_contract: ClassVar[ModelContract | None] = contracts.TD3
 
     _target_: str = "pipeline.tasks.td3.TD3Task"
-    total_steps: int = count(1_000_000)
-    buffer_size: int = count(1_000_000)
-    gamma: float = unit(0.99)
-    tau: float = number(0.005, low=0, high=1, low_open=True)
-    batch_size: int = count(256)
     learning_starts: int = count(25_000, low=0)
-    policy_lr: float = positive(3e-4)
-    q_lr: float = positive(3e-4)
-    policy_frequency: int = count(2)  # critic updates per actor (and target) update
     policy_noise: float = number(0.2, low=0)  # target policy smoothing noise, in units of the action scale
     exploration_noise: float = number(0.1, low=0)
     noise_clip: float = number(0.5, low=0)
-    critic_hidden: list[int] = items([256, 256], whole=True, low=1)  # each Q critic's hidden layers
-    eval_every: int = count(5_000)
 
 
 @dataclass

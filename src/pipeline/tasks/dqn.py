@@ -16,8 +16,9 @@ on separately seeded envs; RLTask's stop rule takes an agent out of the batch on
 `stop_at_return`.
 
 Everything around the algorithm (the K-agent batch, evaluation and the stop rule, logging, checkpoints, records)
-is `pipeline.tasks.rl_task.RLTask`'s; this file is the algorithm through RLTask's hooks. A checkpoint adds the
-target network, the scheduler and, when small enough, the replay buffer to RLTask's.
+is `pipeline.tasks.rl_task.RLTask`'s, and the replay buffer (its rows per agent, its checkpoint when small enough, its
+record fields) `pipeline.tasks.offpolicy.OffPolicyTask`'s; this file is the algorithm through their hooks. A
+checkpoint adds the target network and the scheduler to theirs.
 """
 
 from __future__ import annotations
@@ -43,13 +44,13 @@ from pipeline.nets.ensemble import (
 from pipeline.nets.stacked import check_outputs
 from pipeline.nets.td_grad import loss_derivative, relu_mlp_forward, relu_mlp_layers, td_grads_
 from pipeline.rl.policies import QValuePolicy
-from pipeline.rl.replay import ReplayBuffer
 from pipeline.rl.schedules import epsilon_at
 from pipeline.rl.targets import freeze, hard_update, soft_update
 from pipeline.rl.vector import GymVectorEnv
 from pipeline.tasks.base import TaskParts, check_finite
 from pipeline.tasks.configs import DQNConfig
-from pipeline.tasks.rl_task import RLProgress, RLTask, per_agent
+from pipeline.tasks.offpolicy import OffPolicyProgress, OffPolicyTask
+from pipeline.tasks.rl_task import per_agent
 
 
 @torch.no_grad()
@@ -100,15 +101,14 @@ def hand_td_grads(net: nn.Module, beta: float, obs: torch.Tensor, actions: torch
 
 
 @dataclass
-class DQNProgress(RLProgress):
-    """DQN's own counters beside RLTask's."""
+class DQNProgress(OffPolicyProgress):
+    """DQN's own counters beside the off-policy layer's (`updates`: TD updates of each agent)."""
 
-    updates: list[int] = per_agent(int)
     recent: list[dict[str, list[float]]] = per_agent(lambda: {"loss": [], "q": []})  # since the last log row
     last_target_copy: int = -1
 
 
-class DQNTask(RLTask):
+class DQNTask(OffPolicyTask):
     Config = DQNConfig
     algorithm = "dqn"
     checkpoint_format = "pipeline.dqn/4"  # 4: RLTask's skeleton
@@ -129,9 +129,6 @@ class DQNTask(RLTask):
         # A ReLU MLP's TD gradient written out by hand (nets/td_grad.py) when the net and loss allow it.
         beta = loss_derivative(self.loss_fn) if hp.hand_gradients and not self.noisy else None
         self.hand_beta = beta if beta is not None and relu_mlp_layers(self.net) is not None else None
-        self.save_replay, self.replay_save_max_mb = hp.save_replay, float(hp.replay_save_max_mb)
-        self.replay_bytes_per_transition = ReplayBuffer.bytes_per_transition(self.obs_shape, self.obs_dtype)
-        self.replay_restored: bool | None = None
         self.fast_greedy = None
         self.compiled_steps = None  # (hand_td_grads, td_loss) through torch.compile (device.compile=true), made on first use
         self.compile_s = 0.0  # seconds spent compiling the update so far
@@ -142,7 +139,6 @@ class DQNTask(RLTask):
         act_space = self.action_space
         if not hasattr(act_space, "n"):
             raise ValueError(f"DQN needs a discrete action space; {self.env_id} has {act_space}: use task=ppo for continuous actions")
-        self.obs_dtype = torch.uint8 if self.observation_space.dtype == np.uint8 else torch.float32
         self.n_actions = int(act_space.n)
         # Our Q-networks as hand-written ensembles; any other module stacked generically (nets/stacked.py).
         ensemble = make_ensemble(net, self.agent_seeds, self.obs_shape, self.n_actions)
@@ -155,10 +151,6 @@ class DQNTask(RLTask):
             return optimizer
         # Stepped once per round (train_frequency env steps per agent).
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": self.scheduler_factory(optimizer), "interval": "step"}}
-
-    def on_fit_start(self) -> None:
-        super().on_fit_start()
-        self.buffer = ReplayBuffer(self.config.buffer_size, self.obs_shape, len(self.slots), obs_dtype=self.obs_dtype, device=self.device)
 
     def on_train_start(self) -> None:
         super().on_train_start()
@@ -190,8 +182,7 @@ class DQNTask(RLTask):
 
     def keep_agents_(self, keep: torch.Tensor, keep_slots: list[int], training: bool) -> None:
         self.target_net.keep_members_(keep)
-        if training:
-            self.buffer.keep_agents_(keep)
+        super().keep_agents_(keep, keep_slots, training)
         if self.fast_greedy is not None:
             self.fast_greedy.refresh()
 
@@ -204,36 +195,15 @@ class DQNTask(RLTask):
         self.recent[agent] = {"loss": [], "q": []}
         return row
 
-    def _replay_worth_saving(self) -> bool:
-        if self.save_replay == "auto":
-            held = self.buffer.n_agents * len(self.buffer) * self.replay_bytes_per_transition
-            return held <= self.replay_save_max_mb * 2**20
-        return bool(self.save_replay)
-
     def algorithm_state(self) -> dict:
         scheduler = self.lr_schedulers()
-        return {"scheduler": scheduler.state_dict() if scheduler is not None else None,
-                "replay": self.buffer.state_dict() if self._replay_worth_saving() else None}
+        return {**super().algorithm_state(), "scheduler": scheduler.state_dict() if scheduler is not None else None}
 
     def resume_algorithm_state(self, state: dict) -> None:
         scheduler = self.lr_schedulers()
         if scheduler is not None and state.get("scheduler") is not None:
             scheduler.load_state_dict(state["scheduler"])
-        if self.slots:
-            if state.get("replay") is not None:
-                self.buffer.load_state_dict(state["replay"])
-                self.replay_restored = True
-            else:
-                self.replay_restored = False  # too large to save: the resumed run refills it first
-
-    def final_agent_metrics(self, i: int) -> dict[str, float]:
-        return {"train/updates": float(self.updates[i])}
-
-    def algorithm_record(self, i: int) -> dict:
-        extras: dict = {"replay_bytes_per_transition": self.replay_bytes_per_transition}
-        if self.replay_restored is not None:
-            extras["replay_restored_on_resume"] = self.replay_restored
-        return extras
+        super().resume_algorithm_state(state)
 
     # ---- the algorithm ---------------------------------------------------------------------
     def epsilon(self, env_steps: int | None = None) -> float:
@@ -270,13 +240,13 @@ class DQNTask(RLTask):
         coins, random_actions = self.draw_exploration(n_steps)
         # A step's tensors are only appended here and stacked once per round: every torch op in this
         # loop costs microseconds of overhead, for every one of the run's env steps.
-        seen, taken, rewards, reached, terminal, ended, returns = [], [], [], [], [], [], []
+        seen, taken, rewards, reached, terminal = [], [], [], [], []
         # A step where every env explores needs no greedy forward (most steps while epsilon is near 1,
         # e.g. Atari's first 250k): one comparison for the round says which, one host sync, not one a step.
         eps_at = [self.epsilon(self.env_steps + t * E) for t in range(n_steps)]
         eps_t = torch.tensor(eps_at, dtype=coins.dtype).to(coins.device)
         all_explore = (coins < eps_t.view(-1, 1)).all(1).tolist()
-        t_act, t_env = time.perf_counter() - t_start, 0.0
+        self.add_time("act", time.perf_counter() - t_start)
         for t in range(n_steps):
             t0 = time.perf_counter()
             eps = eps_at[t]
@@ -286,20 +256,12 @@ class DQNTask(RLTask):
                 actions = self.greedy_actions(self.obs)
                 if eps > 0.0:
                     actions = torch.where(coins[t] < eps, random_actions[t], actions)
-            t1 = time.perf_counter()
-            step = self.env.step(actions)
             seen.append(self.obs)
             taken.append(actions)
+            step = self.step_envs(actions, acting_since=t0)
             rewards.append(step.reward)
             reached.append(step.final_obs)
             terminal.append(step.terminated)
-            ended.append(step.done)
-            returns.append(self.add_rewards(step.reward, step.done))
-            self.obs = step.obs
-            self.env_steps += E
-            t2 = time.perf_counter()
-            t_act += t1 - t0
-            t_env += t2 - t1
         t0 = time.perf_counter()
 
         def per_agent(steps: list[torch.Tensor]) -> torch.Tensor:
@@ -308,17 +270,17 @@ class DQNTask(RLTask):
             return x.view(n_steps, K, E, *x.shape[2:]).transpose(1, 2).reshape(n_steps * E, K, *x.shape[2:])
 
         self.buffer.add(per_agent(seen), per_agent(taken), per_agent(rewards), per_agent(reached), per_agent(terminal))
-        self.credit_episodes(torch.stack(ended), torch.stack(returns))
-        self.add_time("act", t_act)
-        self.add_time("env", t_env + time.perf_counter() - t0)
+        self.add_time("env", time.perf_counter() - t0)
 
     def _collect_one_env(self, n_steps: int) -> None:
         """`collect` for one agent with one gymnasium env on CPU (the single-seed job), in numpy.
 
         The same steps, draws and records as the general loop, without its six small tensors per step
         (a tensor costs microseconds, a CartPole step about ten): a round's transitions are written to
-        numpy arrays and become tensors once. The vector env is stepped through its one env and told
-        where it is at the end of the round (its observation, its episode count: what it checkpoints).
+        numpy arrays and become tensors once, and the bookkeeping of `step_envs` (observation, env steps,
+        episode returns and their credit, timing) is done here on plain numbers. The vector env is stepped
+        through its one env and told where it is at the end of the round (its observation, its episode
+        count: what it checkpoints).
         """
         vector, env = self.env, self.env.envs[0]
         coins, random_actions = (x.view(-1).numpy() for x in self.draw_exploration(n_steps))

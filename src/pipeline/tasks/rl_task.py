@@ -57,6 +57,7 @@ from pipeline.nets.ensemble import keep_optimizer_members_, stacked_optimizer
 from pipeline.rl.envs import make_env, run_threshold
 from pipeline.rl.policies import Policy, member_files
 from pipeline.rl.targets import freeze
+from pipeline.rl.tensor_env import TensorStep
 from pipeline.rl.vector import evaluate_agents, make_vector_env
 from pipeline.store.checkpoint import rng_state, save_atomic, set_rng_state
 from pipeline.store.layout import BEST, agent_dirs, best_path
@@ -157,6 +158,7 @@ class RLTask(Task):
         self._t_train_start: float | None = None
         self._train_seconds = 0.0
         self._resume: dict | None = None
+        self._finished: list[tuple[torch.Tensor, torch.Tensor]] = []  # episodes ended, not yet credited (`note_finished`)
         # task.keep_best: which evaluation each agent's best.pt holds ({"file", "env_step", "return_mean"}), and where
         # the agents' records live (their best.pt is written there as it improves; none for a task built by hand).
         self.best: list[dict | None] = [None] * self.n_agents
@@ -182,9 +184,8 @@ class RLTask(Task):
         raise TypeError(f"{type(self).__name__} must define iterations_left")
 
     def iterate(self) -> None:
-        """One iteration of the algorithm for the learning agents: act in `self.env` (rows of slot s: s * E ...),
-        advancing `self.env_steps` (per agent) and `self.obs`, crediting finished episodes (`add_rewards`,
-        `credit_episodes`), then learn. Every random draw of an agent comes from `self.generators[slot]`, or the
+        """One iteration of the algorithm for the learning agents: act in `self.env` through `step_envs` (rows of slot
+        s: s * E ...; it moves `self.obs` and `self.env_steps` on and keeps the episodes' returns), then learn. Every random draw of an agent comes from `self.generators[slot]`, or the
         global generator (which checkpoints restore). Runs between checkpoints: whatever it starts, it finishes."""
         raise TypeError(f"{type(self).__name__} must define iterate")
 
@@ -284,6 +285,7 @@ class RLTask(Task):
             return None
         before = self.env_steps
         self.iterate()
+        self.credit_finished()
         if self.env_steps - self.last_log_step >= hp.log_every:
             self.log_progress()
         if screened := self.iteration_screening():
@@ -303,6 +305,37 @@ class RLTask(Task):
         self.safe_point(final=True)
 
     # ---- the batch ---------------------------------------------------------------------------------
+    def step_envs(self, actions: torch.Tensor, acting_since: float | None = None) -> TensorStep:
+        """One step of every learning agent's envs (`self.env`) with `actions` [slots * E, ...] (what the env is sent; row
+        r is slot r // E's), and what every acting loop does with it: the observations (`obs`) and the env-step count
+        (`env_steps`, per agent: E more) move on, the running episode returns take the rewards, and each episode that
+        ends is queued for its agent's `episode_returns` (`note_finished`; credited after the iteration, or by
+        `credit_finished`). The env's step and this are booked as "env" time and, given `acting_since` (the
+        `time.perf_counter()` at which choosing these actions began), the choice as "act". Returns the env's step:
+        reward, terminated, truncated, done, final_obs (where each action led), obs (what the agents see next)."""
+        t0 = time.perf_counter()
+        step = self.env.step(actions)
+        self.note_finished(step.done, self.add_rewards(step.reward, step.done))
+        self.obs = step.obs
+        self.env_steps += self.envs_per_agent
+        if acting_since is not None:
+            self.add_time("act", t0 - acting_since)
+        self.add_time("env", time.perf_counter() - t0)
+        return step
+
+    def note_finished(self, done: torch.Tensor, returns: torch.Tensor) -> None:
+        """The episodes a step ended (`done` and the returns as they stood after it, [slots * E]; or S steps' [S, slots * E])
+        queued for `credit_finished`, in step order: a loop that steps the env itself (PPO's tensor rollout) calls it."""
+        self._finished.append((done.reshape(-1, done.shape[-1]), returns.reshape(-1, returns.shape[-1])))
+
+    def credit_finished(self) -> None:
+        """Each queued episode's return to the agent whose env ran it (`credit_episodes`), in step order: one host sync
+        for all the steps since the last call, not one a step."""
+        if self._finished:
+            done, returns = (torch.cat(x) for x in zip(*self._finished))
+            self._finished = []
+            self.credit_episodes(done, returns)
+
     def agent_view(self, x: torch.Tensor) -> torch.Tensor:
         """[slots * E, ...] rows of the vector env -> [slots, E, ...]."""
         return x.view(len(self.slots), -1, *x.shape[1:])
@@ -354,6 +387,7 @@ class RLTask(Task):
     def keep_slots_(self, keep_slots: list[int], training: bool = True) -> None:
         """Shrink the batch to `keep_slots` (the others' weights, Adam moments, envs, generators and, through
         `keep_agents_`, the algorithm's own state go); `training`: the fit's objects exist and shrink too."""
+        self.credit_finished()  # queued episodes go to the agents of the rows as they are
         keep = torch.tensor(keep_slots, device=self.device)
         E = self.envs_per_agent
         n_before = len(self.slots)

@@ -1,7 +1,8 @@
 """Twin Delayed DDPG (Fujimoto et al. 2018) for K agents at once (K = 1 is an ordinary run).
 
-Reads like CleanRL's td3_continuous_action.py with a leading agent axis, on the off-policy actor-critic of
-`pipeline.tasks.sac` (replay rows, critics and their targets, acting, checkpoints) and RLTask's K-agent batch:
+Reads like CleanRL's td3_continuous_action.py with a leading agent axis, on the off-policy actor-critic layer
+`pipeline.tasks.offpolicy.OffPolicyActorCriticTask` (replay rows, critics and their targets, the actor's target,
+acting, checkpoints) and RLTask's K-agent batch:
 agent i is seed `seed + i` with its own deterministic actor and its target, twin Q critics and their targets,
 Adam moments and random stream. It explores with Gaussian noise on its actions (`exploration_noise`, in units of
 the action scale), learns its critics toward the clipped double-Q target of its target actor's actions under
@@ -11,20 +12,14 @@ actor step on -Q1(s, actor(s)) and Polyak-averages both targets.
 
 from __future__ import annotations
 
-import copy
-
 import torch
-from torch import nn
 
 from pipeline.nets import contracts
-from pipeline.nets.continuous_control import DeterministicActor
 from pipeline.rl.offpolicy import exploration_actions, td3_actor_losses, td3_critic_losses
 from pipeline.rl.policies import DeterministicActorPolicy
 from pipeline.rl.replay import Transitions
-from pipeline.rl.targets import freeze, soft_update
-from pipeline.tasks.base import TaskParts
 from pipeline.tasks.configs import TD3Config
-from pipeline.tasks.sac import OffPolicyActorCriticTask
+from pipeline.tasks.offpolicy import OffPolicyActorCriticTask
 
 
 class TD3Task(OffPolicyActorCriticTask):
@@ -32,18 +27,12 @@ class TD3Task(OffPolicyActorCriticTask):
 
     Config = TD3Config
     algorithm = "td3"
-    actor_class = DeterministicActor
     actor_contract = contracts.TD3
     model_option = "deterministic_actor"
     policy = DeterministicActorPolicy
     checkpoint_format = "pipeline.td3/1"
-    checkpointed_nets = (*OffPolicyActorCriticTask.checkpointed_nets, "actor_target")
+    target_actor = True
     loss_functions = {"critic": td3_critic_losses, "actor": td3_actor_losses}
-
-    def build_net(self, parts: TaskParts) -> nn.Module:
-        net = super().build_net(parts)
-        self.actor_target = freeze(copy.deepcopy(net))
-        return net
 
     def behaviour_actions(self, obs: torch.Tensor) -> torch.Tensor:
         return exploration_actions(self.net.unit(obs), self.config.exploration_noise, self.generators)
@@ -56,8 +45,4 @@ class TD3Task(OffPolicyActorCriticTask):
         if self.critic_updates() % hp.policy_frequency == 0:
             with self.critics_frozen():
                 self.actor_step(self.losses("actor")(self.net, self.critic, batch.obs))
-            soft_update(self.actor_target, self.net, hp.tau)
-            soft_update(self.critic_target, self.critic, hp.tau)
-
-    def keep_own_(self, keep: torch.Tensor, n_before: int, training: bool) -> None:
-        self.actor_target.keep_members_(keep)
+            self.update_targets()
