@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from pipeline.data.auction import AuctionBidsData, LoggedBids
-from pipeline.games.asymmetric import asymmetric_bounds, asymmetric_table
+from pipeline.games.asymmetric import asymmetric_bounds, asymmetric_point, asymmetric_table
 from pipeline.games.rmac import (
     choose_value_scale,
     known_value_scale,
@@ -276,9 +276,10 @@ def test_a_known_value_top_reaches_the_asymmetric_estimators():
     task = make_task(stand_in(logged), rules=RULES, value_top=3.0)
     (metrics,) = task.fit_and_evaluate(SimpleNamespace(loggers=[]), None, None)
     scale = known_value_scale(3.0, 0.05)
-    table, _ = asymmetric_table(bids, RULES, 0.05, torch.device("cpu"), scale)
-    table = {k: v for k, v in table.items() if k.startswith("cf/")}
-    bounds, _ = asymmetric_bounds(bids, RULES, table, [0.01], ["revenue"], 0.05, torch.device("cpu"), scale, 5)
+    found = asymmetric_point(bids, RULES, 0.05, torch.device("cpu"), scale)
+    table = {k: v for k, v in found.table.items() if k.startswith("cf/")}
+    bounds, _ = asymmetric_bounds(bids, RULES, table, [0.01], ["revenue"], 0.05, torch.device("cpu"), scale, 5,
+                                  plug_ins=found.plug_in)
     assert metrics == pytest.approx({**table, **bounds, "cf/bound_clamps": 0.0})
     estimated, _ = asymmetric_table(bids, RULES, 0.05, torch.device("cpu"), None)
     # First price depends on the values (second price on the bids only): the estimated scale gives another number.

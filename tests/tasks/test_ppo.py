@@ -15,6 +15,7 @@ from pipeline.nets.actor_critic import ActorCritic
 from pipeline.nets.mlp import MLP
 from pipeline.rl.vector import evaluate_agents
 from pipeline.runtime.run import run
+from pipeline.tasks import ppo
 from pipeline.tasks.ppo import PPOTask
 from pipeline.tasks.rl_task import FINAL_EVAL_SEED_OFFSET
 
@@ -76,9 +77,12 @@ def test_gaussian_samples_are_clipped_for_the_env_but_not_in_the_log_probability
     task = make({"id": "Pendulum-v1"})
     with torch.no_grad():
         task.net.log_std.value.fill_(2.0)  # std e^2: most samples fall outside [-2, 2]
-    params = torch.zeros(1, 2000, 1)
-    actions, log_probs = task.sample(params)
-    sent = task.env_actions(actions)
+    obs = torch.zeros(1, 2000, 3)
+    with torch.no_grad():
+        for p in task.net.parameters():
+            if p is not task.net.log_std.value:
+                p.zero_()  # mean 0 for every observation
+        actions, log_probs, _, sent = ppo.act(task.net, True, obs, task.action_noise(1, 2000), (task.action_low, task.action_high))
     assert actions.abs().max() > 2 and sent.abs().max() == 2.0
     assert torch.equal(sent, actions.clamp(-2, 2))
     expected = -0.5 * (actions[..., 0] / np.e**2) ** 2 - 2.0 - 0.5 * np.log(2 * np.pi)
