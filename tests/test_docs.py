@@ -155,7 +155,7 @@ def test_documented_command_composes(page, command, tmp_path, monkeypatch):
 # tests/test_python_api_docs.py), or, marked `<!-- excerpt of <file> -->`, shows lines its file holds.
 _PYTHON = re.compile(r"(?:^<!-- excerpt of (?P<excerpt>\S+) -->\n)?^```python\n(?P<code>.*?)^```", re.M | re.S)
 # A page whose examples run from a folder it names (`tests/user_envs` stands for the user's project there).
-RUN_FROM = {"bring_your_own_env.md": ROOT / "tests" / "user_envs"}
+RUN_FROM = {"bring_your_own.md": ROOT / "tests" / "user_envs"}
 
 
 def python_blocks(pages=PAGES) -> list[tuple[str, int, str, str | None]]:

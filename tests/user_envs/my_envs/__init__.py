@@ -1,4 +1,4 @@
-"""A user's own gymnasium envs, as docs/bring_your_own_env.md describes them: registered when the package is imported.
+"""A user's own gymnasium envs, as docs/bring_your_own.md describes them: registered when the package is imported.
 
 - Corridor-v0 (my_envs.corridor): walk right along a corridor of `length` cells (Discrete(2) actions), +1 at its end,
   -0.01 a step; registered with the class itself as its entry point and no reward_threshold.
