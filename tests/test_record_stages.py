@@ -53,8 +53,8 @@ def _watch(monkeypatch, dirs, curves: dict | None = None):
 
     real_state, real_epochs, real_save_model = run_module.state_checkpointer, run_module.EpochCheckpointer, run_module.save_model
 
-    def state_checkpointer(task, path, policy, stop, note_save):
-        hook = real_state(task, path, policy, stop, after(note_save))
+    def state_checkpointer(task, path, policy, stop, note_save, **kwargs):
+        hook = real_state(task, path, policy, stop, after(note_save), **kwargs)
 
         def watched(final: bool = False) -> None:
             started_once()

@@ -437,7 +437,7 @@ def test_what_callbacks_and_the_progress_bar_see(tmp_path):
     task.attach_data(TinyData())
     tr.fit(task)  # (fit_and_evaluate's test afterwards starts Lightning's metrics afresh)
     assert set(tr.progress_bar_metrics) == {"train/loss", "val/acc"}
-    assert set(tr.callback_metrics) == {"train/loss", "val/acc", "val/loss"} == set(SupervisedTask.monitorable_metrics)
+    assert set(tr.callback_metrics) == {"train/loss", "val/acc", "val/loss"} == set(SupervisedTask.Config.monitorable_metrics)
     rows = [task.curves[i].rows[1] for i in range(3)]
     for key in ("train/loss", "val/acc", "val/loss"):
         assert float(tr.callback_metrics[key]) == pytest.approx(sum(r[key] for r in rows) / 3, rel=1e-6), key
