@@ -186,6 +186,23 @@ def test_no_config_to_compare_with_refuses_nothing(tmp_path):
     refuse_changed_config(OmegaConf.create({"a": 1}), tmp_path, [])
 
 
+def test_a_setting_added_since_at_its_empty_default_does_not_refuse_an_older_run(tmp_path):
+    """A run recorded before env.imports / env.wrappers / env.kwargs existed resumes under code that has them empty;
+    set to something, or a key that was set and is now gone, they refuse as any change does."""
+    before = {"env": {"id": "CartPole-v1"}, "task": {"lr": 0.1}}
+    now = OmegaConf.create({"env": {"id": "CartPole-v1", "imports": [], "wrappers": [], "kwargs": {}, "note": None},
+                            "task": {"lr": 0.1}})
+    refuse_changed_config(now, tmp_path, [RunRecordLike(before)])
+    with pytest.raises(RunRefused, match=r"env.imports \(- -> \['my_envs'\]\)"):
+        refuse_changed_config(OmegaConf.create({"env": {"id": "CartPole-v1", "imports": ["my_envs"]}, "task": {"lr": 0.1}}),
+                              tmp_path, [RunRecordLike(before)])
+    with pytest.raises(RunRefused, match=r"env.id \(CartPole-v1 -> -\)"):
+        refuse_changed_config(OmegaConf.create({"env": {"imports": []}, "task": {"lr": 0.1}}), tmp_path, [RunRecordLike(before)])
+    with pytest.raises(RunRefused, match=r"task.lr \(0.1 -> 0.2\)"):
+        refuse_changed_config(OmegaConf.create({"env": {"id": "CartPole-v1", "imports": []}, "task": {"lr": 0.2}}),
+                              tmp_path, [RunRecordLike(before)])
+
+
 def test_interpolations_are_compared_resolved(tmp_path):
     now = OmegaConf.create({"base": 2, "a": "${base}"})
     refuse_changed_config(now, tmp_path, [RunRecordLike({"base": 2, "a": 2})])

@@ -113,7 +113,12 @@ def refuse_changed_config(cfg: DictConfig, run_dir: Path, previous: list[RunReco
         return
     now = flatten(semantic_config(OmegaConf.to_container(cfg, resolve=True)))
     before = flatten(before)
-    differing = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k) and not is_ignored(k, RESUME_FREE))
+    # A key one side lacks and the other holds empty ([], {}, null) is a setting added since, at its default.
+    missing = object()
+    differing = sorted(k for k in set(before) | set(now)
+                       if before.get(k, missing) != now.get(k, missing) and not is_ignored(k, RESUME_FREE)
+                       and not (missing in (before.get(k, missing), now.get(k, missing))
+                                and before.get(k, now.get(k)) in ([], {}, None)))
     if differing:
         shown = ", ".join(f"{k} ({before.get(k, '-')} -> {now.get(k, '-')})" for k in differing[:5])
         more = f" and {len(differing) - 5} more" if len(differing) > 5 else ""
