@@ -234,6 +234,10 @@ def run_ours(algo: str, env: str, seeds: list[int], steps: int, overrides: list[
         segments.append({"cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), "resumed": bool(resume)})
         cpu_file.write_text(json.dumps(segments))
     cpu = sum(s["cpu_s"] for s in segments)
+    # The env steps (per agent) those segments trained: the record's last len(segments) segments.
+    first = run_dir / f"seed{seeds[0]}" / "result.json"
+    ran = json.loads(first.read_text()).get("segments", [])[-len(segments):] if segments else []
+    cpu_env_steps = sum(int(s.get("to_step") or 0) - int(s.get("from_step") or 0) for s in ran)
     for seed in seeds:
         record_ = json.loads((run_dir / f"seed{seed}" / "result.json").read_text())
         if record_.get("status") != "ok":
@@ -246,6 +250,7 @@ def run_ours(algo: str, env: str, seeds: list[int], steps: int, overrides: list[
         row = {"final_return": float(record_["metrics"]["eval/return_mean"]),
                "final_return_std": record_["metrics"].get("final_eval/return_std"), "train_returns": window_means(points, steps),
                "cpu_s": cpu / len(seeds), "cpu_s_process": cpu, "cpu_complete": not any(s["resumed"] for s in segments) or None,
+               "cpu_env_steps": cpu_env_steps,
                "wall_s_process": record_.get("wall_time_s")}
         print(f"  ours {algo} {env} seed {seed}: final {row['final_return']:.1f} ({row['cpu_s']:.0f} CPU s a seed)", flush=True)
         if record and not have(algo, env, "ours", seed, steps):

@@ -55,10 +55,13 @@ def report(rows: list[dict], image_dir: Path) -> int:
     for (algo, env, steps), sides in sorted(cells.items()):
         ours = sorted(sides.get("ours", []), key=lambda r: r["seed"])
         theirs = sorted(sides.get("cleanrl", []), key=lambda r: r["seed"])
-        cpu = {side: np.mean([r["cpu_s"] / r["env_steps"] * 1e3 for r in rs]) if rs else float("nan")
+        # A resumed run's CPU covers only the segments the bench ran (`cpu_env_steps` of them); without that count it
+        # is not a rate.
+        cpu = {side: np.mean([r["cpu_s"] / r.get("cpu_env_steps", r["env_steps"]) * 1e3 for r in rs])
+               if rs and all(r["side"] == "cleanrl" or r.get("cpu_complete") or "cpu_env_steps" in r for r in rs) else float("nan")
                for side, rs in (("ours", ours), ("cleanrl", theirs))}
-        incomplete = any(r.get("cpu_complete") is None for r in ours)
-        cpu_text = f"{cpu['ours']:.1f}{'*' if incomplete else ''} / {cpu['cleanrl']:.1f}"
+        partial = any(not r.get("cpu_complete") and "cpu_env_steps" in r for r in ours)
+        cpu_text = f"{cpu['ours']:.1f}{'*' if partial else ''} / {cpu['cleanrl']:.1f}"
         if ours and theirs:
             result = compare([r["final_return"] for r in ours], [r["final_return"] for r in theirs])
             a, b = result["ours"], result["cleanrl"]
@@ -88,5 +91,6 @@ def report(rows: list[dict], image_dir: Path) -> int:
             for diff in {tuple(r.get("differences") or ()) for r in rs}:
                 if diff:
                     print(f"  settings differing from CleanRL's defaults: {'; '.join(diff)}")
-    print("* ours' CPU counts only the segments after a resume (a killed segment's CPU is not recorded)")
+    print("* ours' CPU over the segments after a resume (start-up and the final evaluation included): a killed "
+          "segment's CPU is not recorded; nan: no count of the steps it covers")
     return 0
