@@ -162,7 +162,7 @@ def documented_commands() -> list[str]:
 
 
 @pytest.mark.slow
-def test_the_docs_commands_train_dqn_k2_replay_with_video_load_and_export(work):
+def test_the_docs_commands_train_dqn_k4_replay_with_video_load_and_export(work):
     """docs/bring_your_own.md's env commands, as written, from a root holding tests/user_envs (fresh interpreters: a
     later eval and export import my_envs from what the run's config names)."""
     import imageio.v2 as imageio
@@ -179,7 +179,7 @@ def test_the_docs_commands_train_dqn_k2_replay_with_video_load_and_export(work):
     output = ran["train"].stdout + ran["train"].stderr
     assert output.count("my_envs:Corridor-v0 registers no reward_threshold and task.threshold is null") == 1, output[-2000:]
     run_dir = work / "outputs" / "corridor"
-    for seed in (0, 1):
+    for seed in (0, 1, 2, 3):
         record = read_result(run_dir / f"seed{seed}")
         assert record["status"] == "ok" and record["env_id"] == "my_envs:Corridor-v0" and record["env_steps"] == 3000
         assert record["threshold"] is None and record["time_to_threshold_s"] is None
