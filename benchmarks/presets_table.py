@@ -355,6 +355,18 @@ def measured_cell(name: str, rows: list[dict]) -> str:
     return "; ".join(parts) + f"; {', '.join(cost)} ({when}; {preset.more})"
 
 
+def offpolicy_cost(group: list[dict], budget: int) -> str:
+    """CPU a seed of a whole run; a run resumed after a kill has CPU only for the segments the bench ran
+    (`cpu_env_steps` of them): then per env step, over those."""
+    if all(r.get("cpu_complete") for r in group):
+        return f"{seconds(median([r['cpu_s'] for r in group]))} CPU s a seed"
+    if all("cpu_env_steps" in r and r["cpu_env_steps"] for r in group):
+        per_step = median([r["cpu_s"] / r["cpu_env_steps"] * 1e3 for r in group])
+        covered = min(r["cpu_env_steps"] for r in group)
+        return f"{per_step:.1f} CPU ms a seed's env step (resumed: the last {steps(covered)} env steps measured)"
+    return "CPU not measured whole (resumed after a kill)"
+
+
 def offpolicy_cell(name: str, rows: list[dict]) -> str | None:
     preset = PRESETS[name]
     algo, env = name.split("_", 1)
@@ -369,7 +381,7 @@ def offpolicy_cell(name: str, rows: list[dict]) -> str | None:
         theirs = [r["final_return"] for r in mine if r["side"] == "cleanrl" and (r["env"], r["env_steps"]) == (env_id, budget)]
         text = (f"{seed_span([r['seed'] for r in group])}, one process (K = {', '.join(map(str, ks))}) on {env_id} "
                 f"at {steps(budget)} env steps: {reach([r['final_return'] for r in group], preset.digits, 'eval/return_mean')}; "
-                f"{seconds(median([r['cpu_s'] for r in group]))} CPU s a seed")
+                f"{offpolicy_cost(group, budget)}")
         if theirs:
             text += f"; CleanRL, same budget: IQM {number(iqm(theirs), preset.digits)} over {len(theirs)} seeds"
         cells.append(text)
