@@ -33,7 +33,7 @@ import sys
 from pathlib import Path
 
 import yaml
-from scratch import own_venv, scratch_clone, sh
+from other_side import own_venv, scratch_clone, sh
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "outputs" / "bench-atari-cleanrl"

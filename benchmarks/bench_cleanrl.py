@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-from scratch import own_venv, scratch_clone, sh
+from other_side import own_venv, scratch_clone, sh
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "outputs" / "bench-cleanrl"

@@ -55,7 +55,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from scratch import own_venv, scratch_clone, sh
+from other_side import own_venv, scratch_clone, sh
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "outputs" / "bench-jax"

@@ -139,7 +139,7 @@ def preset(algo: str, env: str) -> str:
 
 def preset_config(algo: str, env: str, overrides: list[str]) -> dict:
     import yaml
-    from scratch import sh
+    from other_side import sh
 
     text = sh([sys.executable, "-m", "pipeline", f"experiment={preset(algo, env)}", *overrides, "--cfg", "job"],
               capture_output=True, cwd=ROOT).stdout
@@ -196,7 +196,7 @@ def append(row: dict) -> None:
 
 def run_cleanrl(algo: str, env: str, python: Path, script: Path, seeds: list[int], steps: int, episodes: int,
                 max_episode_steps: int | None, extra: dict, record: bool) -> None:
-    from scratch import sh
+    from other_side import sh
 
     flags = ["--env-id", env, "--total-timesteps", str(steps)]
     for seed in seeds:
@@ -215,7 +215,7 @@ def run_cleanrl(algo: str, env: str, python: Path, script: Path, seeds: list[int
 
 def run_ours(algo: str, env: str, seeds: list[int], steps: int, overrides: list[str], tag: str, extra: dict,
              record: bool) -> None:
-    from scratch import sh
+    from other_side import sh
 
     if record and all(have(algo, env, "ours", s, steps) for s in seeds):
         return
@@ -285,7 +285,7 @@ def main(argv=None) -> int:
         from offpolicy_cleanrl_report import report
 
         return report(results(), ROOT / "docs" / "images")
-    from scratch import own_venv, scratch_clone
+    from other_side import own_venv, scratch_clone
 
     steps, episodes, limit, tag, record = args.steps, args.episodes, None, "", True
     smoke = []
