@@ -279,20 +279,83 @@ class _Lifecycle:
             self.attach(trial_reporter)
             self.save(self.fit())
         except Interrupted as exc:
-            return _interrupted(self.records, exc, self.stop, self.ctx, self.t_start, self.loggers, self.curves, self.task)
+            return self.interrupted(exc)
         except Exception as exc:  # every failure becomes a record; the traceback goes to error.log
             return self.failed(exc)
         finally:
             if self.ranks is not None:  # a failed run's other ranks hold nothing worth waiting for
                 self.ranks.close(wait_s=0 if any(r.status == "failed" for r in self.records) else 60)
-        return _finish(self.records, self.t_start, self.stop, self.loggers, self.curves, self.cfg, self.dirs,
-                       self.task.agent_loggers, videos=self.task.capture_video)
+        return self.finish()
 
     def failed(self, exc: Exception) -> list[dict]:
         if not self.records:
             self.records = _start_records(self.cfg, self.ctx, self.dirs, self.seeds, self.plan.previous, None)
         cause = exc if self.ranks is None else self.ranks.failure(exc)
-        return _fail(self.records, cause, self.run_dir, self.t_start, self.stop, self.loggers, self.curves, self.task)
+        trace = traceback.format_exc()
+        for d in {Path(self.run_dir), *(Path(r.run_dir) for r in self.records)}:
+            try:
+                error_log_path(d).write_text(trace)
+            except OSError as log_exc:  # the disk that failed the run may refuse the log too: the record says why
+                error_log_path(d).unlink(missing_ok=True)
+                log.error(f"traceback not saved: {write_error(error_log_path(d), log_exc)}")
+        error = str(cause) if isinstance(cause, StoreWriteError) else one_line(cause)
+        return self.end_unfinished("failed", error=error)
+
+    def interrupted(self, exc: Interrupted) -> list[dict]:
+        """A stop request honoured at a checkpoint: the records say `interrupted`, with the command that continues."""
+        stop = self.stop
+        command = self.ctx.resume_command()
+        info = {"signal": stop.name or "unknown", "step": exc.step, "exit_code": stop.exit_code, "resume": command}
+        out = self.end_unfinished("interrupted", error=f"stopped by {info['signal']} at step {exc.step}", interrupted=info)
+        note_resume_command(command)
+        say(f"interrupted by {info['signal']} at step {exc.step}; continue with: {command}")
+        return out
+
+    def end_unfinished(self, end: str, **fields) -> list[dict]:
+        """Close a segment that did not finish ok: its records say why, the curves are flushed, the loggers closed."""
+        records, task = self.records, self.task
+        _close_segment(records, self.t_start, end)
+        for i, r in enumerate(records):
+            r.update(status=end, **fields)
+            if task is not None:
+                r.time_breakdown_s = {key: round(v, 4) for key, v in task.time_breakdown_s.items()}
+                try:  # what the task knows so far (rows read, env steps, ...) stays in the record
+                    r.update(**task.agent_record(i))
+                except Exception:  # noqa: BLE001 - a half-built task may not know; the failure itself is what matters
+                    pass
+        for item in (*self.curves, *records):  # a full disk may refuse these too: say so once each, lose nothing else
+            try:
+                item.flush() if isinstance(item, CurveLog) else item.write()
+            except StoreWriteError as exc:
+                log.error(str(exc))
+        finish_loggers(self.loggers, "failed")
+        self.stop.uninstall()
+        return [r.to_dict() for r in records]
+
+    def finish(self) -> list[dict]:
+        """A run that ended ok: the segment closed, the curves flushed, each record written where it belongs and
+        published to its seed's loggers, the loggers closed, then the training videos (task.capture_video)."""
+        records = self.records
+        _close_segment(records, self.t_start, "ok")
+        for c in self.curves:
+            c.flush()
+        for r in records:
+            side = getattr(r, "file", None)
+            r.file = RESULT
+            r.write()
+            if side and side != RESULT:
+                (Path(r.run_dir) / side).unlink(missing_ok=True)
+        _publish(self.task.agent_loggers, records)
+        finish_loggers(self.loggers, "ok")
+        self.stop.uninstall()
+        if self.task.capture_video:  # after the run's own loggers have closed: the replay is a run of its own in W&B
+            try:
+                _capture_videos(self.cfg, records, self.dirs, records[0].device or "cpu")
+            except Exception as exc:  # a video problem must not turn a finished run into a failed one
+                log.warning(f"no video: {one_line(exc)}")
+            for r in records:
+                r.write()
+        return [r.to_dict() for r in records]
 
     def build(self) -> None:
         """Device, data, task and the checkpoint's state; a resume that cannot load it is RunRefused."""
@@ -625,29 +688,6 @@ def _close_segment(records: list[RunRecord], t_start: float, end: str) -> None:
         r.wall_time_s = round(sum(float(s.get("wall_time_s") or 0.0) for s in r.segments), 3)
 
 
-def _finish(records, t_start, stop, loggers, curves, cfg, dirs, agent_loggers, videos: bool = False) -> list[dict]:
-    _close_segment(records, t_start, "ok")
-    for c in curves:
-        c.flush()
-    for r in records:
-        side = getattr(r, "file", None)
-        r.file = RESULT
-        r.write()
-        if side and side != RESULT:
-            (Path(r.run_dir) / side).unlink(missing_ok=True)
-    _publish(agent_loggers, records)
-    finish_loggers(loggers, "ok")
-    stop.uninstall()
-    if videos:  # after the run's own loggers have closed: the replay is a run of its own in W&B
-        try:
-            _capture_videos(cfg, records, dirs, records[0].device or "cpu")
-        except Exception as exc:  # a video problem must not turn a finished run into a failed one
-            log.warning(f"no video: {one_line(exc)}")
-        for r in records:
-            r.write()
-    return [r.to_dict() for r in records]
-
-
 def _publish(agent_loggers: list[list], records) -> None:
     """Each seed's final record to its own loggers (TensorBoard HParams, W&B summary)."""
     from pipeline.runtime.loggers import publish_record, replay_unlogged_curve
@@ -661,44 +701,3 @@ def _publish(agent_loggers: list[list], records) -> None:
             log.warning(f"could not publish the record of seed {r.seed} to its loggers: {one_line(exc)}")
 
 
-def _end_unfinished(records, t_start, stop, loggers, curves, task, end: str, **fields) -> list[dict]:
-    """Close a segment that did not finish ok: its records say why, the curves are flushed, the loggers closed."""
-    _close_segment(records, t_start, end)
-    for i, r in enumerate(records):
-        r.update(status=end, **fields)
-        if task is not None:
-            r.time_breakdown_s = {key: round(v, 4) for key, v in task.time_breakdown_s.items()}
-            try:  # what the task knows so far (rows read, env steps, ...) stays in the record
-                r.update(**task.agent_record(i))
-            except Exception:  # noqa: BLE001 - a half-built task may not know; the failure itself is what matters
-                pass
-    for item in (*curves, *records):  # a full disk may refuse these too: say so once each, lose nothing else
-        try:
-            item.flush() if isinstance(item, CurveLog) else item.write()
-        except StoreWriteError as exc:
-            log.error(str(exc))
-    finish_loggers(loggers, "failed")
-    stop.uninstall()
-    return [r.to_dict() for r in records]
-
-
-def _fail(records, exc, run_dir, t_start, stop, loggers, curves, task=None) -> list[dict]:
-    trace = traceback.format_exc()
-    for d in {Path(run_dir), *(Path(r.run_dir) for r in records)}:
-        try:
-            error_log_path(d).write_text(trace)
-        except OSError as log_exc:  # the disk that failed the run may refuse the log too: the record says why
-            error_log_path(d).unlink(missing_ok=True)
-            log.error(f"traceback not saved: {write_error(error_log_path(d), log_exc)}")
-    error = str(exc) if isinstance(exc, StoreWriteError) else one_line(exc)
-    return _end_unfinished(records, t_start, stop, loggers, curves, task, "failed", error=error)
-
-
-def _interrupted(records, exc: Interrupted, stop, ctx: JobContext, t_start, loggers, curves, task) -> list[dict]:
-    command = ctx.resume_command()
-    info = {"signal": stop.name or "unknown", "step": exc.step, "exit_code": stop.exit_code, "resume": command}
-    out = _end_unfinished(records, t_start, stop, loggers, curves, task, "interrupted",
-                          error=f"stopped by {info['signal']} at step {exc.step}", interrupted=info)
-    note_resume_command(command)
-    say(f"interrupted by {info['signal']} at step {exc.step}; continue with: {command}")
-    return out
