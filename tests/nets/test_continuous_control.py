@@ -1,5 +1,6 @@
 """Actors and twin critics for continuous actions, and their K-agent forms: each member is the plain network."""
 
+import copy
 import functools
 
 import pytest
@@ -8,12 +9,14 @@ import torch
 from pipeline.nets.continuous_control import (
     DeterministicActor,
     EnsembleTwinQ,
+    QNet,
     SquashedGaussianActor,
     TwinQ,
     bounded_log_std,
     make_offpolicy_agents,
 )
 from pipeline.nets.ensemble import keep_optimizer_members_
+from pipeline.nets.stacked import StackedModule
 from pipeline.rl.targets import soft_update
 
 OBS, ACT = 5, 2
@@ -129,5 +132,41 @@ def test_bounded_log_std_and_errors():
     assert torch.allclose(bounded_log_std(torch.tensor([-100.0, 0.0, 100.0])), torch.tensor([-5.0, -1.5, 2.0]))
     with pytest.raises(ValueError, match="at least one seed"):
         make_offpolicy_agents(SquashedGaussianActor, TwinQ, [], OBS, ACT)
-    with pytest.raises(ValueError, match="needs TwinQ critics"):
-        make_offpolicy_agents(SquashedGaussianActor, DeterministicActor, [0], OBS, ACT)
+    with pytest.raises(ValueError, match="needs critics that are nn.Modules; got function"):
+        make_offpolicy_agents(SquashedGaussianActor, lambda o, a: (lambda obs, act: obs), [0], OBS, ACT)
+
+
+def test_a_critic_other_than_twin_q_is_stacked_generically_one_member_per_agent():
+    """DDPG's one QNet per agent: member i is the single run's critic (built after its actor, as that run builds it);
+    it shrinks with the optimizer's moments, copies as a target, and loads into a plain QNet."""
+    actor = functools.partial(DeterministicActor, hidden=(16, 16), action_low=LOW, action_high=HIGH)
+    actors, critics = make_offpolicy_agents(actor, lambda o, a: QNet(o, a, (16, 16)), [3, 9, 4], OBS, ACT)
+    assert isinstance(critics, StackedModule) and critics.n_members == 3
+    assert next(critics.parameters()).shape[0] == 3  # one critic per agent: critics_per_agent = 1
+    obs, actions = torch.randn(3, 7, OBS), torch.rand(3, 7, ACT) * 2 - 1
+    q = critics(obs, actions)
+    assert q.shape == (3, 7)
+    for i, seed in enumerate([3, 9, 4]):
+        torch.manual_seed(seed)
+        DeterministicActor(OBS, ACT, (16, 16), LOW, HIGH)
+        single = QNet(OBS, ACT, (16, 16))
+        assert critics.member_state_dict(i).keys() == single.state_dict().keys()
+        assert all(torch.equal(v, critics.member_state_dict(i)[k]) for k, v in single.state_dict().items())
+        assert torch.allclose(q[i], single(obs[i], actions[i]), atol=1e-6)
+    opt = torch.optim.Adam(critics.parameters(), lr=1e-3)
+    critics(obs, actions).sum().backward()
+    opt.step()
+    target = copy.deepcopy(critics)
+    before = critics.member_state_dict(2)
+    moments = {name: opt.state[p]["exp_avg"].clone() for name, p in critics.named_parameters()}
+    keep = torch.tensor([2, 0])
+    keep_optimizer_members_(opt, critics.keep_members_(keep), keep, 3)
+    target.keep_members_(keep)
+    assert critics.n_members == 2 and target.n_members == 2
+    assert all(torch.equal(before[k], v) for k, v in critics.member_state_dict(0).items())
+    for name, p in critics.named_parameters():
+        assert torch.equal(opt.state[p]["exp_avg"], moments[name][[2, 0]])
+    soft_update(target, critics, 0.5)  # the target's structure follows the online critics' after both shrank
+    plain = QNet(OBS, ACT, (16, 16))
+    plain.load_state_dict(critics.member_state_dict(1))
+    assert torch.allclose(critics(obs[:2], actions[:2])[1], plain(obs[1], actions[1]), atol=1e-6)

@@ -3,7 +3,7 @@
 The plain networks are CleanRL's (sac_continuous_action.py, td3_continuous_action.py): ReLU MLPs of
 256-256 by default, PyTorch's default initialisation.
 
-- `QNet`: Q(s, a) from the concatenation [obs, action]; `TwinQ`: two of them (`q1`, `q2`).
+- `QNet`: Q(s, a) from the concatenation [obs, action] (DDPG's one critic); `TwinQ`: two of them (`q1`, `q2`).
 - `SquashedGaussianActor`: `distribution(obs)` -> (mean, log_std) of the Gaussian that tanh squashes into
   (-1, 1), log_std bounded smoothly to [-5, 2] (`bounded_log_std`, CleanRL's form).
 - `DeterministicActor`: `unit(obs)` -> tanh(...) in [-1, 1] (TD3's policy).
@@ -15,8 +15,8 @@ The ensemble forms take [K, N, ...] and keep member i's tensors under the plain 
 (`member_state_dict(i)` loads into the plain network). `EnsembleTwinQ` runs both critics of all K
 agents as one stack of 2K members (q1 of every agent, then q2), so a critic forward is one batched
 matmul per layer. `make_offpolicy_agents` builds K agents, agent i's actor and critics initialised as
-the single run of seed `seeds[i]` builds them; an actor of another class (a user's own) is stacked generically
-(`pipeline.nets.stacked.StackedModule`).
+the single run of seed `seeds[i]` builds them; an actor or critic of another class (a user's own actor, a `QNet`) is
+stacked generically (`pipeline.nets.stacked.StackedModule`).
 """
 
 from __future__ import annotations
@@ -237,13 +237,14 @@ _ENSEMBLE_ACTOR = {SquashedGaussianActor: EnsembleSquashedGaussianActor, Determi
 
 
 def make_offpolicy_agents(
-    actor: Callable[..., nn.Module], critic: Callable[[int, int], TwinQ], seeds: Sequence[int], obs_dim: int, action_dim: int,
-    methods: Sequence[str] = ("distribution", "unit", "bounds"),
-) -> tuple[Ensemble | StackedModule, EnsembleTwinQ]:
-    """K agents' actors and twin critics; agent i's are what `torch.manual_seed(seeds[i])`, then
+    actor: Callable[..., nn.Module], critic: Callable[[int, int], nn.Module], seeds: Sequence[int], obs_dim: int,
+    action_dim: int, methods: Sequence[str] = ("distribution", "unit", "bounds"),
+) -> tuple[Ensemble | StackedModule, EnsembleTwinQ | StackedModule]:
+    """K agents' actors and critics; agent i's are what `torch.manual_seed(seeds[i])`, then
     `make_net(actor, obs_dim, action_dim)`, then `critic(obs_dim, action_dim)` build (the single run's order).
-    Our actors are stacked by hand; any other actor generically (`StackedModule`), running those of `methods` it has
-    over the members (`stacked.unit(obs)`). The global RNG is left as it was."""
+    Our actors and `TwinQ` critics are stacked by hand (`EnsembleTwinQ`: 2K critics); any other actor or critic
+    generically (`StackedModule`: K members, one per agent; DDPG's one `QNet`), an actor running those of `methods` it
+    has over the members (`stacked.unit(obs)`). The global RNG is left as it was."""
     if len(seeds) == 0:
         raise ValueError("make_offpolicy_agents needs at least one seed")
     actors, critics = [], []
@@ -252,10 +253,11 @@ def make_offpolicy_agents(
             torch.default_generator.manual_seed(int(s))
             actors.append(make_net(actor, obs_dim, action_dim))
             critics.append(critic(int(obs_dim), int(action_dim)))
-    if type(critics[0]) is not TwinQ:
-        raise ValueError(f"make_offpolicy_agents needs TwinQ critics; got {type(critics[0]).__name__}")
+    if not isinstance(critics[0], nn.Module):
+        raise ValueError(f"make_offpolicy_agents needs critics that are nn.Modules; got {type(critics[0]).__name__}")
     # Exact types: a subclass may change a method, which stacking the weights by hand would silently drop.
+    stacked_critics = EnsembleTwinQ(critics) if type(critics[0]) is TwinQ else StackedModule(critics)
     build = _ENSEMBLE_ACTOR.get(type(actors[0]))
     if build is None:
-        return StackedModule(actors, methods=[m for m in methods if hasattr(actors[0], m)]), EnsembleTwinQ(critics)
-    return build(actors), EnsembleTwinQ(critics)
+        return StackedModule(actors, methods=[m for m in methods if hasattr(actors[0], m)]), stacked_critics
+    return build(actors), stacked_critics

@@ -143,7 +143,8 @@ class OffPolicyActorCriticTask(OffPolicyTask):
     actor_contract: ClassVar[ModelContract]  # what any actor must have (ours meet it)
     model_option: ClassVar[str]
     loss_functions: ClassVar[dict[str, Callable]]
-    #: Each agent's critics: `critic_class(obs_dim, action_dim, hidden=task.critic_hidden)` (TwinQ: Q1 and Q2).
+    #: Each agent's critics: `critic_class(obs_dim, action_dim, hidden=task.critic_hidden)` (TwinQ: Q1 and Q2, stacked
+    #: by hand; any other class, DDPG's one `QNet`, stacked generically: `make_offpolicy_agents`).
     critic_class: ClassVar[Callable[..., nn.Module]] = TwinQ
     #: A Polyak-averaged target of the actor (`actor_target`), moved by `update_targets`.
     target_actor: ClassVar[bool] = False
@@ -218,7 +219,8 @@ class OffPolicyActorCriticTask(OffPolicyTask):
             if name != "forward":
                 want = [("N", D), ("N", D)] if name == "distribution" else ("N", D)
                 check_outputs(net, self.algorithm, duty, (D,) if name == "bounds" else self.obs_shape, want, name)
-        # Critics stacked per agent (TwinQ: every agent's Q1, then every agent's Q2): the optimizer shrinks them so.
+        # Critics stacked per agent (TwinQ: every agent's Q1, then every agent's Q2; a generic stack: one member per
+        # agent): the optimizer shrinks them so.
         self.critics_per_agent = int(next(self.critic.parameters()).shape[0]) // len(self.agent_seeds)
         self.critic_target = freeze(copy.deepcopy(self.critic))
         if self.target_actor:
