@@ -62,9 +62,7 @@ def replayed_loaded_and_exported_as_its_policy_declares(run_dir):
     import numpy as np
     import torch
 
-    import pipeline
     from pipeline.nets.mlp import MLP
-    from pipeline.runtime.replay import REPLAY_SEED_OFFSET, find_config, run_env
 
     net = MLP(4, 2, hidden=(32,))
     net.load_state_dict(torch.load(run_dir / "model.pt", weights_only=True))
@@ -73,14 +71,28 @@ def replayed_loaded_and_exported_as_its_policy_declares(run_dir):
         with torch.no_grad():
             return net(torch.as_tensor(np.asarray(obs, dtype=np.float32))).argmax(-1).numpy()
 
+    plays_as_by_hand(run_dir, by_hand, to_env=int)
+
+
+def plays_as_by_hand(run_dir, by_hand, to_env=lambda action: action):
+    """`python -m pipeline.eval` (from the examples' folder), `pipeline.load` and `python -m pipeline.export` play the
+    deterministic actions `by_hand` computes from model.pt (observations [N, *obs_shape] -> actions [N, ...]; `to_env`
+    makes one of them what the env steps on), and a stochastic act draws from its generator. Returns the
+    observations the act and the export were compared on."""
+    import numpy as np
+    import torch
+
+    import pipeline
+    from pipeline.runtime.replay import REPLAY_SEED_OFFSET, find_config, run_env
+
     cfg, seed = find_config(run_dir)
     env, returns, seen = run_env(cfg), [], []
-    for episode in range(2):  # the replay's episodes: seeds seed + 30,000 + i, the most likely action each step
+    for episode in range(2):  # the replay's episodes: seeds seed + 30,000 + i, the deterministic action each step
         obs, _ = env.reset(seed=seed + REPLAY_SEED_OFFSET + episode)
         total, done = 0.0, False
         while not done:
             seen.append(obs)
-            obs, reward, terminated, truncated, _ = env.step(int(by_hand(obs[None])[0]))
+            obs, reward, terminated, truncated, _ = env.step(to_env(by_hand(obs[None])[0]))
             total, done = total + float(reward), terminated or truncated
         returns.append(total)
     env.close()
@@ -88,11 +100,14 @@ def replayed_loaded_and_exported_as_its_policy_declares(run_dir):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads((run_dir / "eval.json").read_text())["returns"] == returns
     agent = pipeline.load(run_dir)
-    obs = np.concatenate([np.stack(seen), np.random.default_rng(0).normal(size=(200, 4)).astype(np.float32)])
+    random_obs = np.random.default_rng(0).normal(size=(200, *seen[0].shape)).astype(np.float32)
+    obs = np.concatenate([np.stack(seen), random_obs])
     assert np.array_equal(agent.act(obs), by_hand(obs))
     draws = [agent.act(obs[:50], deterministic=False, generator=torch.Generator().manual_seed(s)) for s in (1, 1, 2)]
     assert np.array_equal(draws[0], draws[1]) and not np.array_equal(draws[0], draws[2])
     proc = run_module("pipeline.export", str(run_dir), cwd=EXAMPLE)
     assert proc.returncode == 0, proc.stderr[-2000:]
     exported = torch.jit.load(str(run_dir / "policy.torchscript.pt"))
-    assert np.array_equal(exported(torch.as_tensor(obs)).numpy(), by_hand(obs))
+    with torch.no_grad():  # a continuous policy's file returns its weights' outputs, which require grad
+        assert np.array_equal(exported(torch.as_tensor(obs)).numpy(), by_hand(obs))
+    return obs
