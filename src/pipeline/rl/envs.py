@@ -290,7 +290,7 @@ def needs_mujoco(env_id: str) -> bool:
 def mujoco_available() -> bool:
     try:
         import mujoco  # noqa: F401
-    except (ImportError, OSError):  # OSError: its shared library or a GL backend (MUJOCO_GL) does not load
+    except ImportError:  # an OSError (its library or GL backend) goes up: the start-up check names it in one line
         return False
     return True
 
