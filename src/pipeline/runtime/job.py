@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -311,6 +312,18 @@ def tuner_hooks(cfg: DictConfig) -> dict:
     return {"trial_reporter": TrialReporter.from_config}
 
 
+def _parent_gone(parent: int, wait_s: float = 3.0) -> bool:
+    """Whether rank 0 (`parent`) has died: this rank is reparented. A killed process's sockets close before its children
+    are reparented, so a collective can fail first; the wait covers that window (seen under load), on the error path
+    only."""
+    deadline = time.monotonic() + wait_s
+    while os.getppid() == parent:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def rank_main(job_dir: str) -> int:
     """Rank r > 0 of a run on several processes on this machine (started by rank 0, devices.RankProcesses): it trains
     in step with rank 0 and writes nothing into the run dir; its error line goes to `<job_dir>/rank<r>.error`, where
@@ -331,7 +344,7 @@ def rank_main(job_dir: str) -> int:
         return run_rank(check_run(cfg, ctx.choices), ctx)
     except BaseException as exc:
         (path / f"rank{ctx.rank}.error").write_text(one_line(exc))
-        if os.getppid() == parent or not isinstance(exc, Exception):
+        if not isinstance(exc, Exception) or not _parent_gone(parent):
             raise
         # Rank 0 is gone (killed): this rank's collective failed because of it, and its traceback (~100 lines of
         # gloo's "Connection reset by peer") says nothing more. Rank 0's record says where the run stands.
