@@ -42,9 +42,10 @@ def test_a_forked_run_gets_the_cwd_and_environment_it_is_given(tmp_path):
     assert shown.returncode == 0 and "probe: value-from-the-test" in shown.stdout, shown.stdout[-800:] + shown.stderr[-800:]
 
 
-def test_a_run_past_its_timeout_is_killed_and_raises_as_subprocess_run_does():
+def test_a_run_past_its_timeout_is_killed_and_raises_as_subprocess_run_does(tmp_path):
+    # A dir of its own: a run killed here before is refused at once in the same dir (it would not time out).
     with pytest.raises(subprocess.TimeoutExpired):
-        run_cli("experiment=dqn_cartpole", "hydra.run.dir=/tmp/forkserver-timeout-test", timeout=2)
+        run_cli("experiment=dqn_cartpole", f"hydra.run.dir={tmp_path / 'run'}", timeout=2)
 
 
 def test_variables_read_while_torch_imports_send_the_run_to_a_fresh_interpreter():

@@ -35,6 +35,7 @@ from pipeline.games.rmac import (
 )
 from pipeline.games.rules import PREFIX
 from pipeline.games.symmetry import symmetry_test
+from pipeline.store.layout import RESULT
 from pipeline.tasks.base import Task, TaskParts
 from pipeline.tasks.configs import CounterfactualConfig
 
@@ -202,7 +203,7 @@ class CounterfactualTask(Task):
         if found.untrusted:
             reasons = "; ".join(f"r={r:g}: {why}" for r, why in found.untrusted.items())
             log.warning(f"second-price points not to be trusted at reserves {[float(r) for r in found.untrusted]} "
-                        f"({reasons}); read them with their SD (point_sd in result.json), or pass "
+                        f"({reasons}); read them with their SD (point_sd in {RESULT}), or pass "
                         "task.value_top=<largest value> if you know it")
 
     def _check_bids(self, logged) -> None:
