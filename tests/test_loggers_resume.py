@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -31,9 +32,17 @@ def segments(seed_dir: Path, tmp: Path) -> list[dict]:
     for i, path in enumerate(sorted(seed_dir.glob("wandb/offline-run-*/run-*.wandb"))):
         alone = tmp / f"segment{i}"  # wandb_records reads the one offline run under <dir>/wandb
         (alone / "wandb" / path.parent.name).mkdir(parents=True)
-        shutil.copy(path, alone / "wandb" / path.parent.name / path.name)
-        records = list(wandb_records(alone))
-        (run_record,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
+        # W&B's service process writes the offline file after the run returns; on a loaded machine it can lag a few
+        # seconds behind (seen in the full suite), so read it again until its run record is there.
+        deadline = time.monotonic() + 60
+        while True:
+            shutil.copy(path, alone / "wandb" / path.parent.name / path.name)
+            records = list(wandb_records(alone))
+            runs = [r.run for r in records if r.WhichOneof("record_type") == "run"]
+            if runs or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        (run_record,) = runs
         steps = []
         for r in records:
             if r.WhichOneof("record_type") == "history":
