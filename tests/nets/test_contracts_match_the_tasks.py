@@ -59,14 +59,14 @@ def recording(build, seen: list[frozenset[str]], users_own: bool):
 CASES = {
     "dqn": (DQNTask, functools.partial(MLP, hidden=(8,)), CART, {"loss": nn.SmoothL1Loss()}),
     "cem": (CEMTask, functools.partial(MLP, hidden=(8,)), CART, {"episodes_per_batch": 3, "max_iterations": 1}),
-    "ppo (discrete)": (PPOTask, functools.partial(ActorCritic, hidden=(8,)), CART, {}),
-    "ppo (continuous)": (PPOTask, functools.partial(ActorCritic, hidden=(8,)), PEND, {}),
+    "ppo-discrete": (PPOTask, functools.partial(ActorCritic, hidden=(8,)), CART, {}),
+    "ppo-continuous": (PPOTask, functools.partial(ActorCritic, hidden=(8,)), PEND, {}),
     "sac": (SACTask, functools.partial(SquashedGaussianActor, hidden=(8,)), PEND, {}),
     "td3": (TD3Task, functools.partial(DeterministicActor, hidden=(8,)), PEND, {}),
 }
 
 
-@pytest.mark.parametrize("users_own", [False, True], ids=["ours", "a user's own"])
+@pytest.mark.parametrize("users_own", [False, True], ids=["ours", "users-own"])
 @pytest.mark.parametrize("case", CASES)
 def test_the_contract_names_exactly_the_keywords_the_task_passes(case, users_own):
     cls, build, env, settings = CASES[case]
@@ -76,5 +76,5 @@ def test_the_contract_names_exactly_the_keywords_the_task_passes(case, users_own
     assert len(seen) >= 1 + 3  # every member of both builds went through the factory
     # What a replay, pipeline.load and an export build from model.pt: the policy's plain network.
     task.policy.network(recording(build, seen, users_own), task.observation_space, task.action_space)
-    contract = BY_TASK[case.split()[0]]
+    contract = BY_TASK[case.split("-")[0]]
     assert set(seen) == {frozenset(contract.constructor)}, (case, sorted(map(sorted, set(seen))), contract.constructor)

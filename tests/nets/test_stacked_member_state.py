@@ -31,7 +31,7 @@ class Projected(nn.Module):
         return x @ self.proj
 
 
-NETS = {"ours (EnsembleMLP)": functools.partial(MLP, hidden=(8,)), "generic (StackedModule)": BatchNormNet}
+NETS = {"ours-EnsembleMLP": functools.partial(MLP, hidden=(8,)), "generic-StackedModule": BatchNormNet}
 
 
 def member_inputs(k, seed):
