@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from abc import ABC, abstractmethod
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -153,7 +154,7 @@ def _elevate(coefficients: Tensor, degree: int) -> Tensor:
     return j * padded_low + (1 - j) * padded_high
 
 
-class Family:
+class Family(ABC):
     """One model of the bids: ``curves(shape, start, top)`` gives, per row, (bids, values, CDF) at `POINTS`
     points in units of ``high``; ``shape`` is the unconstrained parameter vector of degree ``degree``."""
 
@@ -162,17 +163,21 @@ class Family:
     def __init__(self, degree: int, rows: int, n_bidders: int, reserve: float | None = None):
         self.degree, self.rows, self.n_bidders, self.reserve = degree, rows, n_bidders, reserve
 
+    @abstractmethod
     def n_params(self) -> int:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def start_shape(self) -> Tensor:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def elevated(self, shape: Tensor, degree: int) -> Tensor:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def curves(self, shape: Tensor, start: Tensor, top: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        raise NotImplementedError
+        ...
 
     def penalty(self, shape: Tensor) -> Tensor:
         return shape.new_zeros(())
