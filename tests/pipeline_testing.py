@@ -273,3 +273,27 @@ def stand_in_wandb(calls: list, settings=None, fail_on_log: bool = False):
     wandb.init, wandb.Table, wandb.Image, wandb.Artifact, wandb.runs = init, Table, Image, Artifact, []
     wandb.Settings = lambda **kwargs: dict(kwargs)  # what was asked of wandb.Settings, as a dict
     return wandb
+
+
+def fit_ready(task):
+    """An off-policy actor-critic task built by hand (SAC, TD3, DDPG), set up as Lightning's fit sets it up: its buffers
+    and optimizers made, and `optimizers()` handing back the actor's (what RLTask reads when it shrinks the batch)."""
+    from types import SimpleNamespace
+
+    task.on_fit_start()
+    task.configure_optimizers()
+    task.optimizers = lambda: SimpleNamespace(optimizer=task.actor_opt)
+    return task
+
+
+def assert_compile_booked_apart(task) -> None:
+    """Two iterations of a compiled RL task: the first compiled, and its compiling is booked as "compile" (equal to
+    the task's compile_s), not "learn"; the second compiled nothing and only learnt."""
+    import pytest
+
+    task.iterate()
+    first = dict(task.time_breakdown_s)
+    task.iterate()
+    assert first["compile"] == pytest.approx(task.compile_s) and first["compile"] > 0.0
+    assert task.time_breakdown_s["compile"] == first["compile"]
+    assert task.time_breakdown_s["learn"] > first.get("learn", 0.0)

@@ -4,7 +4,6 @@ the single run of its seed, and the layer shrinks and checkpoints its one critic
 
 import functools
 import io
-from types import SimpleNamespace
 
 import torch
 
@@ -12,6 +11,7 @@ from example_algorithm.ddpg import DDPGTask, ddpg_actor_losses, ddpg_critic_loss
 from pipeline.nets.continuous_control import DeterministicActor, QNet
 from pipeline.nets.stacked import StackedModule
 from pipeline.rl.replay import Transitions
+from pipeline_testing import fit_ready
 from tasks.test_sac_td3_units import PENDULUM, train
 
 SMALL = {"learning_starts": 20, "batch_size": 16, "buffer_size": 300, "critic_hidden": [16, 16],
@@ -22,10 +22,7 @@ NETS = ("net", "actor_target", "critic", "critic_target")
 def make(n_agents: int = 1, seed: int = 0, **overrides) -> DDPGTask:
     task = DDPGTask.create(net=functools.partial(DeterministicActor, hidden=(16, 16)), env=PENDULUM, n_agents=n_agents,
                            seed=seed, **{**SMALL, **overrides})
-    task.on_fit_start()
-    task.configure_optimizers()
-    task.optimizers = lambda: SimpleNamespace(optimizer=task.actor_opt)  # what Lightning hands RLTask when it shrinks
-    return task
+    return fit_ready(task)
 
 
 def plain(task: DDPGTask, name: str, i: int) -> torch.nn.Module:
@@ -129,10 +126,7 @@ def test_a_checkpoint_continues_bitwise():
     assert state["format"] == "example.ddpg/1" and state["replay"]["size"] == 40
     resumed = DDPGTask.create(net=functools.partial(DeterministicActor, hidden=(16, 16)), env=PENDULUM, n_agents=2, **SMALL)
     assert resumed.load_checkpoint_state(state) == 40
-    resumed.on_fit_start()
-    resumed.configure_optimizers()
-    resumed.optimizers = lambda: SimpleNamespace(optimizer=resumed.actor_opt)
-    resumed.on_train_start()
+    fit_ready(resumed).on_train_start()
     train(task, 20)
     train(resumed, 20)
     for name in NETS:

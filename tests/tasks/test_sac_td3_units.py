@@ -3,7 +3,6 @@ leaves the batch with everything it owned, a checkpoint continues bitwise, bad s
 
 import functools
 import io
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -11,6 +10,7 @@ import torch
 from pipeline.nets.continuous_control import DeterministicActor, SquashedGaussianActor
 from pipeline.tasks.sac import SACTask
 from pipeline.tasks.td3 import TD3Task
+from pipeline_testing import fit_ready
 
 PENDULUM = {"id": "Pendulum-v1", "backend": "tensor"}
 SMALL = {"learning_starts": 20, "batch_size": 16, "buffer_size": 300, "critic_hidden": [16, 16],
@@ -25,11 +25,7 @@ def make(algo: str, n_agents: int = 1, seed: int = 0, **overrides):
     cls, actor, own = ALGOS[algo]
     task = cls.create(net=functools.partial(actor, hidden=(16, 16)), env=PENDULUM, n_agents=n_agents, seed=seed,
                       **{**SMALL, **own, **overrides})
-    task.on_fit_start()
-    task.configure_optimizers()
-    # What Lightning's `optimizers()` hands RLTask when it shrinks the batch: the optimizer the task configured.
-    task.optimizers = lambda: SimpleNamespace(optimizer=task.actor_opt)
-    return task
+    return fit_ready(task)
 
 
 def train(task, steps: int) -> None:
@@ -96,10 +92,7 @@ def test_a_checkpoint_continues_bitwise_replay_included(algo):
     resumed_task = ALGOS[algo][0].create(net=functools.partial(ALGOS[algo][1], hidden=(16, 16)), env=PENDULUM, n_agents=2,
                                          **{**SMALL, **ALGOS[algo][2]})
     assert resumed_task.load_checkpoint_state(state) == 50
-    resumed_task.on_fit_start()
-    resumed_task.configure_optimizers()
-    resumed_task.optimizers = lambda: SimpleNamespace(optimizer=resumed_task.actor_opt)
-    resumed_task.on_train_start()
+    fit_ready(resumed_task).on_train_start()
     train(task, 30)
     train(resumed_task, 30)
     for net in ("net", "critic", "critic_target"):
