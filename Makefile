@@ -9,7 +9,7 @@ TORCH := torch==2.13.0
 EXPERIMENT ?= dqn_cartpole
 ARGS ?=
 
-.PHONY: help setup run test test-fast mutate bench bench-jax bench-ddp bench-atari-cleanrl bench-cleanrl bench-offpolicy-cleanrl bench-tune lint clean headless-gl cluster-up cluster-down
+.PHONY: help setup run test test-long test-fast mutate bench bench-jax bench-ddp bench-atari-cleanrl bench-cleanrl bench-offpolicy-cleanrl bench-tune lint clean headless-gl cluster-up cluster-down
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -31,11 +31,14 @@ run: $(STAMP) ## run the main job (EXPERIMENT=dqn_cartpole, ARGS="seed=1 ...")
 JOBS ?= 2
 XDIST = $(if $(filter 1,$(JOBS)),,-n $(JOBS) --dist loadgroup)
 
-test: $(STAMP) ## run the test suite (JOBS=2 workers)
-	$(PY) -m pytest -q $(XDIST) $(ARGS)
+test: $(STAMP) ## run the test suite (JOBS=2 workers), all but the tests marked long
+	$(PY) -m pytest -q -m "not long" $(XDIST) $(ARGS)
 
-test-fast: $(STAMP) ## the suite without the tests marked slow (each over ~5 s)
-	$(PY) -m pytest -q -m "not slow" $(XDIST) $(ARGS)
+test-long: $(STAMP) ## the tests marked long (cold torch.compile; CI runs them after make test)
+	$(PY) -m pytest -q -m long $(XDIST) $(ARGS)
+
+test-fast: $(STAMP) ## the suite without the tests marked slow (each over ~5 s) or long
+	$(PY) -m pytest -q -m "not slow and not long" $(XDIST) $(ARGS)
 
 mutate: $(STAMP) ## mutation score of the 21 core modules (~15 min on 2 cores; ARGS="rl/replay.py", "--stable" or "--all": hours)
 	$(PY) tools/mutate.py $(ARGS)

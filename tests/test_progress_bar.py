@@ -41,6 +41,7 @@ def test_a_supervised_run_off_a_terminal_writes_lines_without_validation_or_test
 
 
 @pytest.mark.slow
+@pytest.mark.long  # PPO's update and rollout compiled cold on a fresh machine: ~50 s (`make test-long`)
 def test_a_compiled_run_says_its_results_are_not_eagers_and_its_bar_leaves_compile_time_out(tmp_path):
     """device.compile=true: one line in the run's log says compiled results are not bitwise eager's; the bar's rate
     (and so its time left) is the working rate: its last state's rate is far above steps over wall seconds, which

@@ -51,6 +51,7 @@ def shrink(net, keep):
 
 
 @pytest.mark.slow
+@pytest.mark.long  # four graphs compiled cold on a fresh machine: ~40 s (`make test-long`)
 def test_a_fixed_member_count_runs_one_static_graph_and_the_first_shrink_adds_one_symbolic_graph():
     torch._dynamo.reset()
     net = ensemble(4)

@@ -24,7 +24,8 @@ from pipeline.tasks.dqn import DQNTask
 from pipeline.tasks.ppo import PPOTask
 from pipeline_testing import assert_compile_booked_apart
 
-pytestmark = pytest.mark.slow
+# Each test compiles its graphs cold on a fresh machine (C++ kernels through g++: 18-78 s a test): `make test-long`.
+pytestmark = [pytest.mark.slow, pytest.mark.long]
 
 CART = {"id": "CartPole-v1", "backend": "tensor", "dtype": "float64"}
 NEVER = 10**9

@@ -19,7 +19,8 @@ from pipeline.tasks.sac import SACTask
 from pipeline.tasks.td3 import TD3Task
 from pipeline_testing import assert_compile_booked_apart
 
-pytestmark = pytest.mark.slow
+# Each test compiles its graphs cold on a fresh machine (C++ kernels through g++: 18-78 s a test): `make test-long`.
+pytestmark = [pytest.mark.slow, pytest.mark.long]
 
 PENDULUM = {"id": "Pendulum-v1", "backend": "tensor", "dtype": "float64"}
 LR, ADAM_EPS, GRAD_RTOL = 0.01, 1e-3, 1e-6
