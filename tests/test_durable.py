@@ -31,7 +31,7 @@ def wait_for(predicate, timeout: float = 240.0, proc=None) -> None:
             return
         if proc is not None and proc.poll() is not None:
             raise AssertionError(f"process ended early ({proc.returncode}): {proc.stdout.read()[-2000:]}")
-        time.sleep(0.2)
+        time.sleep(0.1)
     raise AssertionError("timed out")
 
 
@@ -49,13 +49,14 @@ DQN = ("experiment=dqn_cartpole", "task.stop_at_return=null", "trainer.enable_pr
 @pytest.mark.parametrize("batch", [(), ("seeds_per_process=3", "env=cartpole_tensor", "task.envs_per_agent=4")], ids=["k1-gym", "k3-tensor"])
 def test_kill_9_then_ckpt_path_last_continues_a_dqn_run(tmp_path, batch):
     """Killed after its first checkpoint and resumed, the run ends exactly where an uninterrupted one does."""
-    # Long enough after the first checkpoint (4,096) that the kill lands mid-run even on a slow, loaded machine.
-    budget = 24_576
-    args = (*DQN, f"task.total_steps={budget}", "checkpoint.every_steps=4096", *batch)
+    # Long enough after the first checkpoint (2,048: past learning_starts and the first evaluation, replay saved) that
+    # the kill lands mid-run even on a slow, loaded machine (10k steps still to go), evaluations on both sides of it.
+    budget = 12_288
+    args = (*DQN, f"task.total_steps={budget}", "task.eval_every=2048", "checkpoint.every_steps=2048", *batch)
     run_dir = tmp_path / "killed"
     agent_dir = run_dir if not batch else run_dir / "seed1"
     proc = start(*args, f"hydra.run.dir={run_dir}")
-    wait_for(lambda: (checkpoint_step(agent_dir) or 0) >= 4096, proc=proc)
+    wait_for(lambda: (checkpoint_step(agent_dir) or 0) >= 2048, proc=proc)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     killed = read_record(agent_dir).to_dict()  # as a reader sees it: its process gone, `running` reads `failed`
@@ -94,12 +95,14 @@ PPO_ARGS = ("experiment=ppo_cartpole", "task.stop_at_return=null", "trainer.enab
 def test_kill_9_then_ckpt_path_last_continues_a_ppo_run_exactly(tmp_path, batch):
     """PPO's declared state (weights, Adam, counters, evaluations, per-agent shuffles, the global RNG that draws its
     actions, the envs mid-episode) brings a killed run to the end an uninterrupted one reaches, bitwise."""
-    budget = 25_600  # 100 iterations of 256 env steps per agent; a checkpoint every 10
-    args = (*PPO_ARGS, f"task.total_steps={budget}", "task.eval_every=5120", "checkpoint.every_steps=2560", *batch)
+    # 50 iterations of 256 env steps per agent; a checkpoint every 5, an evaluation every 10: killed after the first
+    # evaluation's checkpoint (2,560) with 40 iterations still to go, so evaluations on both sides of the kill.
+    budget = 12_800
+    args = (*PPO_ARGS, f"task.total_steps={budget}", "task.eval_every=2560", "checkpoint.every_steps=1280", *batch)
     run_dir = tmp_path / "killed"
     agent_dir = run_dir if not batch else run_dir / "seed1"
     proc = start(*args, f"hydra.run.dir={run_dir}")
-    wait_for(lambda: (checkpoint_step(agent_dir) or 0) >= 5120, proc=proc)
+    wait_for(lambda: (checkpoint_step(agent_dir) or 0) >= 2560, proc=proc)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert proc.returncode == -signal.SIGKILL, f"the run ended ({proc.returncode}) before the kill: raise the budget"
@@ -251,7 +254,8 @@ def test_a_killed_supervised_run_resumes_and_keeps_its_earlier_rows(tmp_path):
 @pytest.mark.parametrize("launcher", ["basic", "joblib"])
 def test_kill_9_of_one_sweep_job_never_takes_down_the_sweep(tmp_path, launcher):
     sweep = tmp_path / "sweep"
-    args = ("-m", *DQN, "seed=0,1,2", "task.total_steps=24576", "checkpoint.every_steps=2048", f"hydra/launcher={launcher}",
+    # 10k steps after the victim's first checkpoint (2,048): the kill lands mid-training even on a loaded machine.
+    args = ("-m", *DQN, "seed=0,1,2", "task.total_steps=12288", "checkpoint.every_steps=2048", f"hydra/launcher={launcher}",
             f"hydra.sweep.dir={sweep}")
     if launcher == "joblib":
         args = (*args, "hydra.launcher.n_jobs=2")
@@ -514,8 +518,8 @@ def test_a_killed_sweep_leaves_no_orphan_training(tmp_path):
     """kill -9 of the sweep's own process: its job's training process is told (SIGTERM), checkpoints, records
     `interrupted` with the sweep's resume command, and ends instead of training on unseen."""
     sweep = tmp_path / "sweep"
-    proc = start("-m", *DQN, "seed=0", "task.total_steps=400000", "checkpoint.every_steps=2048", f"hydra.sweep.dir={sweep}")
-    wait_for(lambda: any((checkpoint_step(d) or 0) >= 2048 for d in sweep.glob("0_*")), proc=proc, timeout=400)
+    proc = start("-m", *DQN, "seed=0", "task.total_steps=400000", "checkpoint.every_steps=1024", f"hydra.sweep.dir={sweep}")
+    wait_for(lambda: any((checkpoint_step(d) or 0) >= 1024 for d in sweep.glob("0_*")), proc=proc, timeout=400)
     (job_dir,) = sweep.glob("0_*")
     child_pid = read_result(job_dir)["pid"]
     proc.kill()
@@ -531,14 +535,14 @@ def test_a_killed_sweep_leaves_no_orphan_training(tmp_path):
     wait_for(child_gone, timeout=120)
     record = read_result(job_dir)
     assert record["status"] == "interrupted" and record["interrupted"]["signal"] == "SIGTERM", record.get("error")
-    assert record["interrupted"]["resume"].endswith("resume=true") and record["checkpoint"]["step"] >= 2048
+    assert record["interrupted"]["resume"].endswith("resume=true") and record["checkpoint"]["step"] >= 1024
 
 
 def test_a_resumed_sweep_leaves_a_job_still_running_alone_in_one_line(tmp_path):
     sweep = tmp_path / "sweep"
-    args = ("-m", *DQN, "seed=0", "task.total_steps=400000", "checkpoint.every_steps=2048", f"hydra.sweep.dir={sweep}")
+    args = ("-m", *DQN, "seed=0", "task.total_steps=400000", "checkpoint.every_steps=1024", f"hydra.sweep.dir={sweep}")
     first = start(*args)
-    wait_for(lambda: any((checkpoint_step(d) or 0) >= 2048 for d in sweep.glob("0_*")), proc=first, timeout=400)
+    wait_for(lambda: any((checkpoint_step(d) or 0) >= 1024 for d in sweep.glob("0_*")), proc=first, timeout=400)
     try:
         again = run_cli(*args, "resume=true")
     finally:
@@ -557,9 +561,9 @@ def test_a_sweep_training_in_its_own_process_stops_on_a_signal_instead_of_starti
     `interrupted`). The sweep then stopped only that job and went on to the next one; a tuner worker cancelled
     by SLURM (SIGTERM) kept asking for trials. It stops now, with the resume command, as with child processes."""
     sweep = tmp_path / "sweep"
-    proc = start("-m", *DQN, "seed=0,1", "task.total_steps=400000", "checkpoint.every_steps=2048", "isolate_jobs=false",
+    proc = start("-m", *DQN, "seed=0,1", "task.total_steps=400000", "checkpoint.every_steps=1024", "isolate_jobs=false",
                  f"hydra.sweep.dir={sweep}")
-    wait_for(lambda: any((checkpoint_step(d) or 0) >= 2048 for d in sweep.glob("0_*")), proc=proc)
+    wait_for(lambda: any((checkpoint_step(d) or 0) >= 1024 for d in sweep.glob("0_*")), proc=proc)
     proc.send_signal(sig)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == (130 if sig == signal.SIGINT else 143), out[-2000:]

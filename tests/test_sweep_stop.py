@@ -13,7 +13,7 @@ from pipeline.sweep import sweep_processes
 from pipeline_testing import start_module
 
 DQN = ("experiment=dqn_cartpole", "task.stop_at_return=null", "trainer.enable_progress_bar=false",
-       "task.total_steps=400000", "checkpoint.every_steps=2048")
+       "task.total_steps=400000", "checkpoint.every_steps=1024")
 
 
 def _checkpointed(sweep: Path) -> int:
