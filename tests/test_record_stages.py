@@ -44,10 +44,10 @@ def _watch(monkeypatch, dirs, curves: dict | None = None):
 
     def after(note_save):
         def noted(**saved):
+            if curves is not None:  # as a kill right after the checkpoint's save would leave them
+                curves[saved["step"]] = [read_run_curve(d) for d in dirs]
             note_save(**saved)
             look(f"checkpoint {saved['step']}")
-            if curves is not None:
-                curves[saved["step"]] = [read_run_curve(d) for d in dirs]
 
         return noted
 
@@ -115,9 +115,13 @@ def test_a_dqn_batchs_records_say_ok_only_after_the_run(make_cfg, tmp_path, monk
     seen = _watch(monkeypatch, dirs, curves)
     returned = run(make_cfg(*DQN), tmp_path)
     _check_stages(seen, returned, dirs, checkpoints=3)
-    # What a resume from a checkpoint keeps (every curve row up to its step) is on disk when the checkpoint is: the
-    # finished curve's rows up to that step, with the values they had then (the curves flush with every checkpoint;
-    # the last step's row gains the final evaluation later).
+    _check_curves_on_disk_at_each_save(curves, dirs)
+
+
+def _check_curves_on_disk_at_each_save(curves: dict, dirs) -> None:
+    """What a resume from a checkpoint keeps (every curve row up to its step) is on disk when the checkpoint is, before
+    anything else happens (a kill right after the save): the finished curve's rows up to that step, with the values
+    they had then (the last step's row gains the final evaluation later)."""
     final = [read_run_curve(d) for d in dirs]
     assert any(s < step for step in curves for s in final[0]), (sorted(curves), sorted(final[0]))
     for step, on_disk in curves.items():
@@ -127,6 +131,8 @@ def test_a_dqn_batchs_records_say_ok_only_after_the_run(make_cfg, tmp_path, monk
 
 
 def test_a_supervised_runs_record_says_ok_only_after_the_run(make_cfg, tmp_path, monkeypatch):
-    seen = _watch(monkeypatch, [tmp_path])
+    curves: dict[int, list] = {}
+    seen = _watch(monkeypatch, [tmp_path], curves)
     returned = run(make_cfg(*SUPERVISED), tmp_path)
     _check_stages(seen, returned, [tmp_path], checkpoints=2)
+    _check_curves_on_disk_at_each_save(curves, [tmp_path])

@@ -98,8 +98,11 @@ class EpochCheckpointer(Checkpoint):
     """
 
     def __init__(self, path: Path, policy: CheckpointPolicy, stop: StopRequests, on_save, saved_epoch: int | None = None,
-                 curve_step=None, writes: bool = True, history=None) -> None:
+                 curve_step=None, writes: bool = True, history=None, before_save=None) -> None:
         self.path, self.policy, self.stop, self.on_save = Path(path), policy, stop, on_save
+        # before_save(): the run's curves onto disk, so a checkpoint never covers a row that is only in memory (a
+        # kill between the save and a later flush lost the checkpointed epoch's rows: the resume starts after them).
+        self.before_save = before_save or (lambda: None)
         # history(step): the record's segments as they stand once this step is saved (kept in the checkpoint).
         self.history = history
         # False on ranks > 0 of a run on several processes: rank 0 writes the one checkpoint.
@@ -157,6 +160,7 @@ class EpochCheckpointer(Checkpoint):
         if self.history is not None:
             state[RECORD_KEY] = {"segments": self.history(epoch)}
         if self.policy.due(epoch) or epoch + 1 >= (trainer.max_epochs or 0) or self.stop.requested:
+            self.before_save()
             t0 = time.perf_counter()
             try:
                 save_atomic(state, self.path)
@@ -174,6 +178,7 @@ class EpochCheckpointer(Checkpoint):
     def save_last_finished_epoch(self) -> None:
         if self._unsaved is None or (self.saved_epoch is not None and self._unsaved[0] <= self.saved_epoch):
             return
+        self.before_save()
         t0 = time.perf_counter()
         epoch, data = self._unsaved
         try:
@@ -217,14 +222,17 @@ def curve_step_of(state: dict, resume_step: int | None) -> int | None:
 
 
 def state_checkpointer(task, path: Path, policy: CheckpointPolicy, stop: StopRequests, note_save, history=None,
-                       note_progress=None):
+                       note_progress=None, before_save=None):
     """For tasks that keep their own state (DQN): save when due; on a stop request save and end the fit.
     `history(step)`: the record's segments to keep in the checkpoint; `note_progress()`: called at every other safe
-    point (the lifecycle writes what the records learnt since, e.g. an evaluation and the best weights it kept)."""
+    point (the lifecycle writes what the records learnt since, e.g. an evaluation and the best weights it kept);
+    `before_save()`: the curves onto disk first, so the checkpoint covers no row that is only in memory."""
 
     failures = FailedSaves()
 
     def save() -> None:
+        if before_save is not None:
+            before_save()
         t0 = time.perf_counter()
         try:
             state = task.checkpoint_state()

@@ -414,14 +414,19 @@ class _Lifecycle:
         callbacks: list = [self.timer]
         if task.checkpointing == "state":
             task.checkpoint_hook = state_checkpointer(task, self.ckpt_file, policy, self.stop, self.note_save,
-                                                      history=self.history, note_progress=self.note_progress)
+                                                      history=self.history, note_progress=self.note_progress,
+                                                      before_save=self.flush_curves)
         else:
             self.epochs = EpochCheckpointer(self.ckpt_file, policy, self.stop, self.note_save, saved_epoch=self.resume_step,
                                             curve_step=lambda: max((c.last_step() for c in self.curves if c.rows), default=None),
-                                            history=self.history)
+                                            history=self.history, before_save=self.flush_curves)
             callbacks.append(self.epochs)
         policy.start(self.resume_step or 0)
         self.trainer = make_trainer(self.checked, self.device.type, self.run_dir, trainer_loggers, callbacks, self.ranks, task)
+
+    def flush_curves(self) -> None:
+        for c in self.curves:
+            c.flush()
 
     def history(self, step: int | None) -> list[dict]:
         """The records' segments as they stand once a checkpoint of `step` is saved (what the checkpoint keeps)."""
@@ -468,8 +473,6 @@ class _Lifecycle:
             # A reader that finds this process gone says how far the checkpoint got and how to go on (store.owner).
             r.wall_time_s = round(sum(float(seg.get("wall_time_s") or 0.0) for seg in r.segments), 3)
             r.write()
-        for c in self.curves:
-            c.flush()
 
     def fit(self) -> list[dict[str, float]]:
         """The task's fit and final evaluation; a stop request ends it at a safe point with one checkpoint."""
