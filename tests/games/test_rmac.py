@@ -36,6 +36,10 @@ torch.set_num_threads(1)
 
 EPSILONS = [0.001, 0.005, 0.02]
 RULES = default_rules()
+# The tests on the 5,000 bids of seed 0 (`equilibrium_run`, `quick_table`, the known top, welfare) run on one worker
+# (xdist_group): the module fixtures are computed once in the suite, not once per worker, and the bids' value-sieve
+# fit is `fit_sieve`'s cached one after the first.
+SEED0_BIDS = pytest.mark.xdist_group("rmac_seed0_5000_bids")
 
 
 def _bids(n_bids, k=None, seed=0):
@@ -192,6 +196,7 @@ def test_fictitious_play_reaches_the_equilibrium_on_uniform_types():
 # The default experiment on equilibrium data
 
 
+@SEED0_BIDS
 def test_point_estimate_recovers_the_truth(quick_table):
     errors = {r: quick_table[f"cf/{r}/point"] - quick_table[f"cf/{r}/truth"] for r in RULES}
     print("\npoint errors:", {r: round(e, 4) for r, e in errors.items()})
@@ -203,6 +208,7 @@ def test_point_estimate_recovers_the_truth(quick_table):
     assert abs(errors["second_price_r1.0"]) < 0.05
 
 
+@SEED0_BIDS
 def test_table_keys_follow_the_documented_names(quick_table):
     expected = {f"cf/{r}/{what}" for r in RULES for what in ["point", "truth"]}
     expected |= {
@@ -217,6 +223,7 @@ def test_table_keys_follow_the_documented_names(quick_table):
     assert result_key("second_price_r0.50", "point", "welfare") == "cfw/second_price_r0.5/point"
 
 
+@SEED0_BIDS
 @pytest.mark.slow
 def test_bounds_contain_the_point_and_widen_with_epsilon(equilibrium_table):
     for rule in RULES:
@@ -233,6 +240,7 @@ def test_bounds_contain_the_point_and_widen_with_epsilon(equilibrium_table):
     assert interval[1] - interval[0] < 0.25
 
 
+@SEED0_BIDS
 @pytest.mark.slow
 def test_raw_bounds_are_ordered_and_widen_with_epsilon_before_any_clamp(equilibrium_run):
     """The optimiser's own numbers, not the clamped ones: a clamp that fires would hide its failure.
@@ -285,6 +293,7 @@ def test_estimates_scale_with_the_data_units(scale):
         assert scaled_value == pytest.approx(scale * value, rel=1e-9, abs=1e-12), (key, scaled_key)
 
 
+@SEED0_BIDS
 @pytest.mark.slow
 def test_bounds_cover_the_truth_on_equilibrium_data(equilibrium_table):
     # Reserve 1.0, the top of the values, is the exception: its revenue is n * P(V > 1) under an estimated
@@ -297,6 +306,7 @@ def test_bounds_cover_the_truth_on_equilibrium_data(equilibrium_table):
             assert lower <= truth_value <= upper, (rule, eps)
 
 
+@SEED0_BIDS
 def test_with_the_value_top_known_the_bounds_cover_the_top_reserves():
     """At reserve 1.0 (= the largest value) revenue is 0 and any type above 1 sells; with the top known
     (`known_value_scale`) the bounds at r = 0.9 and 1.0 contain the truth for every epsilon."""
@@ -399,6 +409,7 @@ def test_point_error_shrinks_with_more_data():
     assert rmse[20_000] < 0.6 * rmse[500]
 
 
+@SEED0_BIDS
 def test_welfare_uses_its_own_prefix_and_matches_the_truth():
     (bids, _), generator = _bids(5000)
     rules = ["second_price_r0.0", "second_price_r0.5", "first_price_n3"]
