@@ -27,9 +27,10 @@ def test_a_run_on_two_slurm_tasks_writes_one_record_of_both(tmp_path, cluster, s
     assert [r.split(",")[0] for r in rows[1:]] == ["0", "1", "2"], rows  # one curve, one row per epoch, not one per rank
 
 
-# supervised_digits at batch 32 a task, ~0.1 s an epoch: 60 epochs (~6 s) let a signal sent after two rows arrive
-# after the run's end on a loaded CI machine; 240 keep it mid-run.
-EPOCHS = 240
+# supervised_digits at batch 32 a task, ~0.1 s an epoch (0.25-0.35 s on a loaded machine): 60 epochs (~6 s) let a
+# signal sent after two rows arrive after the run's end on a loaded CI machine, as the curve file is first written ~5 s
+# into training (store.curves.CurveLog flushes every 5 s), i.e. near epoch 50. 160 leave ~100 epochs (10 s) after it.
+EPOCHS = 160
 
 
 def test_a_preempted_run_on_two_slurm_tasks_saves_once_is_requeued_once_and_finishes(tmp_path, cluster, start_cli):
@@ -41,7 +42,7 @@ def test_a_preempted_run_on_two_slurm_tasks_saves_once_is_requeued_once_and_fini
     job = wait_until(cli.job_ids, 120, "the sweep to submit its job")[0]
     run_dir = next(iter(wait_until(lambda: list(sweep.glob("0_*")), 240, "the job's run dir")))
     curve = run_dir / "metrics.csv"
-    wait_until(lambda: curve.exists() and len(read_steps(curve, "step")) >= 2, 240, "training to log two rows")
+    wait_until(lambda: curve.exists() and len(read_steps(curve, "step")) >= 2, 240, "training to log two rows", every=0.1)
     subprocess.run(["scancel", "--signal=USR2", job], check=True)  # what SLURM sends every task before preemption
     interrupted = wait_until(
         lambda: (r := json.loads((run_dir / "result.json").read_text())).get("interrupted") and r, 120,

@@ -14,7 +14,10 @@ import pytest
 from slurm_testing import SLURM_SMALL, node_settled, read_steps, slurm_story, squeue_states, wait_until
 
 DQN_BUDGET = 24000
-EPOCHS = 300  # supervised_digits: ~0.07 s an epoch here, so a signal after two rows lands mid-run
+# supervised_digits: ~0.07 s an epoch here (0.1-0.13 s on a loaded machine). The run's curve file is first written
+# ~5 s into training (store.curves.CurveLog flushes every 5 s; no periodic checkpoint flushes it sooner), so the signal
+# sent after two rows lands near epoch 50-85; 200 epochs leave 8 s or more of training after it.
+EPOCHS = 200
 
 CASES = {
     # name: (overrides, how the job is told, the signal the run records, the run's budget check)
@@ -36,7 +39,7 @@ def test_a_job_preempted_or_requeued_continues_to_its_budget(tmp_path, cluster, 
     job = wait_until(cli.job_ids, 120, "the sweep to submit its job")[0]  # one job: no array
     run_dir = next(iter(wait_until(lambda: list(sweep.glob("0_*")), 240, "the job's run dir")))
     curve = run_dir / "metrics.csv"
-    wait_until(lambda: curve.exists() and len(read_steps(curve, "step")) >= 2, 240, "training to log two rows")
+    wait_until(lambda: curve.exists() and len(read_steps(curve, "step")) >= 2, 240, "training to log two rows", every=0.1)
     if how == "usr2":
         subprocess.run(["scancel", "--signal=USR2", job], check=True)
     else:

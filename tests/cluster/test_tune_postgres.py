@@ -16,11 +16,12 @@ from slurm_testing import squeue_states, wait_until
 N_TRIALS = 3
 
 
-def _worker(tmp_path: Path, name: str, study: str, pg_url: str, partition: str, epochs: int = 6,
+def _worker(tmp_path: Path, name: str, study: str, pg_url: str, partition: str, epochs: int = 2,
             pruner: str = "median") -> str:
-    # isolate_jobs=false: trials train in the worker's own process (no Python start-up per trial; CI time).
+    # isolate_jobs=false: trials train in the worker's own process (no Python start-up per trial; CI time). One seed a
+    # trial and 2 debug epochs: what is checked (states, reruns, intermediate values, one confirmation) is per trial.
     args = ["-m", "pipeline", "-m", "experiment=supervised_digits", "trainer=debug", f"trainer.max_epochs={epochs}", "isolate_jobs=false",
-            "hydra/sweeper=optuna", f"hydra.sweeper.n_trials={N_TRIALS}", "hydra.sweeper.seeds=2",
+            "hydra/sweeper=optuna", f"hydra.sweeper.n_trials={N_TRIALS}", "hydra.sweeper.seeds=1",
             f"hydra.sweeper.storage={pg_url}", f"hydra.sweeper.study_name={study}", "hydra.sweeper.heartbeat_s=2",
             f"hydra.sweeper.pruner={pruner}", "hydra.sweeper.pruner_startup_trials=1", "hydra.sweeper.pruner_warmup_steps=0",
             "hydra.sweeper.confirm_top=1", "hydra.sweeper.confirm_seeds=2",
@@ -54,7 +55,7 @@ def test_two_tuner_workers_on_postgres_one_cancelled_mid_trial(tmp_path, cluster
         (killed,) = wait_until(b_trial, 240, "worker b to start a trial")
         jobs["a"] = _worker(tmp_path, "a", study_name, cluster["pg_url"], cluster["partition"])
         subprocess.run(["scancel", jobs["b"]], check=True)
-        wait_until(lambda: not squeue_states(jobs["a"]), 420, "worker a to finish the study", every=2)
+        wait_until(lambda: not squeue_states(jobs["a"]), 420, "worker a to finish the study", every=0.5)
     finally:
         subprocess.run(["scancel", *jobs.values()], capture_output=True)
 
