@@ -343,6 +343,7 @@ def test_the_top_of_the_values_is_read_off_the_bids():
     assert scale.unit * scale.top == pytest.approx(100.0, abs=1.0)
 
 
+@pytest.mark.slow  # three value-sieve fits on 5,000 bids each: ~10 s
 def test_second_price_on_non_uniform_values_is_within_0_01():
     """The issue's target, on a closed form: values F = v^2, 3 bidders, 5,000 auctions of exact equilibrium
     bids, second-price reserves 0, 0.1, ..., 0.9. Measured worst |point - truth| per seed 0-2: 0.0069 /
