@@ -229,10 +229,10 @@ def state_checkpointer(task, path: Path, policy: CheckpointPolicy, stop: StopReq
     `before_save()`: the curves onto disk first, so the checkpoint covers no row that is only in memory."""
 
     failures = FailedSaves()
+    before_save = before_save or (lambda: None)
 
     def save() -> None:
-        if before_save is not None:
-            before_save()
+        before_save()
         t0 = time.perf_counter()
         try:
             state = task.checkpoint_state()

@@ -337,8 +337,7 @@ class _Lifecycle:
         published to its seed's loggers, the loggers closed, then the training videos (task.capture_video)."""
         records = self.records
         _close_segment(records, self.t_start, "ok")
-        for c in self.curves:
-            c.flush()
+        self.flush_curves()
         for r in records:
             side = getattr(r, "file", None)
             r.file = RESULT
@@ -445,8 +444,7 @@ class _Lifecycle:
             return
         self._evaluations_noted = seen
         self._note_task()
-        for c in self.curves:
-            c.flush()
+        self.flush_curves()
         for r in self.records:
             r.write()
 
